@@ -1,0 +1,243 @@
+"""Typed configuration for every component, composed in one place.
+
+Resolution order (later wins): dataclass defaults, a YAML/JSON config file
+(``--config`` or ``DYNAWEB_CONFIG``), environment variables of the form
+``DYNAWEB_<SECTION>__<FIELD>`` (for example ``DYNAWEB_KAFKA__BOOTSTRAP=host:9092``),
+then explicit overrides from the CLI.  Every field has a help string in its
+metadata; ``dynaweb config`` prints the resolved config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass
+class KafkaConfig:
+    bootstrap: str = _f("127.0.0.1:9092", "Kafka bootstrap servers (comma separated).")
+    security_protocol: str = _f("PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")
+    sasl_mechanism: str = _f("", "SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).")
+    sasl_username: str = _f("", "SASL user name.")
+    sasl_password: str = _f("", "SASL password (prefer the env variable).")
+    ssl_cafile: str = _f("", "CA bundle for TLS to the brokers.")
+    partitions: int = _f(2, "Partitions per data topic at creation.")
+    replication_factor: int = _f(1, "Replication factor at creation.")
+    retention_ms: int = _f(7 * 24 * 3600 * 1000, "Topic retention time (ms).")
+    retention_bytes: int = _f(-1, "Topic retention size per partition (bytes, -1 = unlimited).")
+    linger_ms: int = _f(20, "Producer batching delay (ms).")
+    session_timeout_ms: int = _f(6000, "Consumer-group session timeout (Tansu joins take ~half).")
+    max_message_bytes: int = _f(4 * 1024 * 1024, "Largest accepted message; larger is dead-lettered.")
+
+
+@dataclass
+class S3Config:
+    endpoint: str = _f("127.0.0.1:9000", "S3 endpoint host:port (MinIO, SeaweedFS, AWS).")
+    secure: bool = _f(False, "Use TLS to the S3 endpoint.")
+    bucket: str = _f("dynaweb", "Bucket for checkpoints and artifacts.")
+    region: str = _f("us-east-1", "S3 region.")
+    access_key: str = _f("", "Access key; empty = read the credentials file.")
+    secret_key: str = _f("", "Secret key; empty = read the credentials file.")
+    credentials_file: str = _f("", "JSON file with access_key/secret_key (default HOME/s3/credentials.json).")
+    cert_check: bool = _f(True, "Verify the TLS certificate of the S3 endpoint.")
+
+
+@dataclass
+class StackConfig:
+    broker_storage: str = _f("s3", "Embedded broker storage: 's3' (survives restarts) or 'memory'.")
+    s3_port: int = _f(9000, "Embedded S3 port.")
+    broker_port: int = _f(9092, "Embedded broker port.")
+    prometheus_port: int = _f(9090, "Prometheus port.")
+    taskserver_port: int = _f(8765, "MiniWoB++ task server port.")
+    bind: str = _f("127.0.0.1", "Address every embedded server binds.")
+    scrape_interval_s: float = _f(2.0, "Prometheus scrape interval (s).")
+
+
+@dataclass
+class CollectorConfig:
+    tasks: list = _f(["miniwob/click-button", "miniwob/click-link", "miniwob/enter-text"], "Tasks to collect on.")
+    policy: str = _f("expert", "expert, latest or random.")
+    contexts: int = _f(2, "Browser contexts (one page each) run concurrently.")
+    seed_start: int = _f(0, "First training seed.")
+    seed_stop: int = _f(1_000_000, "Training seeds are [seed_start, seed_stop); eval seeds lie above.")
+    episode_time_limit_ms: int = _f(60_000, "MiniWoB episode time limit (raised from 10 s for CPU policies).")
+    max_steps: int = _f(12, "Steps before an episode is truncated.")
+    allowed_origins: list = _f([], "Extra origins the browser may reach (the task server is always allowed).")
+    headless: bool = _f(True, "Run Chromium headless.")
+    obs_token_budget: int = _f(512, "Observation budget in policy tokens (bytes for the byte tokenizer).")
+    heartbeat_s: float = _f(2.0, "Heartbeat period (s).")
+    max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
+
+
+@dataclass
+class StreamConfig:
+    expert_fraction: float = _f(0.5, "Fraction of trajectories per training batch that are expert.")
+    batch_trajectories: int = _f(16, "Trajectories per training batch.")
+    group_size: int = _f(8, "Rollouts per GSPO group.")
+    group_timeout_s: float = _f(30.0, "Emit or drop an incomplete group after this (s).")
+    emit_incomplete_groups: bool = _f(True, "Emit incomplete groups (with their size) instead of dropping.")
+    episode_idle_timeout_s: float = _f(60.0, "An open episode with no new step for this long is truncated.")
+    max_staleness: int = _f(2, "Drop dream/on-policy samples older than latest - this.")
+    samples_per_insert: float = _f(8.0, "Max reuses of one expert trajectory (0 = unlimited).")
+    expert_pool_size: int = _f(2000, "Max expert trajectories kept for mixing.")
+    heldout_fraction: float = _f(0.1, "Share of real episodes routed to world-model evaluation.")
+    cold_start_batch_s: float = _f(2.0, "At cold start, emit an expert-only batch at most this often (s).")
+    lag_bound: int = _f(64, "Training-batch lag above which dream generators are told to slow down.")
+    worker_id: str = _f("", "Stream-worker id (default: host-pid).")
+
+
+@dataclass
+class ModelConfig:
+    layers: int = _f(4, "Transformer layers (policy and world model, from config).")
+    d_model: int = _f(256, "Hidden size.")
+    heads: int = _f(4, "Attention heads.")
+    max_positions: int = _f(1024, "Context length (tokens).")
+    policy_path: str = _f("", "Local Hugging Face directory for the policy (empty = from config).")
+    world_model_path: str = _f("", "Local Hugging Face directory for the world model (empty = from config).")
+    seed: int = _f(0, "Initialisation seed.")
+
+
+@dataclass
+class TrainerConfig:
+    lr: float = _f(3e-4, "Learning rate (AdamW).")
+    wm_lr: float = _f(3e-4, "World-model learning rate.")
+    checkpoint_every: int = _f(10, "Write a checkpoint every N policy steps.")
+    wm_batch: int = _f(8, "World-model transitions per step.")
+    max_steps: int = _f(0, "Stop after N policy steps (0 = forever).")
+    clip_low: float = _f(3e-4, "GSPO lower clip range.")
+    clip_high: float = _f(4e-4, "GSPO upper clip range.")
+    bc_weight: float = _f(1.0, "Weight of the behaviour-cloning term on expert trajectories.")
+    infonce_weight: float = _f(0.1, "Weight of the world model's InfoNCE term.")
+    zero_stage: int = _f(0, "DeepSpeed ZeRO stage.")
+    keep_checkpoints: int = _f(5, "Keep the last N checkpoints in S3 (promoted ones always kept).")
+    grad_clip: float = _f(1.0, "Gradient clipping norm.")
+
+
+@dataclass
+class DreamConfig:
+    group_size: int = _f(8, "Rollouts per start state (GSPO group).")
+    horizon: int = _f(5, "Dream length in steps.")
+    batch: int = _f(16, "Rollouts advanced together.")
+    temperature: float = _f(1.0, "Policy sampling temperature.")
+    max_change_tokens: int = _f(160, "World-model output budget per step (tokens).")
+    start_pool: int = _f(256, "Real start states kept.")
+    rate_limit_per_s: float = _f(0.0, "Max dream steps/s (0 = unlimited; back-pressure lowers it).")
+
+
+@dataclass
+class Config:
+    run_id: str = _f("default", "Run id; namespaces every topic and S3 prefix.")
+    home: str = _f(".dynaweb", "State directory (data, logs, pids, credentials); env DYNAWEB_HOME.")
+    threads: int = _f(1, "torch threads per component.")
+    metrics_port: int = _f(0, "Metrics port of this process (0 = pick a free one).")
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    s3: S3Config = field(default_factory=S3Config)
+    stack: StackConfig = field(default_factory=StackConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    dream: DreamConfig = field(default_factory=DreamConfig)
+
+    @property
+    def home_path(self) -> Path:
+        return Path(self.home).resolve()
+
+    def to_dict(self, redact: bool = True) -> dict:
+        d = dataclasses.asdict(self)
+        if redact:
+            for sec, key in (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password")):
+                if d[sec][key]:
+                    d[sec][key] = "***"
+        return d
+
+
+def _coerce(value: str, typ: Any, current: Any) -> Any:
+    if isinstance(current, bool):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(current, int):
+        return int(value)
+    if isinstance(current, float):
+        return float(value)
+    if isinstance(current, list):
+        v = value.strip()
+        if v.startswith("["):
+            return json.loads(v)
+        return [x for x in (p.strip() for p in v.split(",")) if x]
+    return value
+
+
+def apply_overrides(cfg: Config, overrides: dict) -> Config:
+    """Apply a nested dict (from a file) or flat 'section.field' keys."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and hasattr(cfg, key) and dataclasses.is_dataclass(getattr(cfg, key)):
+            sub = getattr(cfg, key)
+            for k2, v2 in value.items():
+                _set(sub, k2, v2, f"{key}.{k2}")
+        elif "." in key:
+            sec, k2 = key.split(".", 1)
+            _set(getattr(cfg, sec), k2, value, key)
+        else:
+            _set(cfg, key, value, key)
+    return cfg
+
+
+def _set(obj: Any, name: str, value: Any, path: str) -> None:
+    if not hasattr(obj, name) or name.startswith("_"):
+        valid = ", ".join(f.name for f in dataclasses.fields(obj))
+        raise ValueError(f"unknown config key {path!r}; valid keys here: {valid}")
+    current = getattr(obj, name)
+    if isinstance(value, str) and not isinstance(current, str):
+        value = _coerce(value, type(current), current)
+    setattr(obj, name, value)
+
+
+def load_config(path: str | None = None, overrides: dict | None = None, env: dict | None = None) -> Config:
+    env = dict(os.environ if env is None else env)
+    cfg = Config()
+    path = path or env.get("DYNAWEB_CONFIG")
+    if path:
+        text = Path(path).read_text()
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+        apply_overrides(cfg, data)
+    if env.get("DYNAWEB_HOME"):
+        cfg.home = env["DYNAWEB_HOME"]
+    if env.get("DYNAWEB_RUN_ID"):
+        cfg.run_id = env["DYNAWEB_RUN_ID"]
+    flat = {}
+    for k, v in env.items():
+        if k.startswith("DYNAWEB_") and "__" in k:
+            sec, name = k[len("DYNAWEB_") :].lower().split("__", 1)
+            flat[f"{sec}.{name}"] = v
+    apply_overrides(cfg, flat)
+    if overrides:
+        apply_overrides(cfg, overrides)
+    return cfg
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(key, default, help) for every field: the config reference."""
+    out = []
+    inst = cls()
+    for f in dataclasses.fields(cls):
+        val = getattr(inst, f.name)
+        if dataclasses.is_dataclass(val):
+            out.extend(describe(type(val), prefix + f.name + "."))
+        else:
+            out.append((prefix + f.name, val, f.metadata.get("help", "")))
+    return out

@@ -1,0 +1,243 @@
+"""Kafka clients (plain Kafka protocol: Tansu here, Apache Kafka in production).
+
+Correctness never relies on broker high-water marks, compaction or
+transactions (see shared/docs/stack.md): catching up on a topic means reading
+until a sentinel record we produced ourselves arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+
+from infra.config import Config, KafkaConfig
+from streams import records
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+class ServiceUnavailable(RuntimeError):
+    """A required service is down; the message names it and how to start it."""
+
+
+def broker_hint(bootstrap: str) -> str:
+    return (
+        f"Kafka broker at {bootstrap} is not reachable. Start the embedded stack with "
+        f"`dynaweb infra up` (or point DYNAWEB_KAFKA__BOOTSTRAP at your cluster)."
+    )
+
+
+def check_broker(kc: KafkaConfig, timeout: float = 3.0) -> None:
+    host, _, port = kc.bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return
+    except OSError:
+        raise ServiceUnavailable(broker_hint(kc.bootstrap)) from None
+
+
+def client_kwargs(kc: KafkaConfig) -> dict[str, Any]:
+    """Security settings passed through to kafka-python (and mapped for aiokafka)."""
+    kw: dict[str, Any] = {"bootstrap_servers": kc.bootstrap.split(","), "security_protocol": kc.security_protocol}
+    if kc.sasl_mechanism:
+        kw.update(sasl_mechanism=kc.sasl_mechanism, sasl_plain_username=kc.sasl_username,
+                  sasl_plain_password=kc.sasl_password)  # fmt: skip
+    if kc.ssl_cafile:
+        kw["ssl_cafile"] = kc.ssl_cafile
+    return kw
+
+
+def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
+    """Create every topic of the run (idempotent), with retention settings."""
+    topics = topics or Topics(cfg.run_id, cfg.kafka.partitions)
+    kc = cfg.kafka
+    check_broker(kc)
+    try:
+        admin = KafkaAdminClient(**client_kwargs(kc), client_id="dynaweb-admin", request_timeout_ms=15000)
+    except NoBrokersAvailable:
+        raise ServiceUnavailable(broker_hint(kc.bootstrap)) from None
+    try:
+        existing = set(admin.list_topics())
+        new = []
+        for key, name in topics.all().items():
+            if name in existing:
+                continue
+            new.append(NewTopic(name, topics.partitions(key), kc.replication_factor,
+                                topic_configs={"retention.ms": str(kc.retention_ms),
+                                               "retention.bytes": str(kc.retention_bytes)}))  # fmt: skip
+        for t in new:
+            try:
+                admin.create_topics([t])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+    return topics
+
+
+def make_producer(kc: KafkaConfig, **overrides: Any) -> KafkaProducer:
+    check_broker(kc)
+    kw = dict(
+        acks="all", linger_ms=kc.linger_ms, batch_size=256 * 1024, compression_type="lz4",
+        max_request_size=kc.max_message_bytes + 1024 * 64, retries=10,
+    )  # fmt: skip
+    kw.update(overrides)
+    return KafkaProducer(**client_kwargs(kc), **kw)
+
+
+def make_consumer(kc: KafkaConfig, *topics: str, group: str | None = None, **overrides: Any) -> KafkaConsumer:
+    check_broker(kc)
+    kw = dict(
+        group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+        session_timeout_ms=kc.session_timeout_ms, heartbeat_interval_ms=1000,
+        max_partition_fetch_bytes=kc.max_message_bytes + 1024 * 64,
+        fetch_max_bytes=max(52428800, kc.max_message_bytes * 2),
+    )  # fmt: skip
+    kw.update(overrides)
+    return KafkaConsumer(*topics, **client_kwargs(kc), **kw)
+
+
+class Publisher:
+    """Asynchronous, batched publishing with counted failures.
+
+    ``send`` never waits for a broker round trip; errors are counted and the
+    first one is re-raised by ``flush``/``check`` so a background failure is
+    never silent.
+    """
+
+    def __init__(self, producer: KafkaProducer, on_error: Any = None):
+        self.producer = producer
+        self.sent = 0
+        self.acked = 0
+        self.errors = 0
+        self._first_error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._on_error = on_error
+
+    def _ok(self, _md: Any) -> None:
+        with self._lock:
+            self.acked += 1
+
+    def _err(self, exc: BaseException) -> None:
+        with self._lock:
+            self.errors += 1
+            if self._first_error is None:
+                self._first_error = exc
+        if self._on_error:
+            self._on_error(exc)
+        log.error("publish failed: %s", exc)
+
+    def send(self, topic: str, rec: Any, key: str | None = None, headers: list | None = None) -> None:
+        value = rec if isinstance(rec, bytes) else records.encode(rec)
+        fut = self.producer.send(topic, value=value, key=key.encode() if key else None, headers=headers)
+        self.sent += 1
+        fut.add_callback(self._ok)
+        fut.add_errback(self._err)
+
+    def check(self) -> None:
+        if self._first_error is not None:
+            raise RuntimeError(f"Kafka publish failed ({self.errors} errors): {self._first_error}")
+
+    def flush(self, timeout: float = 30.0) -> None:
+        self.producer.flush(timeout=timeout)
+        self.check()
+
+    def close(self) -> None:
+        try:
+            self.producer.flush(timeout=10)
+        finally:
+            self.producer.close(timeout=5)
+
+
+class DeadLetters:
+    """Routes an invalid message to the dead-letter topic with reason + original bytes."""
+
+    def __init__(self, publisher: Publisher, topic: str, component: str, counter: Any = None):
+        self.publisher = publisher
+        self.topic = topic
+        self.component = component
+        self.counter = counter
+        self.count = 0
+
+    def route(self, raw: bytes | None, err: records.RecordError, source_topic: str, offset: int = -1) -> None:
+        self.count += 1
+        if self.counter is not None:
+            self.counter.labels(reason=err.reason).inc()
+        headers = [("reason", err.reason.encode()), ("detail", err.detail[:500].encode()),
+                   ("source_topic", source_topic.encode()), ("source_offset", str(offset).encode()),
+                   ("component", self.component.encode())]  # fmt: skip
+        self.publisher.send(self.topic, raw if raw is not None else b"", headers=headers)
+        log.warning("dead-lettered message from %s@%s: %s", source_topic, offset, err)
+
+
+def sentinel(run_id: str, sender: str) -> records.Control:
+    return records.Control(run_id=run_id, kind="sentinel", sender=sender, info={"nonce": records.new_id()})
+
+
+def read_until_sentinel(
+    kc: KafkaConfig, topic: str, run_id: str, timeout: float = 60.0
+) -> Iterator[tuple[Any, bytes]]:
+    """Yield (ConsumerRecord, raw) for every record of ``topic`` from the start
+    up to a sentinel we produce now on every partition (not a high-water mark)."""
+    prod = make_producer(kc, linger_ms=0)
+    consumer = make_consumer(kc)
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        deadline = time.time() + timeout
+        while not parts and time.time() < deadline:
+            time.sleep(0.2)
+            parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        nonces = {}
+        for tp in tps:
+            s = sentinel(run_id, "catch-up")
+            nonces[tp.partition] = s.info["nonce"]
+            prod.send(topic, value=records.encode(s), partition=tp.partition)
+        prod.flush()
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        pending = set(nonces)
+        while pending:
+            if time.time() > deadline:
+                raise TimeoutError(f"sentinel not seen on {topic} partitions {sorted(pending)} within {timeout}s")
+            batch = consumer.poll(timeout_ms=500)
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    if tp.partition in pending and _is_nonce(m.value, nonces[tp.partition]):
+                        pending.discard(tp.partition)
+                        continue
+                    if tp.partition in pending:
+                        yield m, m.value
+    finally:
+        consumer.close()
+        prod.close()
+
+
+def _is_nonce(raw: bytes, nonce: str) -> bool:
+    if not raw or b"sentinel" not in raw:
+        return False
+    try:
+        d = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return d.get("kind") == "sentinel" and d.get("info", {}).get("nonce") == nonce
+
+
+def is_control(raw: bytes) -> bool:
+    return raw is not None and raw[:200].find(b'"type":"control"') >= 0
+
+
+__all__ = [
+    "KafkaError", "ServiceUnavailable", "Publisher", "DeadLetters", "make_producer", "make_consumer",
+    "ensure_topics", "read_until_sentinel", "client_kwargs", "check_broker", "is_control",
+]  # fmt: skip
