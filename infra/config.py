@@ -59,8 +59,11 @@ class StackConfig:
     broker_port: int = _f(9092, "Embedded broker port.")
     prometheus_port: int = _f(9090, "Prometheus port.")
     taskserver_port: int = _f(8765, "MiniWoB++ task server port.")
+    s3_aux_port_base: int = _f(19300, "SeaweedFS internal ports: master, volume, filer, metrics, admin = base+0..4.")
+    broker_bucket: str = _f("tansu", "Bucket holding the embedded broker's log (s3 storage).")
     bind: str = _f("127.0.0.1", "Address every embedded server binds.")
     scrape_interval_s: float = _f(2.0, "Prometheus scrape interval (s).")
+    taskserver_url: str = _f("", "Base URL of the task server (empty = http://127.0.0.1:<taskserver_port>).")
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 from infra.config import Config, KafkaConfig
 from streams import records
@@ -64,7 +64,7 @@ def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
     check_broker(kc)
     try:
         admin = KafkaAdminClient(**client_kwargs(kc), client_id="dynaweb-admin", request_timeout_ms=15000)
-    except NoBrokersAvailable:
+    except (KafkaConnectionError, KafkaTimeoutError):
         raise ServiceUnavailable(broker_hint(kc.bootstrap)) from None
     try:
         existing = set(admin.list_topics())

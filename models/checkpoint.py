@@ -1,0 +1,208 @@
+"""Checkpoints in S3: ``<run>/checkpoints/<kind>/<version>/`` plus a manifest.
+
+Layout (bucket ``cfg.s3.bucket``)::
+
+    <run_id>/checkpoints/<kind>/<version:08d>/hf/...           save_pretrained files
+    <run_id>/checkpoints/<kind>/<version:08d>/state/...        trainer/optimizer state
+    <run_id>/checkpoints/<kind>/<version:08d>/manifest.json    version, sha256 per file,
+                                                              resolved config, consumed offsets
+    <run_id>/checkpoints/<kind>/LATEST                         {"version", "manifest_sha256"}
+    <run_id>/checkpoints/<kind>/PROMOTED                       {"versions": [...]}
+
+The writer uploads every file, then the manifest, then ``LATEST``; the
+announcement on Kafka only notifies.  Readers verify the manifest's sha256
+(against the announcement or ``LATEST``) and every file's sha256 before
+loading; a mismatch raises ``CorruptCheckpoint`` and the caller keeps the
+weights it has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from minio import Minio
+from minio.error import S3Error
+
+KINDS = ("policy", "world_model")
+
+
+class CorruptCheckpoint(RuntimeError):
+    pass
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_bytes(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def build_manifest(kind: str, version: int, run_id: str, local_dir: Path, config: dict,
+                   offsets: dict, extra: dict | None = None) -> dict:  # fmt: skip
+    files = {}
+    for p in sorted(local_dir.rglob("*")):
+        if p.is_file():
+            files[p.relative_to(local_dir).as_posix()] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    return {
+        "kind": kind, "version": version, "run_id": run_id, "created_at": time.time(),
+        "files": files, "config": config, "offsets": offsets, "extra": extra or {},
+    }  # fmt: skip
+
+
+def verify_manifest_files(manifest: dict, local_dir: Path) -> None:
+    for rel, meta in manifest["files"].items():
+        p = local_dir / rel
+        if not p.exists():
+            raise CorruptCheckpoint(f"{manifest['kind']} v{manifest['version']}: file {rel} is missing")
+        got = sha256_file(p)
+        if got != meta["sha256"]:
+            raise CorruptCheckpoint(
+                f"{manifest['kind']} v{manifest['version']}: sha256 of {rel} is {got[:12]}, "
+                f"manifest says {meta['sha256'][:12]}; refusing to load"
+            )
+
+
+@dataclass
+class Saved:
+    kind: str
+    version: int
+    uri: str
+    manifest_sha256: str
+
+
+class CheckpointStore:
+    def __init__(self, client: Minio, bucket: str, run_id: str):
+        self.client = client
+        self.bucket = bucket
+        self.run_id = run_id
+
+    def prefix(self, kind: str, version: int | None = None) -> str:
+        if kind not in KINDS:
+            raise ValueError(f"checkpoint kind must be one of {KINDS}, got {kind!r}")
+        base = f"{self.run_id}/checkpoints/{kind}/"
+        return base if version is None else f"{base}{version:08d}/"
+
+    def uri(self, kind: str, version: int) -> str:
+        return f"s3://{self.bucket}/{self.prefix(kind, version)}"
+
+    # --- writing -------------------------------------------------------
+    def save(self, kind: str, version: int, local_dir: Path, config: dict, offsets: dict,
+             extra: dict | None = None, set_latest: bool = True) -> Saved:  # fmt: skip
+        local_dir = Path(local_dir)
+        manifest = build_manifest(kind, version, self.run_id, local_dir, config, offsets, extra)
+        pre = self.prefix(kind, version)
+        for rel in manifest["files"]:
+            self.client.fput_object(self.bucket, pre + rel, str(local_dir / rel))
+        body = json.dumps(manifest, sort_keys=True).encode()
+        digest = sha256_bytes(body)
+        self._put(pre + "manifest.json", body)
+        if set_latest:
+            self.set_latest(kind, version, digest)
+        return Saved(kind, version, self.uri(kind, version), digest)
+
+    def _put(self, key: str, body: bytes) -> None:
+        self.client.put_object(self.bucket, key, io.BytesIO(body), len(body),
+                               content_type="application/json")  # fmt: skip
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            resp = self.client.get_object(self.bucket, key)
+        except S3Error as e:
+            if e.code in ("NoSuchKey", "NoSuchObject", "NotFound"):
+                return None
+            raise
+        try:
+            return resp.read()
+        finally:
+            resp.close()
+            resp.release_conn()
+
+    def set_latest(self, kind: str, version: int, manifest_sha256: str | None = None) -> None:
+        if manifest_sha256 is None:
+            body = self._get(self.prefix(kind, version) + "manifest.json")
+            if body is None:
+                raise KeyError(f"{kind} v{version} has no manifest in s3://{self.bucket}/{self.prefix(kind)}")
+            manifest_sha256 = sha256_bytes(body)
+        self._put(self.prefix(kind) + "LATEST", json.dumps(
+            {"version": version, "manifest_sha256": manifest_sha256, "updated_at": time.time()}).encode())
+
+    # --- reading -------------------------------------------------------
+    def latest(self, kind: str) -> dict | None:
+        body = self._get(self.prefix(kind) + "LATEST")
+        return json.loads(body) if body else None
+
+    def versions(self, kind: str) -> list[int]:
+        out = set()
+        for obj in self.client.list_objects(self.bucket, prefix=self.prefix(kind), recursive=False):
+            name = obj.object_name.rstrip("/").rsplit("/", 1)[-1]
+            if name.isdigit():
+                out.add(int(name))
+        return sorted(out)
+
+    def manifest(self, kind: str, version: int, expected_sha256: str | None = None) -> tuple[dict, str]:
+        body = self._get(self.prefix(kind, version) + "manifest.json")
+        if body is None:
+            raise CorruptCheckpoint(f"{kind} v{version}: no manifest at {self.uri(kind, version)}")
+        digest = sha256_bytes(body)
+        if expected_sha256 and digest != expected_sha256:
+            raise CorruptCheckpoint(
+                f"{kind} v{version}: manifest sha256 {digest[:12]} != announced {expected_sha256[:12]}"
+            )
+        return json.loads(body), digest
+
+    def download(self, kind: str, version: int, dest: Path, expected_sha256: str | None = None) -> dict:
+        """Download into ``dest`` (replaced atomically) and verify every sha256."""
+        manifest, _ = self.manifest(kind, version, expected_sha256)
+        dest = Path(dest)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-{version}-", dir=dest.parent if dest.parent.exists() else None))
+        try:
+            pre = self.prefix(kind, version)
+            for rel in manifest["files"]:
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                self.client.fget_object(self.bucket, pre + rel, str(tmp / rel))
+            verify_manifest_files(manifest, tmp)
+            if dest.exists():
+                shutil.rmtree(dest)
+            tmp.rename(dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return manifest
+
+    # --- promotion and retention ----------------------------------------
+    def promoted(self, kind: str) -> list[int]:
+        body = self._get(self.prefix(kind) + "PROMOTED")
+        return json.loads(body)["versions"] if body else []
+
+    def promote(self, kind: str, version: int) -> None:
+        vs = sorted(set(self.promoted(kind)) | {version})
+        self._put(self.prefix(kind) + "PROMOTED", json.dumps({"versions": vs}).encode())
+        self.set_latest(kind, version)
+
+    def prune(self, kind: str, keep: int) -> list[int]:
+        """Delete all but the last ``keep`` versions, never a promoted or LATEST one."""
+        vs = self.versions(kind)
+        protect = set(self.promoted(kind)) | set(vs[-keep:] if keep > 0 else [])
+        lat = self.latest(kind)
+        if lat:
+            protect.add(lat["version"])
+        removed = []
+        for v in vs:
+            if v in protect:
+                continue
+            for obj in self.client.list_objects(self.bucket, prefix=self.prefix(kind, v), recursive=True):
+                self.client.remove_object(self.bucket, obj.object_name)
+            removed.append(v)
+        return removed

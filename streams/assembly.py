@@ -1,0 +1,207 @@
+"""Pure stream-assembly logic (no Kafka): dedupe, episodes, dream groups.
+
+Everything here is driven by explicit ``now`` timestamps so it can be unit
+tested without sleeping; the Faust agents pass ``time.monotonic()``.
+
+- ``Deduper``: drops redelivered transitions by ``(episode_id, step)`` with a
+  bounded FIFO memory, and remembers a bounded set of already-emitted
+  episodes so a late redelivery cannot re-open a finished episode.
+- ``EpisodeAssembler``: collects transitions per episode id; an episode is
+  emitted when its final step (``done`` or ``truncated``) and every step
+  before it have arrived, or after ``idle_timeout_s`` without a new step
+  (then it is marked truncated). Open episodes are bounded (oldest evicted,
+  emitted as truncated).
+- ``GroupAssembler``: collects non-expert trajectories that share a group key
+  (``group_id`` for dreams; ``live:<task>:<seed>`` for live rollouts without a
+  group id); a group is emitted when all ``group_size`` members arrived or,
+  after ``timeout_s``, emitted with its real size or dropped (config).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+
+from streams.records import Trajectory, Transition
+
+
+class BoundedSet:
+    """Insertion-ordered set that forgets its oldest members beyond ``capacity``."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, int(capacity))
+        self._d: OrderedDict = OrderedDict()
+
+    def add(self, key) -> bool:
+        """Add ``key``; return False if it was already present."""
+        if key in self._d:
+            return False
+        self._d[key] = None
+        if len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+        return True
+
+    def __contains__(self, key) -> bool:
+        return key in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+class Deduper:
+    """Drop transitions seen before (by ``(episode_id, step)``), bounded memory."""
+
+    def __init__(self, capacity: int = 200_000, closed_capacity: int = 50_000):
+        self.seen = BoundedSet(capacity)
+        self.closed = BoundedSet(closed_capacity)
+        self.duplicates = 0
+        self.late = 0
+
+    def accept(self, t: Transition) -> bool:
+        if t.episode_id in self.closed:
+            self.late += 1
+            self.duplicates += 1
+            return False
+        if not self.seen.add(t.key):
+            self.duplicates += 1
+            return False
+        return True
+
+    def close(self, episode_id: str) -> None:
+        """Mark an episode as emitted; later steps of it are duplicates."""
+        self.closed.add(episode_id)
+
+
+@dataclass
+class _Open:
+    steps: dict = field(default_factory=dict)  # step -> Transition
+    last_seen: float = 0.0
+    final_step: int | None = None
+
+
+class EpisodeAssembler:
+    def __init__(self, idle_timeout_s: float = 60.0, max_open: int = 20_000, deduper: Deduper | None = None):
+        self.idle_timeout_s = float(idle_timeout_s)
+        self.max_open = max(1, int(max_open))
+        self.deduper = deduper
+        self.open: OrderedDict[str, _Open] = OrderedDict()  # least recently touched first
+        self.stats: Counter = Counter()
+        self._pending: list[Trajectory] = []  # evicted episodes, handed out by sweep()
+
+    def add(self, t: Transition, now: float) -> Trajectory | None:
+        """Add one (deduplicated) transition; return the finished trajectory, if any."""
+        ep = self.open.get(t.episode_id)
+        if ep is None:
+            ep = self.open[t.episode_id] = _Open()
+        else:
+            self.open.move_to_end(t.episode_id)
+        ep.steps[t.step] = t
+        ep.last_seen = now
+        if t.final:
+            ep.final_step = t.step if ep.final_step is None else min(ep.final_step, t.step)
+        out = None
+        if ep.final_step is not None and all(s in ep.steps for s in range(ep.final_step + 1)):
+            out = self._emit(t.episode_id, truncated=False)
+        if len(self.open) > self.max_open:
+            oldest = next(iter(self.open))
+            self.stats["evicted"] += 1
+            evicted = self._emit(oldest, truncated=True)
+            self._pending.append(evicted)  # handed out by the next sweep()
+        return out
+
+    def sweep(self, now: float) -> list[Trajectory]:
+        """Emit (truncated) every episode idle for longer than the timeout."""
+        out, self._pending = self._pending, []
+        expired = [eid for eid, ep in self.open.items() if now - ep.last_seen >= self.idle_timeout_s]
+        for eid in expired:
+            self.stats["idle_timeout"] += 1
+            out.append(self._emit(eid, truncated=True))
+        return out
+
+    def _emit(self, episode_id: str, truncated: bool) -> Trajectory:
+        ep = self.open.pop(episode_id)
+        steps = [ep.steps[s] for s in sorted(ep.steps)]
+        if ep.final_step is not None:
+            steps = [t for t in steps if t.step <= ep.final_step]
+        if truncated:
+            # keep the contiguous prefix only: a gap means the steps after it are unusable
+            prefix = []
+            for i, t in enumerate(steps):
+                if t.step != (steps[0].step + i):
+                    break
+                prefix.append(t)
+            steps = prefix or steps[:1]
+        if self.deduper is not None:
+            self.deduper.close(episode_id)
+        self.stats["truncated" if truncated else "complete"] += 1
+        return Trajectory.from_transitions(steps, truncated=truncated)
+
+    def __len__(self) -> int:
+        return len(self.open)
+
+
+def group_key(traj: Trajectory) -> str:
+    """Dreams share ``group_id``; live rollouts of the same task+seed form a group."""
+    if traj.group_id:
+        return traj.group_id
+    return f"live:{traj.task}:{traj.seed}:{traj.policy_version}"
+
+
+@dataclass
+class _Group:
+    members: dict = field(default_factory=dict)  # episode_id -> Trajectory
+    first_seen: float = 0.0
+
+
+class GroupAssembler:
+    def __init__(self, group_size: int = 8, timeout_s: float = 30.0, emit_incomplete: bool = True,
+                 max_open: int = 10_000):  # fmt: skip
+        self.group_size = max(1, int(group_size))
+        self.timeout_s = float(timeout_s)
+        self.emit_incomplete = bool(emit_incomplete)
+        self.max_open = max(1, int(max_open))
+        self.open: OrderedDict[str, _Group] = OrderedDict()
+        self.stats: Counter = Counter()  # complete, incomplete_emitted, incomplete_dropped
+        self.sizes: Counter = Counter()  # emitted group size -> count
+        self._overflow: list[list[Trajectory]] = []
+
+    def add(self, traj: Trajectory, now: float) -> list[Trajectory] | None:
+        key = group_key(traj)
+        g = self.open.get(key)
+        if g is None:
+            g = self.open[key] = _Group(first_seen=now)
+        g.members[traj.episode_id] = traj
+        if len(g.members) >= self.group_size:
+            self.stats["complete"] += 1
+            return self._emit(key)
+        if len(self.open) > self.max_open:
+            oldest = next(iter(self.open))
+            res = self._timeout(oldest)
+            if res:
+                self._overflow.append(res)
+        return None
+
+    def sweep(self, now: float) -> list[list[Trajectory]]:
+        out, self._overflow = self._overflow, []
+        for key in [k for k, g in self.open.items() if now - g.first_seen >= self.timeout_s]:
+            res = self._timeout(key)
+            if res:
+                out.append(res)
+        return out
+
+    def _timeout(self, key: str) -> list[Trajectory] | None:
+        if self.emit_incomplete:
+            self.stats["incomplete_emitted"] += 1
+            return self._emit(key)
+        self.stats["incomplete_dropped"] += 1
+        self.open.pop(key)
+        return None
+
+    def _emit(self, key: str) -> list[Trajectory]:
+        g = self.open.pop(key)
+        members = sorted(g.members.values(), key=lambda t: t.episode_id)
+        self.sizes[len(members)] += 1
+        return members
+
+    def __len__(self) -> int:
+        return len(self.open)
