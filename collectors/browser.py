@@ -115,6 +115,7 @@ class Browser:
         self._pw = None
         self._browser = None
         self.launches = 0
+        self._lock = asyncio.Lock()
 
     async def start(self) -> Browser:
         from playwright.async_api import async_playwright
@@ -142,8 +143,12 @@ class Browser:
         await self.start()
 
     async def ensure(self) -> None:
-        if not self.connected:
-            await self.restart()
+        """Relaunch Chromium if it died (several contexts may ask at once: one relaunch)."""
+        if self.connected:
+            return
+        async with self._lock:
+            if not self.connected:
+                await self.restart()
 
     async def new_page(self, extra_origins: Iterable[str] = ()):
         """A new context with one page; returns ``(context, page, allowlist)``."""

@@ -115,6 +115,7 @@ class TrainerConfig:
     lr: float = _f(3e-4, "Learning rate (AdamW).")
     wm_lr: float = _f(3e-4, "World-model learning rate.")
     checkpoint_every: int = _f(10, "Write a checkpoint every N policy steps.")
+    checkpoint_every_s: float = _f(120.0, "...or after this many seconds with at least one new step.")
     wm_batch: int = _f(8, "World-model transitions per step.")
     max_steps: int = _f(0, "Stop after N policy steps (0 = forever).")
     clip_low: float = _f(3e-4, "GSPO lower clip range.")
@@ -138,6 +139,18 @@ class DreamConfig:
 
 
 @dataclass
+class UpConfig:
+    expert_contexts: int = _f(2, "Browser contexts of the expert collector started by `up`.")
+    policy_collectors: int = _f(1, "Collectors acting with the latest policy started by `up` (1 context each).")
+    dreamers: int = _f(1, "Dream generators started by `up`.")
+    progress_every_s: float = _f(5.0, "Progress line period (s).")
+    restart_backoff_s: float = _f(2.0, "First restart delay of a crashed component (doubles, max 30 s).")
+
+
+SECRETS = (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password"))
+
+
+@dataclass
 class Config:
     run_id: str = _f("default", "Run id; namespaces every topic and S3 prefix.")
     home: str = _f(".dynaweb", "State directory (data, logs, pids, credentials); env DYNAWEB_HOME.")
@@ -151,17 +164,21 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     dream: DreamConfig = field(default_factory=DreamConfig)
+    up: UpConfig = field(default_factory=UpConfig)
 
     @property
     def home_path(self) -> Path:
         return Path(self.home).resolve()
 
-    def to_dict(self, redact: bool = True) -> dict:
+    def to_dict(self, redact: bool = True, drop_secrets: bool = False) -> dict:
+        """Resolved config; secrets are masked (or dropped, for a file a child process reads:
+        children get secrets from the environment or the credentials file, never a config file)."""
         d = dataclasses.asdict(self)
-        if redact:
-            for sec, key in (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password")):
-                if d[sec][key]:
-                    d[sec][key] = "***"
+        for sec, key in SECRETS:
+            if drop_secrets:
+                d[sec].pop(key)
+            elif redact and d[sec][key]:
+                d[sec][key] = "***"
         return d
 
 

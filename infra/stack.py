@@ -95,6 +95,7 @@ class Stack:
         self.home = cfg.home_path
         self.pids = self.home / "pids"
         self.logs = self.home / "logs"
+        self.started: list[str] = []
 
     # --- service definitions ------------------------------------------------
     def services(self) -> dict[str, Service]:
@@ -256,6 +257,7 @@ class Stack:
                     raise StackError(f"{name} not healthy after {svc.ready_timeout}s; see {self.logs / (name + '.log')}")
                 time.sleep(0.05)
             self._post_start(name)
+            self.started.append(name)
         return self.status()
 
     def _stop_one(self, name: str, info: dict, timeout: float = 20.0) -> None:
@@ -275,9 +277,11 @@ class Stack:
         _reap(pid)
         self._pidfile(name).unlink(missing_ok=True)
 
-    def down(self) -> list[str]:
+    def down(self, only: list[str] | None = None) -> list[str]:
         stopped = []
         for name in reversed(ORDER):
+            if only is not None and name not in only:
+                continue
             info = self._read_pid(name)
             if info:
                 self._stop_one(name, info)

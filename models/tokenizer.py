@@ -48,9 +48,32 @@ def load_tokenizer(path: str = "") -> Any:
     return tok
 
 
+def _byte_offset(tokenizer: Any) -> int | None:
+    """ByT5 maps byte b to id b + offset (3); None for any other tokenizer."""
+    off = getattr(tokenizer, "offset", None)
+    if type(tokenizer).__name__ == "ByT5Tokenizer" and isinstance(off, int):
+        return off
+    return None
+
+
 def encode(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of ``text`` without special tokens (no eos appended)."""
+    """Token ids of ``text`` without special tokens (no eos appended).
+
+    For the byte tokenizer this is the plain UTF-8 bytes (+offset): fast, and page
+    text that happens to contain ``</s>`` or ``<extra_id_0>`` stays text.
+    """
+    off = _byte_offset(tokenizer)
+    if off is not None:
+        return [b + off for b in text.encode("utf-8")]
     return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def decode(tokenizer: Any, ids: list[int]) -> str:
+    """Text of generated ids, special tokens (pad/eos/unk/extra) skipped."""
+    off = _byte_offset(tokenizer)
+    if off is not None:
+        return bytes(i - off for i in ids if off <= i < off + 256).decode("utf-8", errors="replace")
+    return tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 def eos_id(tokenizer: Any) -> int:

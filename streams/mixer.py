@@ -186,14 +186,14 @@ class HybridMixer:
         keyed = sorted(avail, key=lambda e: (e.uses, self.rng.random()))
         return keyed[:n]
 
-    def poll(self, now: float) -> list[TrainingBatch]:
+    def poll(self, now: float, allow_expert_only: bool = True) -> list[TrainingBatch]:
         out: list[TrainingBatch] = []
         while self.pending:
             b = self._try_mixed(now)
             if b is None:
                 break
             out.append(b)
-        if not self.pending and not out:
+        if not self.pending and not out and allow_expert_only:
             b = self._try_expert_only(now)
             if b is not None:
                 out.append(b)

@@ -1,0 +1,356 @@
+"""``WebEnv``: a Gymnasium-style environment over one browser context (async).
+
+    env = WebEnv(browser, base_url, cfg.collector)
+    await env.open()
+    obs, info = await env.reset("miniwob/click-button", seed=3)
+    obs, reward, terminated, truncated, info = await env.step(Action.click(4))
+
+Per episode the task page is loaded (with ``?dw_seed=<seed>``, which seeds
+``Math.random`` before the page's own scripts run), then ``Math.seedrandom(seed)``,
+``core.EPISODE_MAX_TIME = <episode_time_limit_ms>`` and ``core.startEpisodeReal()``.
+The instruction is ``core.getUtterance()``; reward and done come from the
+MiniWoB globals (``WOB_RAW_REWARD_GLOBAL``: 1 success, -1 wrong; ``WOB_DONE_GLOBAL``;
+``WOB_REWARD_REASON``).
+
+Episode end:
+  * ``terminated``: the task ended (reward = raw reward) or the agent said ``stop``
+    (reward = the raw reward if the page already ended, else 0);
+  * ``truncated``: ``max_steps`` reached, the task's clock ran out (reward 0,
+    ``info["timeout"]``), or the page/browser crashed (``info["crashed"]``; call
+    ``restart()`` — ``reset`` does it by itself).
+
+Actions are Playwright calls only (click -> ``locator.click``, type ->
+``locator.fill`` (replaces the content), select -> ``select_option`` by label
+then value, press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
+``page.go_back``); no code string is ever built from an action.  A failed
+action (unknown id, hidden element, time-out) does not raise: it is reported
+as ``last_action_error`` in the next observation and in ``info["error"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from collectors.browser import Browser, origin_of
+from collectors.observation import DEFAULT_BUDGET, ObservationBuilder, PageState, locator_for
+from collectors.spaces import KEYS, Action, ActionParseError, Observation, parse_action
+from collectors.tasks import TaskSpec, get_task
+
+log = logging.getLogger(__name__)
+
+EXTRA_KEYS = ("ArrowLeft", "ArrowRight", "Delete", "Home", "End", "PageUp", "PageDown", "Shift", "Control")
+SCROLL_PX = 120
+
+# Seeds Math.random before any page script runs (so load-time randomness is fixed too).
+SEED_INIT_JS = r"""
+(() => {
+  const m = /[?&]dw_seed=(-?\d+)/.exec(location.search);
+  if (!m) return;
+  let a = (parseInt(m[1], 10) ^ 0x9e3779b9) >>> 0;
+  Math.random = function () {            // mulberry32
+    a = (a + 0x6D2B79F5) >>> 0; let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+})();
+"""
+
+START_JS = r"""
+(args) => {
+  if (typeof core === 'undefined' || !core || typeof core.startEpisodeReal !== 'function') return {miniwob: false};
+  Math.seedrandom(args.seed);
+  core.EPISODE_MAX_TIME = args.maxTime;
+  core.startEpisodeReal();
+  return {miniwob: true, ready: typeof WOB_TASK_READY === 'undefined' ? true : !!WOB_TASK_READY};
+}
+"""
+
+_CRASH_MARKERS = ("crash", "target closed", "has been closed", "browser has been closed",
+                  "target page, context or browser has been closed", "connection closed")  # fmt: skip
+
+
+def _is_crash(exc: BaseException) -> bool:
+    msg = str(exc).lower()
+    return any(m in msg for m in _CRASH_MARKERS)
+
+
+def _short(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()
+    first = msg[0] if msg else type(exc).__name__
+    return first[:200]
+
+
+class EpisodeOver(RuntimeError):
+    pass
+
+
+@dataclass
+class EnvSettings:
+    max_steps: int = 12
+    time_limit_ms: int = 60_000
+    budget: int | None = DEFAULT_BUDGET
+    action_timeout_ms: int = 1500
+    reload_each_episode: bool = True
+    extra_origins: tuple = ()
+
+
+class WebEnv:
+    """One browser context with one page, running one episode at a time."""
+
+    def __init__(self, browser: Browser, base_url: str, cfg: Any = None, *, max_steps: int | None = None,
+                 time_limit_ms: int | None = None, budget: int | None | str = "cfg",
+                 action_timeout_ms: int = 1500, reload_each_episode: bool = True,
+                 measure: Any = None):  # fmt: skip
+        self.browser = browser
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        s = EnvSettings()
+        if cfg is not None:
+            s.max_steps = int(cfg.max_steps)
+            s.time_limit_ms = int(cfg.episode_time_limit_ms)
+            s.budget = int(cfg.obs_token_budget) if cfg.obs_token_budget else None
+            s.extra_origins = tuple(cfg.allowed_origins or ())
+        if max_steps is not None:
+            s.max_steps = max_steps
+        if time_limit_ms is not None:
+            s.time_limit_ms = time_limit_ms
+        if budget != "cfg":
+            s.budget = budget  # type: ignore[assignment]
+        s.action_timeout_ms = action_timeout_ms
+        s.reload_each_episode = reload_each_episode
+        self.settings = s
+        kw = {"measure": measure} if measure is not None else {}
+        self.builder = ObservationBuilder(s.budget, strip_origin=self.base_url.rstrip("/"), **kw)
+        self.context = None
+        self.page = None
+        self.allow = None
+        self.crashed = False
+        self.restarts = 0
+        self._blocked_before = 0
+        self.timeouts = 0
+        self.episodes = 0
+        self.task: TaskSpec | None = None
+        self.seed: int | None = None
+        self.steps = 0
+        self.done = True
+        self.obs: Observation | None = None
+        self.state: PageState | None = None
+        self._t0 = 0.0
+        self._loaded: str | None = None
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    @property
+    def blocked(self) -> int:
+        """Requests/websockets/popups/downloads blocked by the allowlist (all contexts of this env)."""
+        return self._blocked_before + (self.allow.blocked if self.allow else 0)
+
+    async def open(self) -> WebEnv:
+        origins = (self.base_url,) + tuple(self.settings.extra_origins)
+        self.context, self.page, self.allow = await self.browser.new_page(origins)
+        await self.context.add_init_script(SEED_INIT_JS)
+        self.page.on("crash", self._on_crash)
+        self.page.on("close", self._on_close)
+        self.crashed = False
+        self._loaded = None
+        return self
+
+    def _on_crash(self, _page: Any) -> None:
+        log.warning("page crashed (task %s, seed %s)", self.task and self.task.name, self.seed)
+        self.crashed = True
+
+    def _on_close(self, _page: Any) -> None:
+        self.crashed = True
+
+    async def restart(self) -> None:
+        """Throw the context away (and relaunch Chromium if it died); a new page."""
+        self.restarts += 1
+        if self.allow is not None:
+            self._blocked_before += self.allow.blocked
+        ctx, self.context, self.page, self.allow = self.context, None, None, None
+        if ctx is not None:
+            try:
+                await asyncio.wait_for(ctx.close(), 5)
+            except Exception:
+                pass
+        await self.open()
+
+    async def close(self) -> None:
+        if self.context is not None:
+            try:
+                await self.context.close()
+            except Exception:
+                pass
+        self.context = self.page = None
+
+    async def __aenter__(self) -> WebEnv:
+        return await self.open()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # --- episodes -----------------------------------------------------------------
+
+    async def reset(self, task: str | TaskSpec, seed: int = 0) -> tuple[Observation, dict]:
+        spec = task if isinstance(task, TaskSpec) else get_task(task)
+        if self.page is None:
+            await self.open()
+        elif self.crashed or self.page.is_closed():
+            await self.restart()
+        self.task, self.seed, self.steps, self.done = spec, int(seed), 0, False
+        self.episodes += 1
+        try:
+            await self._load(spec, int(seed))
+            obs, st = await self.builder.observe(self.page, reset=True)
+        except Exception as e:
+            if not (_is_crash(e) or self.crashed):
+                raise
+            await self.restart()
+            await self._load(spec, int(seed))
+            obs, st = await self.builder.observe(self.page, reset=True)
+        self.obs, self.state = obs, st
+        self._t0 = time.monotonic()
+        return obs, {"task": spec.name, "seed": int(seed), "url": obs.url, "truncation": st.trunc,
+                     "blocked": self.blocked, "restarts": self.restarts}  # fmt: skip
+
+    async def _load(self, spec: TaskSpec, seed: int) -> None:
+        page = self.page
+        url = spec.url(self.base_url)
+        if self.settings.reload_each_episode or self._loaded != url or page.url.split("?")[0] != url:
+            await page.goto(f"{url}?dw_seed={seed}", wait_until="load")
+            self._loaded = url
+        r = await page.evaluate(START_JS, {"seed": seed, "maxTime": int(self.settings.time_limit_ms)})
+        if r.get("miniwob") and not r.get("ready", True):
+            for _ in range(40):  # some tasks load data first (up to 2 s)
+                await asyncio.sleep(0.05)
+                if await page.evaluate("() => !!WOB_TASK_READY"):
+                    break
+
+    async def step(self, action: Action | str) -> tuple[Observation, float, bool, bool, dict]:
+        if self.done:
+            raise EpisodeOver("the episode is over; call reset()")
+        if self.obs is None:
+            raise EpisodeOver("call reset() first")
+        self.steps += 1
+        info: dict = {"task": self.task.name if self.task else "", "seed": self.seed, "step": self.steps}
+        error = ""
+        if isinstance(action, str):
+            try:
+                action = parse_action(action)
+            except ActionParseError as e:
+                error = f"invalid action: {e}"
+                action = None
+        crashed = False
+        if action is not None and not self.crashed:
+            try:
+                error = await self._perform(action)
+            except Exception as e:  # noqa: BLE001 - a browser failure must not kill the loop
+                if _is_crash(e) or self.crashed:
+                    crashed = True
+                else:
+                    error = _short(e)
+        obs, st = None, None
+        if not crashed and not self.crashed:
+            try:
+                obs, st = await self.builder.observe(self.page, error=error)
+            except Exception as e:  # noqa: BLE001
+                if _is_crash(e) or self.crashed:
+                    crashed = True
+                elif "execution context was destroyed" in str(e).lower():
+                    # the action started a navigation: observe once it has loaded
+                    try:
+                        await self.page.wait_for_load_state("load", timeout=5000)
+                        obs, st = await self.builder.observe(self.page, error=error)
+                    except Exception as e2:  # noqa: BLE001
+                        crashed = _is_crash(e2) or self.crashed
+                        if not crashed:
+                            raise
+                else:
+                    raise
+        crashed = crashed or self.crashed
+        info["elapsed_ms"] = (time.monotonic() - self._t0) * 1000.0
+        if crashed:
+            self.crashed = True
+            self.done = True
+            prev = self.obs
+            obs = Observation(prev.instruction, prev.url, prev.tree, prev.focused,
+                              "the page crashed", prev.next_id, list(prev.element_ids))  # fmt: skip
+            self.obs = obs
+            info.update(crashed=True, error="the page crashed", timeout=False, raw_reward=0.0, reason=None)
+            return obs, 0.0, False, True, info
+        self.obs, self.state = obs, st
+        terminated = truncated = False
+        reward = 0.0
+        timeout = False
+        if st.done:
+            if st.reason == "timed out":
+                timeout, truncated = True, True
+            else:
+                terminated, reward = True, float(st.raw_reward)
+        elif action is not None and action.kind == "stop":
+            terminated = True
+            info["stopped"] = True
+        elif info["elapsed_ms"] > self.settings.time_limit_ms + 2000:
+            timeout, truncated = True, True  # the page's own clock did not fire
+        if not (terminated or truncated) and self.steps >= self.settings.max_steps:
+            truncated = True
+            info["max_steps"] = True
+        if timeout:
+            self.timeouts += 1
+        self.done = terminated or truncated
+        info.update(raw_reward=st.raw_reward, reason=st.reason, timeout=timeout, crashed=False, error=error,
+                    truncation=st.trunc, blocked=self.blocked, timeouts=self.timeouts)  # fmt: skip
+        return obs, reward, terminated, truncated, info
+
+    # --- actions ------------------------------------------------------------------
+
+    async def _perform(self, a: Action) -> str:
+        """Run one action; returns an error text ('' when it worked)."""
+        page = self.page
+        t = self.settings.action_timeout_ms
+        if a.kind in ("click", "type", "select"):
+            if self.state is None or a.element not in self.state.all_ids:
+                return f"element [{a.element}] is not on the page"
+            loc = locator_for(page, a.element)
+            try:
+                if a.kind == "click":
+                    await loc.click(timeout=t)
+                elif a.kind == "type":
+                    await loc.fill(a.text, timeout=t)
+                else:
+                    try:
+                        await loc.select_option(label=a.text, timeout=t)
+                    except Exception as e:  # noqa: BLE001
+                        if _is_crash(e):
+                            raise
+                        await loc.select_option(value=a.text, timeout=t)
+            except Exception as e:  # noqa: BLE001
+                if _is_crash(e) or self.crashed:
+                    raise
+                name = type(e).__name__
+                if name == "TimeoutError":
+                    return f"{a.kind} on [{a.element}] failed: element not visible, enabled or reachable"
+                return f"{a.kind} on [{a.element}] failed: {_short(e)}"
+            return ""
+        if a.kind == "press":
+            key = a.text or ""
+            if not (key in KEYS or key in EXTRA_KEYS or len(key) == 1):
+                return f"unknown key {key!r}; known: {', '.join(KEYS + EXTRA_KEYS)} or one character"
+            await page.keyboard.press(key)
+            return ""
+        if a.kind == "scroll":
+            await page.mouse.wheel(0, SCROLL_PX if a.text == "down" else -SCROLL_PX)
+            return ""
+        if a.kind == "go_back":
+            try:
+                r = await page.go_back(timeout=t * 2, wait_until="load")
+            except Exception as e:  # noqa: BLE001
+                if _is_crash(e):
+                    raise
+                return f"go_back failed: {_short(e)}"
+            return "" if r is not None else "there is no previous page"
+        return ""  # stop

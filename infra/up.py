@@ -1,0 +1,207 @@
+"""``dynaweb up``: the stack plus one of each component, supervised.
+
+Components run as child processes (``python -m infra.cli <command>``) with the
+resolved config in ``HOME/runs/<run>/config.json`` (secrets stay in the
+environment / credentials file).  A crashed component is restarted with
+back-off; progress is read from the components' own metrics endpoints (found
+through the Prometheus file-discovery targets), so it works even with
+Prometheus down.  Ctrl-C or ``--duration`` stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from infra.config import Config
+from infra.stack import REPO, Stack
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    backoff: float = 2.0
+    exits: list = field(default_factory=list)
+
+
+def component_argv(cfg: Config) -> dict[str, list[str]]:
+    comps = {"stream-worker": ["stream-worker"], "trainer": ["train"]}
+    for i in range(cfg.up.dreamers):
+        comps[f"dream-{i}"] = ["dream"]
+    comps["collector-expert"] = ["collect", "--policy", "expert", "--contexts", str(cfg.up.expert_contexts),
+                                 "--id", f"collector-expert-{cfg.run_id}"]  # fmt: skip
+    for i in range(cfg.up.policy_collectors):
+        comps[f"collector-latest-{i}"] = ["collect", "--policy", "latest", "--contexts", "1",
+                                          "--id", f"collector-latest-{i}-{cfg.run_id}"]  # fmt: skip
+    return comps
+
+
+class Supervisor:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.run_dir = cfg.home_path / "runs" / cfg.run_id
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config_file = self.run_dir / "config.json"
+        self.config_file.write_text(json.dumps(cfg.to_dict(drop_secrets=True), indent=1))
+        self.logs = cfg.home_path / "logs" / cfg.run_id
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.children = [Child(n, a, self.logs / f"{n}.log", backoff=cfg.up.restart_backoff_s)
+                         for n, a in component_argv(cfg).items()]  # fmt: skip
+
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        env.update({"DYNAWEB_CONFIG": str(self.config_file), "DYNAWEB_HOME": str(self.cfg.home_path),
+                    "DYNAWEB_RUN_ID": self.cfg.run_id, "PYTHONUNBUFFERED": "1",
+                    "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])})  # fmt: skip
+        return env
+
+    def start(self, c: Child) -> None:
+        log = open(c.log, "ab")
+        c.proc = subprocess.Popen([sys.executable, "-m", "infra.cli", *c.argv], stdout=log,
+                                  stderr=subprocess.STDOUT, env=self._env(), start_new_session=True)  # fmt: skip
+        log.close()
+
+    def supervise(self) -> None:
+        now = time.time()
+        for c in self.children:
+            if c.proc is None:
+                if now >= c.next_start:
+                    self.start(c)
+                continue
+            rc = c.proc.poll()
+            if rc is not None:
+                c.exits.append(rc)
+                c.proc = None
+                c.restarts += 1
+                c.next_start = now + c.backoff
+                c.backoff = min(30.0, c.backoff * 2)
+                print(f"[up] {c.name} exited with {rc}; restarting in {c.next_start - now:.0f}s "
+                      f"(log: {c.log})", flush=True)  # fmt: skip
+
+    def stop(self, timeout: float = 25.0) -> None:
+        for c in self.children:
+            if c.proc and c.proc.poll() is None:
+                os.killpg(c.proc.pid, signal.SIGTERM)
+        deadline = time.time() + timeout
+        for c in self.children:
+            if c.proc is None:
+                continue
+            try:
+                c.proc.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(c.proc.pid, signal.SIGKILL)
+                c.proc.wait()
+
+
+def scrape_targets(cfg: Config) -> list[tuple[dict, str]]:
+    """(labels, metrics text) of every registered component of this run."""
+    out = []
+    tdir = cfg.home_path / "prometheus" / "targets"
+    for f in sorted(tdir.glob("*.json")) if tdir.exists() else []:
+        try:
+            entry = json.loads(f.read_text())[0]
+        except (ValueError, IndexError, OSError):
+            continue
+        if entry["labels"].get("run") != cfg.run_id:
+            continue
+        try:
+            with urllib.request.urlopen(f"http://{entry['targets'][0]}/metrics", timeout=2) as r:
+                out.append((entry["labels"], r.read().decode()))
+        except OSError:
+            continue
+    return out
+
+
+def summarize(cfg: Config) -> dict:
+    s = {"real_steps": 0.0, "expert_steps": 0.0, "dream_steps": 0.0, "episodes": 0.0, "successes": 0.0,
+         "policy_steps": 0.0, "wm_steps": 0.0, "checkpoint_version": None, "dream_policy_version": None,
+         "batches": 0.0, "dead_letters": 0.0, "components": 0}  # fmt: skip
+    for labels, text in scrape_targets(cfg):
+        s["components"] += 1
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                n, lab, v = smp.name, smp.labels, smp.value
+                if n == "dynaweb_collector_steps_total":
+                    s["expert_steps" if lab.get("policy") == "expert" else "real_steps"] += v
+                elif n == "dynaweb_collector_episodes_total":
+                    s["episodes"] += v
+                    if lab.get("outcome") == "success":
+                        s["successes"] += v
+                elif n == "dynaweb_dream_steps_total":
+                    s["dream_steps"] += v
+                elif n == "dynaweb_trainer_steps_total":
+                    s["policy_steps" if lab.get("model") == "policy" else "wm_steps"] += v
+                elif n == "dynaweb_trainer_checkpoint_version" and lab.get("kind") == "policy":
+                    s["checkpoint_version"] = max(v, s["checkpoint_version"] or 0)
+                elif n == "dynaweb_dream_model_version" and lab.get("kind") == "policy":
+                    s["dream_policy_version"] = max(v, s["dream_policy_version"] or 0)
+                elif n == "dynaweb_stream_batches_total":
+                    s["batches"] += v
+                elif n == "dynaweb_stream_dead_letters_total":
+                    s["dead_letters"] += v
+    s["success_rate"] = s["successes"] / s["episodes"] if s["episodes"] else None
+    return s
+
+
+def progress_line(s: dict, elapsed: float) -> str:
+    def i(x: float | None) -> str:
+        return "-" if x is None else str(int(x))
+
+    sr = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.0f}%"
+    return (f"[up {elapsed:5.0f}s] real {i(s['real_steps'])} expert {i(s['expert_steps'])} "
+            f"dream {i(s['dream_steps'])} | batches {i(s['batches'])} trainer step {i(s['policy_steps'])} "
+            f"(wm {i(s['wm_steps'])}) | ckpt v{i(s['checkpoint_version'])} dreaming with "
+            f"v{i(s['dream_policy_version'])} | success {sr} | components {s['components']}")  # fmt: skip
+
+
+def run_up(cfg: Config, duration: float = 0, start_stack: bool = True, as_json: bool = False) -> int:
+    from streams.kafka import ensure_topics
+
+    stack = Stack(cfg)
+    if start_stack:
+        print("[up] starting the stack (S3, broker, task server, Prometheus)...", flush=True)
+        for name, st in stack.up().items():
+            print(f"[up]   {name:11s} {st['endpoint']}", flush=True)
+    ensure_topics(cfg)
+    sup = Supervisor(cfg)
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    t0 = time.time()
+    last = 0.0
+    code = 0
+    print(f"[up] run {cfg.run_id}: logs in {sup.logs}; Ctrl-C stops", flush=True)
+    try:
+        while not stop["now"] and not (duration and time.time() - t0 >= duration):
+            sup.supervise()
+            if time.time() - last >= cfg.up.progress_every_s:
+                print(progress_line(summarize(cfg), time.time() - t0), flush=True)
+                last = time.time()
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        code = 130
+    summary = summarize(cfg)
+    print("[up] stopping components...", flush=True)
+    sup.stop()
+    if start_stack and stack.started:
+        print(f"[up] stopping {', '.join(stack.started)}...", flush=True)
+        stack.down(only=stack.started)
+    summary["restarts"] = {c.name: c.restarts for c in sup.children if c.restarts}
+    summary["elapsed_s"] = round(time.time() - t0, 1)
+    print(progress_line(summary, summary["elapsed_s"]), flush=True)
+    if as_json:
+        print(json.dumps(summary))
+    return code

@@ -1,0 +1,239 @@
+"""The dream generator: the current policy rolled out inside the world model.
+
+It follows ``LATEST`` in S3 for both model kinds: on every checkpoint
+announcement (and at start) it downloads the new version, verifies every
+sha256 and swaps the models in place without restarting; a checkpoint that
+fails verification is refused and the loaded weights stay.  Start states are
+real first observations (step 0) read from the real and expert topics.
+Dreamed transitions carry both model versions, the group id (one GSPO group
+per start state) and the behaviour log-probabilities.  Back-pressure messages
+from the stream worker scale the dream rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from kafka import TopicPartition
+
+from collectors.spaces import Observation
+from infra.config import Config
+from infra.metrics import MetricsEndpoint
+from infra.s3 import make_client
+from models import metrics as M
+from models.checkpoint import CheckpointStore, CorruptCheckpoint
+from streams import records
+from streams.kafka import Publisher, ensure_topics, make_consumer, make_producer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StartState:
+    obs: Observation
+    task: str
+    seed: int
+
+
+class ModelSlot:
+    """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST."""
+
+    def __init__(self, store: CheckpointStore, kind: str, work: Path, run: str):
+        self.store, self.kind, self.work, self.run = store, kind, work, run
+        self.version: int | None = None
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.refused: set[int] = set()
+
+    def refresh(self) -> bool:
+        """Load LATEST if it differs from what is loaded; True if a new model was loaded."""
+        lat = self.store.latest(self.kind)
+        if lat is None or lat["version"] == self.version or lat["version"] in self.refused:
+            return False
+        return self.load(lat["version"], lat["manifest_sha256"])
+
+    def load(self, version: int, manifest_sha256: str | None) -> bool:
+        t0 = time.time()
+        dest = self.work / f"{self.kind}-{version}"
+        try:
+            self.store.download(self.kind, version, dest, manifest_sha256)
+        except CorruptCheckpoint as e:
+            log.error("refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version)
+            M.DREAM_RELOADS.labels(self.run, self.kind, "refused").inc()
+            self.refused.add(version)
+            shutil.rmtree(dest, ignore_errors=True)
+            return False
+        if self.kind == "policy":
+            from models.policy import load_policy as loader
+        else:
+            from models.world_model import load_world_model as loader
+        model, tok = loader(str(dest / "hf"))
+        model.eval()
+        old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
+        self.model, self.tokenizer, self.version = model, tok, version
+        if old is not None and old != dest:
+            shutil.rmtree(old, ignore_errors=True)
+        M.DREAM_RELOADS.labels(self.run, self.kind, "loaded").inc()
+        M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(time.time() - t0)
+        M.DREAM_VERSION.labels(self.run, self.kind).set(version)
+        log.info("loaded %s v%d in %.2fs", self.kind, version, time.time() - t0)
+        return True
+
+
+class Dreamer:
+    def __init__(self, cfg: Config, producer_id: str, stop: threading.Event | None = None):
+        self.cfg = cfg
+        self.run = cfg.run_id
+        self.stop = stop or threading.Event()
+        self.started_at = time.time()
+        self.producer_id = f"{producer_id}@{int(self.started_at)}"
+        self.topics = ensure_topics(cfg)
+        self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+        self.work = Path(tempfile.mkdtemp(prefix="dynaweb-dream-"))
+        self.slots = {k: ModelSlot(self.store, k, self.work, self.run) for k in ("policy", "world_model")}
+        self.pub = Publisher(make_producer(cfg.kafka))
+        self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
+        self.rate_factor = 1.0
+        self.steps_published = 0
+        self.rng = random.Random(os.getpid())
+        self._runners: tuple | None = None
+
+    def setup(self) -> None:
+        self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
+        tps = []
+        for t in (self.topics.checkpoints, self.topics.control, self.topics.real, self.topics.expert):
+            parts = self.consumer.partitions_for_topic(t) or {0}
+            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        self.refresh_models()
+
+    def refresh_models(self) -> None:
+        changed = False
+        for slot in self.slots.values():
+            changed |= slot.refresh()
+        if changed:
+            self._runners = None
+
+    @property
+    def ready(self) -> bool:
+        return all(s.model is not None for s in self.slots.values())
+
+    def runners(self) -> tuple:
+        if self._runners is None:
+            from models.policy import PolicyRunner
+            from models.world_model import WorldModelRunner
+
+            p, w = self.slots["policy"], self.slots["world_model"]
+            pr = PolicyRunner(p.model, p.tokenizer, self.cfg.model)
+            pr.policy_version = p.version
+            self._runners = (pr, WorldModelRunner(w.model, w.tokenizer, self.cfg.dream))
+        return self._runners
+
+    def poll(self, timeout_ms: int) -> None:
+        announced = False
+        for tp, msgs in self.consumer.poll(timeout_ms=timeout_ms).items():
+            for m in msgs:
+                if m.value is None:
+                    continue
+                try:
+                    rec = records.decode(m.value)
+                except records.RecordError:
+                    continue  # the stream worker dead-letters bad transitions; nothing to do here
+                if isinstance(rec, records.CheckpointAnnouncement):
+                    announced = True
+                elif isinstance(rec, records.Control) and rec.kind == "backpressure":
+                    self.rate_factor = max(0.01, min(1.0, float(rec.value)))
+                    M.DREAM_RATE_FACTOR.labels(self.run).set(self.rate_factor)
+                elif isinstance(rec, records.Transition) and rec.step == 0:
+                    self.starts.append(StartState(Observation.from_dict(rec.obs), rec.task, rec.seed))
+        M.DREAM_START_STATES.labels(self.run).set(len(self.starts))
+        if announced:
+            self.refresh_models()
+
+    def dream_once(self) -> int:
+        from models.dream_env import dream_rollouts
+
+        cfg = self.cfg.dream
+        n_start = max(1, cfg.batch // cfg.group_size)
+        starts = [self.rng.choice(self.starts) for _ in range(n_start)]
+        pr, wr = self.runners()
+        pv, wv = self.slots["policy"].version, self.slots["world_model"].version
+        t0 = time.time()
+        with torch.no_grad():
+            rollouts = dream_rollouts(pr, wr, [s.obs for s in starts], cfg.group_size, cfg.horizon,
+                                      temperature=cfg.temperature)  # fmt: skip
+        n = 0
+        successes = 0
+        for ro in rollouts:
+            start = starts[ro.start_index]
+            ep = records.new_id()
+            for i, st in enumerate(ro.steps):
+                last = i == len(ro.steps) - 1
+                rec = records.Transition(
+                    run_id=self.run, episode_id=ep, step=i, task=start.task, seed=start.seed, source="dream",
+                    policy_version=pv, world_model_version=wv, obs=st["obs"].to_dict(), action=st["action"],
+                    next_obs=st["next_obs"].to_dict(), reward=float(st["reward"]) if last else 0.0,
+                    done=bool(st["done"]) and last, truncated=last and not st["done"],
+                    producer_id=self.producer_id, group_id=ro.group_id,
+                    behaviour_logprob=float(st["logprob"]), action_tokens=int(st["ntokens"]),
+                    info={"wm_ok": bool(st.get("ok", True))},
+                )  # fmt: skip
+                self.pub.send(self.topics.dream, rec, key=ro.group_id)
+                n += 1
+            successes += int(ro.steps[-1]["reward"] > 0)
+            M.DREAM_ROLLOUT_LEN.labels(self.run).observe(len(ro.steps))
+        M.DREAM_STEPS.labels(self.run).inc(n)
+        M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
+        if rollouts:
+            M.DREAM_SUCCESS.labels(self.run).set(successes / len(rollouts))
+        self.steps_published += n
+        elapsed = time.time() - t0
+        limit = cfg.rate_limit_per_s * self.rate_factor if cfg.rate_limit_per_s else 0.0
+        if self.rate_factor < 1.0 or limit:
+            # back-pressure: stretch this round so the rate scales with the factor
+            target = n / limit if limit else elapsed / self.rate_factor
+            self.stop.wait(max(0.0, target - elapsed))
+        return n
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            can_dream = self.ready and bool(self.starts)
+            self.poll(timeout_ms=0 if can_dream else 500)
+            if self.ready and self.starts:
+                self.dream_once()
+            self.pub.check()
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        finally:
+            self.pub.close()
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = None) -> Dreamer:
+    torch.set_num_threads(cfg.threads)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    MetricsEndpoint(cfg, "dream", producer_id)
+    d = Dreamer(cfg, producer_id, stop)
+    try:
+        d.setup()
+        d.loop()
+    finally:
+        d.close()
+    return d

@@ -1,0 +1,134 @@
+"""Loss functions (pure: tensors in, tensors out; shapes asserted).
+
+Shapes: N = sequences (trajectories), T = padded tokens, V = vocabulary,
+B = batch, D = embedding size.  ``mask`` is 1.0 for real tokens, 0.0 for padding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-6
+
+
+def group_advantages(rewards: torch.Tensor, group_ids: list, eps: float = EPS) -> torch.Tensor:
+    """Group-normalised advantages (GRPO/GSPO): ``(r - mean_g) / (std_g + eps)``.
+
+    ``rewards``: (N,), ``group_ids``: N hashables.  The std is the population std
+    of the group; groups whose rewards are all equal (incl. singletons) get 0.
+    """
+    assert rewards.dim() == 1 and rewards.shape[0] == len(group_ids), (rewards.shape, len(group_ids))
+    adv = torch.zeros_like(rewards, dtype=torch.float32)
+    index: dict = {}
+    for i, g in enumerate(group_ids):
+        index.setdefault(g, []).append(i)
+    for idx in index.values():
+        r = rewards[idx].float()
+        std = r.std(unbiased=False)
+        if len(idx) < 2 or float(r.max() - r.min()) == 0.0:
+            continue
+        adv[idx] = (r - r.mean()) / (std + eps)
+    return adv
+
+
+def sequence_logprob(logp_tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum of masked token log-probs per sequence: (N, T) -> (N,)."""
+    assert logp_tokens.shape == mask.shape and logp_tokens.dim() == 2, (logp_tokens.shape, mask.shape)
+    return (logp_tokens * mask).sum(-1)
+
+
+def gspo_loss(
+    logp_new_tokens: torch.Tensor,
+    logp_old_seq: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+) -> tuple[torch.Tensor, dict]:
+    """GSPO (Zheng et al. 2025) clipped sequence-level surrogate.
+
+    ``logp_new_tokens``: (N, T) log-probs of the generated tokens under the model
+    being trained (with grad); ``logp_old_seq``: (N,) their summed log-prob under
+    the behaviour policy; ``mask``: (N, T); ``advantages``: (N,).
+
+    ``s_i = exp((sum_t logp_new - logp_old_seq) / |y_i|)`` (length-normalised,
+    i.e. the geometric mean of the token ratios), and
+    ``loss = -mean_i min(s_i A_i, clip(s_i, 1 - clip_low, 1 + clip_high) A_i)``.
+
+    Stats: ``clip_frac`` (share of sequences whose clipped term is the active
+    one), ``ratio_mean/min/max``, ``kl`` (k3 estimate per token of
+    KL(behaviour || new) from the length-normalised log-ratio), ``adv_abs``.
+    """
+    assert logp_new_tokens.dim() == 2 and logp_new_tokens.shape == mask.shape, (
+        logp_new_tokens.shape, mask.shape)  # fmt: skip
+    n = logp_new_tokens.shape[0]
+    assert logp_old_seq.shape == (n,) and advantages.shape == (n,), (logp_old_seq.shape, advantages.shape)
+    lengths = mask.sum(-1).clamp(min=1.0)
+    log_ratio = (sequence_logprob(logp_new_tokens, mask) - logp_old_seq.detach()) / lengths
+    ratio = torch.exp(log_ratio)
+    adv = advantages.detach().to(ratio.dtype)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    objective = torch.minimum(unclipped, clipped)
+    loss = -objective.mean()
+    with torch.no_grad():
+        lr = log_ratio.detach()
+        stats = {
+            "clip_frac": float((clipped < unclipped).float().mean()) if n else 0.0,
+            "ratio_mean": float(ratio.mean()) if n else 1.0,
+            "ratio_min": float(ratio.min()) if n else 1.0,
+            "ratio_max": float(ratio.max()) if n else 1.0,
+            "kl": float((torch.exp(-lr) - 1.0 + lr).mean()) if n else 0.0,
+            "adv_abs": float(adv.abs().mean()) if n else 0.0,
+        }
+    return loss, stats
+
+
+def bc_loss(logp_tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Behaviour cloning: mean negative log-likelihood per masked token. (N, T) -> ()."""
+    assert logp_tokens.shape == mask.shape and logp_tokens.dim() == 2, (logp_tokens.shape, mask.shape)
+    return -(logp_tokens * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[label] per position: (N, T, V), (N, T) -> (N, T).
+
+    ``logits[:, t]`` must already be the prediction for ``labels[:, t]`` (shifted
+    by the caller).  Padding labels may be any valid id (mask them afterwards).
+    """
+    assert logits.dim() == 3 and labels.shape == logits.shape[:2], (logits.shape, labels.shape)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Token likelihood (mean NLL over masked target tokens) for the world model.
+
+    ``logits``: (N, T, V) already aligned with ``labels``: (N, T); ``mask``: (N, T).
+    """
+    assert labels.shape == mask.shape, (labels.shape, mask.shape)
+    return bc_loss(token_logprobs(logits, labels), mask.float())
+
+
+def info_nce(
+    pooled: torch.Tensor, target_embeddings: torch.Tensor, temperature: float = 0.1
+) -> tuple[torch.Tensor, dict]:
+    """InfoNCE of predicted page embeddings against the real next pages in the batch.
+
+    ``pooled``: (B, D) predicted embeddings (with grad), ``target_embeddings``:
+    (B, D) frozen embeddings of the real next pages; row i's positive is target i,
+    the other B-1 targets are its negatives.  Both are L2-normalised, logits are
+    cosine / temperature, loss = mean cross-entropy.  Stats: ``acc`` (top-1).
+    Callers should de-duplicate identical target pages (they are not negatives).
+    """
+    assert pooled.dim() == 2 and pooled.shape == target_embeddings.shape, (
+        pooled.shape, target_embeddings.shape)  # fmt: skip
+    assert temperature > 0
+    p = F.normalize(pooled.float(), dim=-1)
+    t = F.normalize(target_embeddings.detach().float(), dim=-1)
+    logits = p @ t.T / temperature
+    labels = torch.arange(p.shape[0], device=p.device)
+    loss = F.cross_entropy(logits, labels)
+    acc = float((logits.argmax(-1) == labels).float().mean())
+    return loss, {"acc": acc}

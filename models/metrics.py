@@ -1,0 +1,50 @@
+"""Prometheus metrics of the trainer and the dream generator, declared once.
+
+Names follow ``dynaweb_<component>_<what>_<unit>``; every series carries the
+``run`` label (and ``component_id`` via the scrape target).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# --- trainer -----------------------------------------------------------------
+TRAINER_STEPS = Counter("dynaweb_trainer_steps_total", "Optimizer steps.", ["run", "model"])
+TRAINER_SAMPLES = Counter("dynaweb_trainer_samples_total", "Samples trained on (trajectories / transitions).",
+                          ["run", "model", "source"])  # fmt: skip
+TRAINER_LOSS = Gauge("dynaweb_trainer_loss", "Last loss value by term.", ["run", "model", "term"])
+TRAINER_GRAD_NORM = Gauge("dynaweb_trainer_grad_norm", "Gradient norm before clipping.", ["run", "model"])
+TRAINER_RATIO = Gauge("dynaweb_trainer_importance_ratio", "GSPO sequence importance ratio stats.", ["run", "stat"])
+TRAINER_CLIP_FRAC = Gauge("dynaweb_trainer_clip_fraction", "Share of sequences clipped by GSPO.", ["run"])
+TRAINER_KL = Gauge("dynaweb_trainer_kl", "KL estimate between behaviour and current policy.", ["run"])
+TRAINER_NONZERO_ADV = Gauge("dynaweb_trainer_nonzero_advantage_share", "Share of groups with nonzero advantage.",
+                            ["run"])  # fmt: skip
+TRAINER_VERSION = Gauge("dynaweb_trainer_checkpoint_version", "Last checkpoint version written.", ["run", "kind"])
+TRAINER_CKPT_TIME = Gauge("dynaweb_trainer_checkpoint_timestamp_seconds", "When the last checkpoint was written.",
+                          ["run", "kind"])  # fmt: skip
+TRAINER_PHASE = Histogram("dynaweb_trainer_phase_seconds", "Time per phase of a trainer step.", ["run", "phase"],
+                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))  # fmt: skip
+TRAINER_IDLE = Counter("dynaweb_trainer_idle_seconds_total", "Time the trainer waited for data.", ["run"])
+TRAINER_DUPES = Counter("dynaweb_trainer_duplicates_total", "Batches/transitions skipped as already trained.",
+                        ["run", "model"])  # fmt: skip
+TRAINER_FIDELITY = Gauge("dynaweb_trainer_world_model_fidelity", "World-model fidelity on a rolling window of "
+                         "fresh real transitions.", ["run", "metric"])  # fmt: skip
+TRAINER_BATCH_KIND = Counter("dynaweb_trainer_batches_total", "Training batches consumed by kind.", ["run", "kind"])
+
+# --- dream generator ---------------------------------------------------------
+DREAM_STEPS = Counter("dynaweb_dream_steps_total", "Dreamed transitions published.", ["run"])
+DREAM_ROLLOUTS = Counter("dynaweb_dream_rollouts_total", "Dreamed rollouts published.", ["run"])
+DREAM_ROLLOUT_LEN = Histogram("dynaweb_dream_rollout_length_steps", "Dream rollout length.", ["run"],
+                              buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15))  # fmt: skip
+DREAM_VERSION = Gauge("dynaweb_dream_model_version", "Model version in use.", ["run", "kind"])
+DREAM_RELOADS = Counter("dynaweb_dream_reloads_total", "Hot reloads by outcome.", ["run", "kind", "outcome"])
+DREAM_RELOAD_SECONDS = Histogram("dynaweb_dream_reload_seconds", "Time to hot-reload a checkpoint.", ["run", "kind"],
+                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))  # fmt: skip
+DREAM_RATE_FACTOR = Gauge("dynaweb_dream_rate_factor", "Back-pressure rate factor (1 = full speed).", ["run"])
+DREAM_WM_INVALID = Counter("dynaweb_dream_world_model_invalid_total", "World-model outputs repaired or rejected.",
+                           ["run", "outcome"])  # fmt: skip
+DREAM_START_STATES = Gauge("dynaweb_dream_start_states", "Real start states available.", ["run"])
+DREAM_SUCCESS = Gauge("dynaweb_dream_success_rate", "Share of dreamed rollouts with predicted success.", ["run"])
+
+# --- clients -----------------------------------------------------------------
+CLIENT_ERRORS = Counter("dynaweb_client_errors_total", "Broker and S3 client errors.", ["run", "component", "service"])

@@ -1,0 +1,347 @@
+"""The trainer run loop: DeepSpeed updates of the policy and the world model.
+
+Inputs (Kafka, manual partition assignment, no consumer group):
+``train.policy`` (mixed TrainingBatch records from the stream worker),
+``train.world_model`` (real + expert transitions only, never dreams) and
+``eval.world_model`` (held-out real transitions for the rolling fidelity).
+
+Every ``checkpoint_every`` policy steps (or ``checkpoint_every_s``) it writes
+both models to S3 (``models.checkpoint``), with the offsets it had consumed in
+the manifest, moves ``LATEST`` and announces the version.  Version 0 (the
+initial weights) is published before the first step.  After a crash it resumes
+from ``LATEST``: versions continue, optimizer state is restored and consumption
+restarts at the manifest's offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections import OrderedDict, deque
+from pathlib import Path
+from typing import Any
+
+import torch
+from kafka import TopicPartition
+
+from infra.config import Config
+from infra.metrics import MetricsEndpoint
+from infra.s3 import make_client
+from models import metrics as M
+from models.checkpoint import KINDS, CheckpointStore
+from models.engine import engine_step, make_engine
+from streams import records
+from streams.kafka import Publisher, ensure_topics, is_control, make_consumer, make_producer
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+class BoundedSet:
+    def __init__(self, size: int = 100_000):
+        self._d: OrderedDict = OrderedDict()
+        self.size = size
+
+    def add(self, key: Any) -> bool:
+        """True if new."""
+        if key in self._d:
+            return False
+        self._d[key] = None
+        if len(self._d) > self.size:
+            self._d.popitem(last=False)
+        return True
+
+
+def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | None = None) -> dict:
+    from models.policy import load_policy, make_policy
+    from models.world_model import load_world_model, make_world_model
+
+    pol = load_policy(str(policy_dir)) if policy_dir else make_policy(cfg.model)
+    wm = load_world_model(str(wm_dir)) if wm_dir else make_world_model(cfg.model)
+    return {"policy": pol, "world_model": wm}
+
+
+class Trainer:
+    def __init__(self, cfg: Config, stop: threading.Event | None = None):
+        self.cfg = cfg
+        self.stop = stop or threading.Event()
+        self.run = cfg.run_id
+        self.topics: Topics = ensure_topics(cfg)
+        self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+        self.pub = Publisher(make_producer(cfg.kafka))
+        self.work = Path(tempfile.mkdtemp(prefix="dynaweb-trainer-"))
+        self.version = 0
+        self.policy_steps = 0
+        self.wm_steps = 0
+        self.offsets: dict[str, dict[int, int]] = {}
+        self.seen_batches = BoundedSet()
+        self.seen_wm = BoundedSet(500_000)
+        self.wm_buffer: deque = deque(maxlen=20_000)
+        self.wm_fresh: deque = deque(maxlen=256)
+        self.eval_window: deque = deque(maxlen=64)
+        self.batches_consumed = 0
+        self.last_ckpt_time = time.time()
+        self.embedder = None
+
+    # --- setup and resume -------------------------------------------------------
+    def setup(self) -> None:
+        torch.manual_seed(self.cfg.model.seed)
+        random.seed(self.cfg.model.seed)
+        lat = self.store.latest("policy")
+        dirs: dict[str, Path] = {}
+        manifest = None
+        if lat is not None:
+            for kind in KINDS:
+                kl = self.store.latest(kind) if kind != "policy" else lat
+                if kl is None:
+                    continue
+                dest = self.work / f"resume-{kind}"
+                m = self.store.download(kind, kl["version"], dest, kl["manifest_sha256"])
+                dirs[kind] = dest
+                if kind == "policy":
+                    manifest = m
+            self.version = lat["version"]
+        models = build_models(self.cfg, dirs.get("policy") and dirs["policy"] / "hf",
+                              dirs.get("world_model") and dirs["world_model"] / "hf")  # fmt: skip
+        self.policy_model, self.tokenizer = models["policy"]
+        self.wm_model, self.wm_tokenizer = models["world_model"]
+        tc = self.cfg.trainer
+        self.p_engine = make_engine(self.policy_model, tc.lr, tc.zero_stage, tc.grad_clip)
+        self.w_engine = make_engine(self.wm_model, tc.wm_lr, tc.zero_stage, tc.grad_clip)
+        if manifest is not None:
+            for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
+                state = dirs.get(kind, Path("/nonexistent")) / "state"
+                if state.exists():
+                    engine.load_checkpoint(str(state), tag="ds", load_module_strict=True)
+            extra = manifest.get("extra", {})
+            self.policy_steps = int(extra.get("policy_steps", 0))
+            self.wm_steps = int(extra.get("wm_steps", 0))
+            self.offsets = {t: {int(p): int(o) for p, o in parts.items()}
+                            for t, parts in manifest.get("offsets", {}).items()}  # fmt: skip
+            log.info("resumed from v%d (policy step %d, offsets %s)", self.version, self.policy_steps, self.offsets)
+        else:
+            self.checkpoint()  # version 0 before the first step
+        self._open_consumer()
+
+    def _open_consumer(self) -> None:
+        self.consumer = make_consumer(self.cfg.kafka, max_poll_records=64)
+        tps = []
+        for t in (self.topics.policy_batches, self.topics.world_model, self.topics.world_model_eval):
+            parts = None
+            deadline = time.time() + 30
+            while not parts and time.time() < deadline:
+                parts = self.consumer.partitions_for_topic(t)
+                if not parts:
+                    time.sleep(0.2)
+            if not parts:
+                raise RuntimeError(f"topic {t} has no partitions; was it created (`dynaweb infra up`)?")
+            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        self.consumer.assign(tps)
+        for tp in tps:
+            off = self.offsets.get(tp.topic, {}).get(tp.partition)
+            if off is None:
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, off)
+
+    # --- checkpoints --------------------------------------------------------------
+    def checkpoint(self) -> None:
+        t0 = time.time()
+        cfg_dict = self.cfg.to_dict()
+        extra = {"policy_steps": self.policy_steps, "wm_steps": self.wm_steps}
+        for kind, engine, tok in (("policy", self.p_engine, self.tokenizer),
+                                  ("world_model", self.w_engine, self.wm_tokenizer)):  # fmt: skip
+            d = self.work / f"ckpt-{kind}-{self.version}"
+            if d.exists():
+                shutil.rmtree(d)
+            (d / "hf").mkdir(parents=True)
+            engine.module.save_pretrained(str(d / "hf"))
+            tok.save_pretrained(str(d / "hf"))
+            engine.save_checkpoint(str(d / "state"), tag="ds")
+            saved = self.store.save(kind, self.version, d, cfg_dict, self.offsets, extra)
+            self.pub.send(self.topics.checkpoints, records.CheckpointAnnouncement(
+                self.run, kind, self.version, saved.uri, saved.manifest_sha256))  # fmt: skip
+            M.TRAINER_VERSION.labels(self.run, kind).set(self.version)
+            M.TRAINER_CKPT_TIME.labels(self.run, kind).set(time.time())
+            shutil.rmtree(d)
+        self.pub.flush()
+        for kind in KINDS:
+            self.store.prune(kind, self.cfg.trainer.keep_checkpoints)
+        self.last_ckpt_time = time.time()
+        M.TRAINER_PHASE.labels(self.run, "checkpoint").observe(time.time() - t0)
+        log.info("checkpoint v%d written in %.2fs", self.version, time.time() - t0)
+
+    # --- data ----------------------------------------------------------------
+    def poll(self, timeout_ms: int) -> list:
+        batches = []
+        polled = self.consumer.poll(timeout_ms=timeout_ms)
+        for tp, msgs in polled.items():
+            for m in msgs:
+                self.offsets.setdefault(tp.topic, {})[tp.partition] = m.offset + 1
+                if m.value is None or is_control(m.value):
+                    continue
+                try:
+                    if tp.topic == self.topics.policy_batches:
+                        b = records.decode(m.value, expect="training_batch")
+                        if self.seen_batches.add(b.batch_id):
+                            batches.append(b)
+                        else:
+                            M.TRAINER_DUPES.labels(self.run, "policy").inc()
+                    else:
+                        t = records.decode(m.value, expect="transition")
+                        if t.source == "dream":
+                            continue  # the world model never trains on dreams
+                        if tp.topic == self.topics.world_model_eval:
+                            self.eval_window.append(t)
+                        elif self.seen_wm.add(t.key):
+                            self.wm_buffer.append(t)
+                            self.wm_fresh.append(t)
+                        else:
+                            M.TRAINER_DUPES.labels(self.run, "world_model").inc()
+                except records.RecordError as e:  # the stream worker validated; count and go on
+                    log.warning("skipping invalid record on %s@%d: %s", tp.topic, m.offset, e)
+                    M.CLIENT_ERRORS.labels(self.run, "trainer", "decode").inc()
+        return batches
+
+    # --- steps ----------------------------------------------------------------
+    def policy_step(self, batch: records.TrainingBatch) -> None:
+        from models.learner import policy_batch_loss
+
+        t0 = time.time()
+        trajs = batch.trajs()
+        self.p_engine.train()
+        loss, stats = policy_batch_loss(self.p_engine.module, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model)
+        t1 = time.time()
+        gn = engine_step(self.p_engine, loss)
+        t2 = time.time()
+        self.policy_steps += 1
+        M.TRAINER_STEPS.labels(self.run, "policy").inc()
+        M.TRAINER_BATCH_KIND.labels(self.run, batch.kind).inc()
+        for t in trajs:
+            M.TRAINER_SAMPLES.labels(self.run, "policy", t.source).inc()
+        M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
+        M.TRAINER_LOSS.labels(self.run, "policy", "total").set(float(loss.detach()))
+        _export_stats(self.run, stats)
+        M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
+        M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
+        self.batches_consumed += 1
+
+    def wm_step(self) -> None:
+        from models.learner import world_model_batch_loss
+
+        n = self.cfg.trainer.wm_batch
+        fresh = [self.wm_fresh.popleft() for _ in range(min(len(self.wm_fresh), n // 2 or 1))]
+        rest = random.sample(list(self.wm_buffer), min(len(self.wm_buffer), n - len(fresh)))
+        batch = fresh + rest
+        if not batch:
+            return
+        t0 = time.time()
+        self.w_engine.train()
+        loss, stats = world_model_batch_loss(self.w_engine.module, self.wm_tokenizer, batch, self.cfg.trainer,
+                                             self.embedder)  # fmt: skip
+        gn = engine_step(self.w_engine, loss)
+        self.wm_steps += 1
+        M.TRAINER_STEPS.labels(self.run, "world_model").inc()
+        for t in batch:
+            M.TRAINER_SAMPLES.labels(self.run, "world_model", t.source).inc()
+        M.TRAINER_GRAD_NORM.labels(self.run, "world_model").set(gn)
+        for k, v in stats.items():
+            if k.startswith("loss"):
+                M.TRAINER_LOSS.labels(self.run, "world_model", k.removeprefix("loss_") or "total").set(float(v))
+        M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
+        M.TRAINER_PHASE.labels(self.run, "world_model_step").observe(time.time() - t0)
+
+    def report_fidelity(self) -> None:
+        if not self.eval_window:
+            return
+        from models.world_model import WorldModelRunner, fidelity
+
+        sample = list(self.eval_window)[-8:]
+        self.w_engine.eval()
+        runner = WorldModelRunner(self.w_engine.module, self.wm_tokenizer, self.cfg.dream)
+        from collectors.spaces import Observation, parse_action
+
+        preds = runner.predict([Observation.from_dict(t.obs) for t in sample], [parse_action(t.action) for t in sample])
+        fid = fidelity(preds, [Observation.from_dict(t.next_obs) for t in sample],
+                       [t.reward for t in sample], [t.done for t in sample])  # fmt: skip
+        for k, v in fid.items():
+            if isinstance(v, int | float):
+                M.TRAINER_FIDELITY.labels(self.run, k).set(float(v))
+
+    def publish_progress(self) -> None:
+        self.pub.send(self.topics.control, records.Control(
+            self.run, "consumed", "trainer", float(self.batches_consumed),
+            info={"policy_steps": self.policy_steps, "version": self.version}))  # fmt: skip
+
+    # --- loop --------------------------------------------------------------------
+    def loop(self) -> None:
+        tc = self.cfg.trainer
+        last_progress = 0.0
+        pending: deque = deque()
+        while not self.stop.is_set():
+            t0 = time.time()
+            pending.extend(self.poll(timeout_ms=0 if (pending or self.wm_buffer) else 500))
+            did = False
+            if pending:
+                self.policy_step(pending.popleft())
+                did = True
+                due = self.policy_steps % tc.checkpoint_every == 0
+                if due or time.time() - self.last_ckpt_time > tc.checkpoint_every_s:
+                    self.version += 1
+                    self.report_fidelity()
+                    self.checkpoint()
+            if self.wm_buffer:
+                self.wm_step()
+                did = True
+            if not did:
+                M.TRAINER_IDLE.labels(self.run).inc(time.time() - t0)
+            if time.time() - last_progress > 1.0:
+                self.publish_progress()
+                last_progress = time.time()
+            self.pub.check()
+            if tc.max_steps and self.policy_steps >= tc.max_steps:
+                log.info("reached max_steps=%d", tc.max_steps)
+                break
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        finally:
+            self.pub.close()
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _export_stats(run: str, stats: dict) -> None:
+    for k, v in stats.items():
+        if not isinstance(v, int | float):
+            continue
+        if k.startswith("ratio_"):
+            M.TRAINER_RATIO.labels(run, k.removeprefix("ratio_")).set(v)
+        elif k == "clip_fraction":
+            M.TRAINER_CLIP_FRAC.labels(run).set(v)
+        elif k == "kl":
+            M.TRAINER_KL.labels(run).set(v)
+        elif k == "nonzero_advantage_share":
+            M.TRAINER_NONZERO_ADV.labels(run).set(v)
+        elif k.startswith("loss_"):
+            M.TRAINER_LOSS.labels(run, "policy", k.removeprefix("loss_")).set(v)
+
+
+def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
+    torch.set_num_threads(cfg.threads)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    MetricsEndpoint(cfg, "trainer", f"trainer-{cfg.run_id}")
+    tr = Trainer(cfg, stop)
+    try:
+        tr.setup()
+        tr.loop()
+    finally:
+        tr.close()
+    return tr

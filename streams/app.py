@@ -1,0 +1,100 @@
+"""Builds the Faust app of the stream worker (agents live in streams.agents).
+
+Settings chosen for the broker (see shared/docs/stack.md):
+- ``processing_guarantee="at_least_once"`` (Tansu transactions are broken);
+  consumers downstream dedupe by ids.
+- ``broker_session_timeout=6.0`` (Tansu group joins take about half of it).
+- ``consumer_auto_offset_reset="earliest"`` (``latest`` relies on the broken
+  high-water mark).
+- no Tables anywhere (their recovery reads to the wrong high-water mark);
+  the worker's state is rebuilt from topics up to a sentinel instead.
+- web server off; data dir unique per run and worker under ``cfg.home``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+from pathlib import Path
+
+import faust
+
+from infra.config import Config
+from streams.kafka import client_kwargs
+
+
+def worker_id(cfg: Config) -> str:
+    return cfg.stream.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def app_id(cfg: Config) -> str:
+    """Consumer-group id: every stream worker of a run shares it (partitions are split)."""
+    return f"dynaweb-{cfg.run_id}-stream"
+
+
+def broker_url(cfg: Config) -> str:
+    kw = client_kwargs(cfg.kafka)
+    return ";".join(f"kafka://{hp}" for hp in kw["bootstrap_servers"])
+
+
+def credentials(cfg: Config) -> faust.auth.Credentials | None:
+    """Map the kafka-python security settings (streams.kafka.client_kwargs) to Faust."""
+    kw = client_kwargs(cfg.kafka)
+    proto = kw.get("security_protocol", "PLAINTEXT").upper()
+    ctx = None
+    if proto in ("SSL", "SASL_SSL"):
+        ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH, cafile=kw.get("ssl_cafile") or None)
+    if proto.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=kw.get("sasl_plain_username"), password=kw.get("sasl_plain_password"),
+            mechanism=kw.get("sasl_mechanism") or "PLAIN", ssl_context=ctx,
+        )  # fmt: skip
+    if proto == "SSL":
+        return faust.SSLCredentials(ctx)
+    return None
+
+
+def compression() -> str | None:
+    """lz4 when aiokafka can do it (it needs ``cramjam``), else none (CPU-bound on loopback)."""
+    try:
+        from aiokafka.codec import has_lz4
+
+        return "lz4" if has_lz4() else None
+    except ImportError:  # pragma: no cover
+        return None
+
+
+def datadir(cfg: Config) -> Path:
+    p = cfg.home_path / "streams" / cfg.run_id / worker_id(cfg)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def make_app(cfg: Config) -> faust.App:
+    max_bytes = cfg.kafka.max_message_bytes
+    return faust.App(
+        app_id(cfg),
+        broker=broker_url(cfg),
+        broker_credentials=credentials(cfg),
+        processing_guarantee="at_least_once",
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=1.0,
+        consumer_auto_offset_reset="earliest",
+        topic_partitions=cfg.kafka.partitions,
+        topic_replication_factor=cfg.kafka.replication_factor,
+        topic_allow_declare=True,
+        value_serializer="raw",
+        key_serializer="raw",
+        store="memory://",
+        web_enabled=False,
+        web_host="127.0.0.1",
+        datadir=str(datadir(cfg)),
+        consumer_max_fetch_size=max_bytes + 64 * 1024,
+        producer_max_request_size=2 * max_bytes + 64 * 1024,
+        producer_linger_ms=cfg.kafka.linger_ms,
+        producer_acks=-1,
+        producer_compression_type=compression(),
+        stream_buffer_maxsize=8192,
+        worker_redirect_stdouts=False,
+    )

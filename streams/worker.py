@@ -1,0 +1,80 @@
+"""Run the stream worker in this process: ``python -m streams.worker`` or
+``dynaweb stream-worker`` (which calls ``run_worker(cfg)``).
+
+Configuration comes from ``infra.config.load_config()`` (env form, e.g.
+``DYNAWEB_KAFKA__BOOTSTRAP=127.0.0.1:9092 DYNAWEB_RUN_ID=x``).
+
+Start-up: create the run's topics (idempotent), rebuild state from topics up to
+a sentinel (expert pool, latest policy version), start the Prometheus endpoint
+on 127.0.0.1 (``cfg.metrics_port``, 0 = a free port, written to
+``<datadir>/metrics_port``), then run the Faust worker until SIGTERM/SIGINT.
+A ``<datadir>/ready`` file is written once the agents are running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import faust
+from prometheus_client import start_http_server
+
+from infra.config import Config, load_config
+from streams import kafka as sk
+from streams.agents import StreamState, register
+from streams.app import datadir, make_app, worker_id
+
+log = logging.getLogger("dynaweb.stream_worker")
+
+
+def start_metrics(cfg: Config) -> int:
+    server, _thread = start_http_server(cfg.metrics_port, addr="127.0.0.1")
+    port = server.server_address[1]
+    (datadir(cfg) / "metrics_port").write_text(str(port))
+    return port
+
+
+def build(cfg: Config, rebuild: bool = True) -> tuple[faust.App, StreamState]:
+    if not cfg.stream.worker_id:
+        cfg.stream.worker_id = worker_id(cfg)  # pin it: the same id everywhere in this process
+    topics = sk.ensure_topics(cfg)
+    state = StreamState(cfg, topics)
+    if rebuild:
+        state.rebuild()
+    app = make_app(cfg)
+    register(app, cfg, topics, state=state)
+    ready = datadir(cfg) / "ready"
+    ready.unlink(missing_ok=True)
+
+    @app.on_rebalance_complete.connect
+    async def _ready(sender, **_kw):  # noqa: ARG001
+        ready.write_text(state.worker_id)
+
+    return app, state
+
+
+def run_worker(cfg: Config | None = None, loglevel: str = "info") -> None:
+    cfg = cfg or load_config()
+    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app, state = build(cfg)
+    port = start_metrics(cfg)
+    log.info("stream worker %s for run %s: metrics on 127.0.0.1:%d", state.worker_id, cfg.run_id, port)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="dynaweb stream-worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", help="YAML/JSON config file (else DYNAWEB_CONFIG / env).")
+    ap.add_argument("--loglevel", default="info")
+    args = ap.parse_args(argv)
+    try:
+        run_worker(load_config(args.config), loglevel=args.loglevel)
+    except sk.ServiceUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

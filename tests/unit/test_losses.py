@@ -1,0 +1,97 @@
+import math
+
+import pytest
+import torch
+
+from models.losses import bc_loss, group_advantages, gspo_loss, info_nce, lm_loss, token_logprobs
+
+
+def test_group_advantages_hand_values():
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.5])
+    g = ["a", "a", "b", "b", "c", "c", "d"]
+    adv = group_advantages(r, g)
+    # group a: mean .5, std .5 -> +1 / -1 ; b all success, c all failure, d singleton -> 0
+    assert torch.allclose(adv, torch.tensor([1.0, -1.0, 0, 0, 0, 0, 0]), atol=1e-5)
+    adv3 = group_advantages(torch.tensor([1.0, 0.0, 0.0]), [1, 1, 1])
+    std = math.sqrt(2 / 9)
+    assert torch.allclose(adv3, torch.tensor([2 / 3 / std, -1 / 3 / std, -1 / 3 / std]), atol=1e-4)
+
+
+def test_group_advantages_all_equal_zero():
+    assert torch.all(group_advantages(torch.ones(8), ["g"] * 8) == 0)
+    assert torch.all(group_advantages(torch.zeros(8), ["g"] * 8) == 0)
+
+
+def _toy(n=4, t=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(n, t, generator=g) - 0.1
+    mask = torch.ones(n, t)
+    mask[1, 3:] = 0
+    if n > 2:
+        mask[2, 1:] = 0
+    return logp, mask
+
+
+def test_ratio_is_one_for_unchanged_model():
+    logp, mask = _toy()
+    old = (logp * mask).sum(-1)
+    loss, st = gspo_loss(logp.clone().requires_grad_(), old, mask, torch.tensor([1.0, -1, 0.5, 0]))
+    assert abs(st["ratio_mean"] - 1) < 1e-4 and abs(st["ratio_min"] - 1) < 1e-4
+    assert abs(st["ratio_max"] - 1) < 1e-4 and st["clip_frac"] == 0.0 and abs(st["kl"]) < 1e-6
+    # loss == -mean(A) at ratio 1
+    assert abs(loss.item() + (1 - 1 + 0.5 + 0) / 4) < 1e-6
+
+
+def test_length_normalised_ratio_hand_value():
+    logp = torch.tensor([[-1.0, -2.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    old = torch.tensor([-3.0002])  # new sum -3 -> log ratio .0002 / 2 tokens = 1e-4
+    loss, st = gspo_loss(logp, old, mask, torch.tensor([1.0]), 3e-4, 4e-4)
+    assert abs(st["ratio_mean"] - math.exp(1e-4)) < 1e-7
+    assert abs(float(loss) + math.exp(1e-4)) < 1e-6
+    # beyond the clip range the clipped (constant) term is active for A > 0
+    loss, st = gspo_loss(logp, torch.tensor([-3.01]), mask, torch.tensor([1.0]), 3e-4, 4e-4)
+    assert st["clip_frac"] == 1.0 and abs(float(loss) + (1 + 4e-4)) < 1e-6
+
+
+def test_better_rollout_gets_larger_update():
+    logp, mask = _toy(n=2)
+    old = (logp * mask).sum(-1)
+    x = logp.clone().requires_grad_()
+    adv = group_advantages(torch.tensor([1.0, 0.0]), ["g", "g"])
+    loss, _ = gspo_loss(x, old, mask, adv)
+    loss.backward()
+    # gradient descent raises the log-probs of the successful rollout, lowers the other
+    assert torch.all(x.grad[0][mask[0] > 0] < 0)
+    assert torch.all(x.grad[1][mask[1] > 0] > 0)
+    assert torch.all(x.grad[mask == 0] == 0)
+
+
+def test_shape_asserts():
+    logp, mask = _toy()
+    with pytest.raises(AssertionError):
+        gspo_loss(logp, torch.zeros(3), mask, torch.zeros(4))
+    with pytest.raises(AssertionError):
+        bc_loss(logp, mask[:, :2])
+
+
+def test_bc_and_lm_loss():
+    logp = torch.log(torch.tensor([[0.5, 0.25], [0.5, 1.0]]))
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    expected = -(math.log(0.5) + math.log(0.25) + math.log(0.5)) / 3
+    assert abs(float(bc_loss(logp, mask)) - expected) < 1e-6
+    logits = torch.zeros(1, 2, 4)  # uniform over 4
+    assert abs(float(lm_loss(logits, torch.tensor([[1, 2]]), torch.ones(1, 2))) - math.log(4)) < 1e-6
+    lp = token_logprobs(torch.tensor([[[0.0, math.log(3.0)]]]), torch.tensor([[1]]))
+    assert abs(float(lp) - math.log(0.75)) < 1e-6
+
+
+def test_info_nce_hand_values():
+    p = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    t = torch.tensor([[3.0, 0.0], [0.0, 1.0]])
+    loss, st = info_nce(p, t, temperature=0.5)
+    # cosines: diag 1, off 0 -> logits [[2,0],[0,2]]
+    assert abs(float(loss) - (-math.log(math.exp(2) / (math.exp(2) + 1)))) < 1e-6
+    assert st["acc"] == 1.0
+    loss2, st2 = info_nce(p, t.flip(0), temperature=1.0)
+    assert abs(float(loss2) - (-math.log(1 / (1 + math.e)))) < 1e-6 and st2["acc"] == 0.0
