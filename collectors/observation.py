@@ -205,7 +205,10 @@ OBSERVE_JS = r"""
 
   function roleOf(el, tag) {
     const r = el.getAttribute('role');
-    if (r) return r.split(' ')[0].toLowerCase();
+    if (r) {
+      const rr = r.split(' ')[0].toLowerCase();
+      if (rr !== 'presentation' && rr !== 'none') return rr;   // those mean: the tag's own role
+    }
     switch (tag) {
       case 'A': return 'link';
       case 'BUTTON': return 'button';
@@ -355,7 +358,33 @@ OBSERVE_JS = r"""
     if (!name && (role === 'button' || role === 'link')) name = norm(el.getAttribute('aria-label') || el.getAttribute('title') || el.value || '');
     if (!name && !kids.length && !INTERACTIVE[role] && !click && !tabbable && role !== 'img' && role !== 'canvas' && role !== 'svg' && role !== 'generic') return [];
     if (click) props.push(['clickable', null]);
-    return [{el, role, name, props, kids, act: !!(INTERACTIVE[role] || click || tabbable || role === 'label' || role === 'canvas' || role === 'svg')}];
+    const act = !!(INTERACTIVE[role] || click || tabbable || role === 'label' || role === 'canvas' || role === 'svg');
+    if (role === 'generic' && !name) {
+      // a nameless widget (an icon): its DOM id / classes are the only hint of what it is
+      if (el.id) props.push(['id', el.id]);
+      const cls = (typeof el.className === 'string' ? el.className : '').trim().split(/\s+/).filter(Boolean).slice(0, 3).join(' ');
+      if (cls) props.push(['class', cls]);
+    }
+    const node = {el, role, name, props, kids, act};
+    // a nameless node around exactly one element: one line (e.g. <li role=tab><a>Tab 1</a></li>)
+    if (!name && kids.length === 1 && kids[0].el && !KEEP_CONTAINER[role] && role !== 'label') return [merge(node, kids[0])];
+    return [node];
+  }
+
+  const WEAK = {'': 1, text: 1, generic: 1, link: 1, listitem: 1, cell: 1, row: 0};
+  function merge(outer, inner) {
+    const role = (WEAK[inner.role] && !WEAK[outer.role]) ? outer.role : inner.role;
+    const el = (!inner.act && outer.act) ? outer.el : inner.el;
+    const props = [];
+    const seen = {};
+    const innerGenericHints = role !== 'generic';
+    for (const p of inner.props.concat(outer.props)) {
+      if (seen[p[0]]) continue;
+      if ((p[0] === 'class' || p[0] === 'id') && innerGenericHints) continue;
+      if (p[0] === 'clickable' && INTERACTIVE[role]) continue;
+      seen[p[0]] = 1; props.push(p);
+    }
+    return {el, role, name: inner.name, props, kids: inner.kids, act: !!(outer.act || inner.act)};
   }
 
   let next = args.nextId | 0;

@@ -36,6 +36,14 @@ def miniwob_html_dir() -> Path:
 class _QuietHandler(SimpleHTTPRequestHandler):
     # HTTP/1.1 keep-alive makes page loads cheaper (one connection for all assets)
     protocol_version = "HTTP/1.1"
+    # the task pages are UTF-8 but do not say so (unicode-test would show mojibake)
+    extensions_map = {
+        **SimpleHTTPRequestHandler.extensions_map,
+        ".html": "text/html; charset=utf-8",
+        ".js": "text/javascript; charset=utf-8",
+        ".css": "text/css; charset=utf-8",
+        ".json": "application/json; charset=utf-8",
+    }
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
         pass

@@ -144,11 +144,14 @@ class CheckpointStore:
         return json.loads(body) if body else None
 
     def versions(self, kind: str) -> list[int]:
+        """Versions that have a manifest (an emptied folder some stores keep listing does not count)."""
         out = set()
-        for obj in self.client.list_objects(self.bucket, prefix=self.prefix(kind), recursive=False):
-            name = obj.object_name.rstrip("/").rsplit("/", 1)[-1]
-            if name.isdigit():
-                out.add(int(name))
+        base = self.prefix(kind)
+        for obj in self.client.list_objects(self.bucket, prefix=base, recursive=True):
+            rel = obj.object_name[len(base):]
+            head, _, name = rel.partition("/")
+            if name == "manifest.json" and head.isdigit():
+                out.add(int(head))
         return sorted(out)
 
     def manifest(self, kind: str, version: int, expected_sha256: str | None = None) -> tuple[dict, str]:

@@ -230,7 +230,7 @@ def score_continuations(
             sel = real[b]
             if sel.any():
                 scores[b].index_add_(0, q_seg[b][sel], lp[b][sel])
-        cache.crop(P)
+        cache.crop(-Q)  # drop this round's candidate keys, keep the prompt
     return scores
 
 

@@ -29,8 +29,9 @@ Rules, in priority order when they collide:
    which is counted (``stats["reuse_over_bound"]``).
 
 Cold start: while no group is queued, an ``expert_only`` batch (up to
-``batch_trajectories`` experts, within the reuse bound) is emitted at most
-every ``cold_start_batch_s``, so the trainer never waits for dreams.
+``batch_trajectories`` experts, within the reuse bound) is emitted when no
+batch went out for ``cold_start_batch_s`` (timed from the first ``poll``), so
+the trainer never waits for dreams.
 
 Ids (for downstream dedupe after an at-least-once redelivery): a trajectory's
 id is its ``episode_id`` (deterministic: it comes from the producer). A mixed
@@ -100,6 +101,7 @@ class HybridMixer:
         self.pending: deque[_Pending] = deque()
         self.latest_version = 0
         self.last_batch_at: float | None = None
+        self.started_at: float | None = None  # first poll: cold-start batches are timed from it
         self._seq = 0
         self._expert_seq = 0
         self.stats: Counter = Counter()
@@ -187,6 +189,8 @@ class HybridMixer:
         return keyed[:n]
 
     def poll(self, now: float, allow_expert_only: bool = True) -> list[TrainingBatch]:
+        if self.started_at is None:
+            self.started_at = now
         out: list[TrainingBatch] = []
         while self.pending:
             b = self._try_mixed(now)
@@ -239,7 +243,8 @@ class HybridMixer:
     def _try_expert_only(self, now: float) -> TrainingBatch | None:
         if not self.pool:
             return None
-        if self.last_batch_at is not None and now - self.last_batch_at < self.cold_start_batch_s:
+        since = self.started_at if self.last_batch_at is None else self.last_batch_at
+        if now - since < self.cold_start_batch_s:
             return None
         n = min(self.batch_trajectories, len(self._available(True)))
         if n == 0:

@@ -185,14 +185,16 @@ def test_cold_start_expert_only_rate_limited():
     assert m.poll(0) == []  # nothing at all yet
     for _ in range(5):
         m.add_expert(mk("expert"))
-    (b,) = m.poll(0)
+    assert m.poll(1.0) == []  # timed from the first poll: dreams get a chance first
+    (b,) = m.poll(2.0)
     assert b.kind == "expert_only" and counts(b) == (5, 0) and b.expert_fraction == 1.0
-    assert m.poll(1.0) == []  # at most every cold_start_batch_s
-    (b2,) = m.poll(2.0)
+    assert m.poll(3.0) == []  # at most every cold_start_batch_s
+    (b2,) = m.poll(4.0)
     assert b2.kind == "expert_only" and b2.batch_id != b.batch_id
+    assert m.poll(10.0, allow_expert_only=False) == []  # paused (back-pressure)
     # dreams arrive: mixed batches take over, no expert-only while a group is queued
-    m.add_group(group(4), 2.5)
-    out = m.poll(2.6)
+    m.add_group(group(4), 10.5)
+    out = m.poll(10.6)
     assert all(x.kind == "mixed" for x in out)
 
 

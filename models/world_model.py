@@ -1,0 +1,206 @@
+"""The web world model: (instruction, page, action) -> executable change.
+
+Architecture: a decoder-only causal LM (GPT-Neo from ``ModelConfig`` by default,
+or any local HF causal-LM directory via ``ModelConfig.world_model_path``).  Why
+decoder-only rather than an encoder-decoder: the input (page) and the output
+(change) share one vocabulary and one format, so a single stack with a KV cache
+is the cheapest to train and to sample (per the stack notes GPT-Neo trains about
+2-4x faster per step than T5/BART of the same size on CPU), the same code path
+serves the policy, and any pretrained causal LM a user plugs in works unchanged.
+
+The model writes ``models.change.format_output(...)`` text after the prompt of
+``models.prompts.world_model_prompt_ids``: a ``why:`` line, the edit script, then
+``reward`` and ``done``.  The runner parses it (repairing or rejecting, see
+``models.change.parse_model_output``) and *applies* it to the current page, so
+the predicted next page is exactly checkable against the real one.
+
+A linear ``page_head`` (d_model -> 384) is attached to the model for the InfoNCE
+term (mean hidden state over the change tokens vs. the frozen MiniLM embedding
+of the real next page); it is saved in the same state dict and restored by
+``make_world_model`` when loading a directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from collectors.spaces import Action, Observation, ids_in_tree
+from models.change import apply_change, change_f1, diff_to_change, format_output, parse_model_output
+from models.embedder import DIM
+from models.policy import make_causal_lm
+from models.prompts import world_model_prompt_ids
+from models.tokenizer import decode, eos_id, pad_id
+
+
+def attach_page_head(model: Any, dim: int = DIM) -> Any:
+    if getattr(model, "page_head", None) is None:
+        g = torch.Generator().manual_seed(1234)
+        head = torch.nn.Linear(model.config.hidden_size, dim)
+        with torch.no_grad():
+            head.weight.copy_(torch.randn(head.weight.shape, generator=g) * 0.02)
+            head.bias.zero_()
+        model.page_head = head
+    return model
+
+
+def make_world_model(model_cfg: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) with ``page_head`` attached (restored from the dir if saved)."""
+    path = model_cfg.world_model_path
+    if not path:
+        seeded = dataclasses.replace(model_cfg, seed=model_cfg.seed + 1)
+        model, tok = make_causal_lm(seeded)
+    else:
+        model, tok = make_causal_lm(model_cfg, path)
+    attach_page_head(model)
+    st = os.path.join(path, "model.safetensors") if path else ""
+    if st and os.path.exists(st):
+        from safetensors.torch import load_file
+
+        sd = {k[len("page_head.") :]: v for k, v in load_file(st).items() if k.startswith("page_head.")}
+        if sd:
+            model.page_head.load_state_dict(sd)
+    return model, tok
+
+
+def change_target(obs: Observation, next_obs: Observation, reward: float, done: bool) -> str:
+    """Training target text for a real transition."""
+    return format_output(diff_to_change(obs.tree, next_obs.tree, next_id=obs.next_id), reward, done)
+
+
+@dataclass
+class Prediction:
+    next_obs: Observation
+    reward: float
+    done: bool
+    ok: bool
+    reason: str
+    text: str
+    obs_tree: str = ""  # the page the change was applied to (for fidelity)
+
+
+def next_observation(obs: Observation, tree: str, action: Action | None) -> Observation:
+    """The predicted next observation around a predicted tree."""
+    ids = ids_in_tree(tree)
+    focused = obs.focused if obs.focused in ids else None
+    if action is not None and action.kind in ("click", "type", "select") and action.element in ids:
+        focused = action.element
+    return Observation(
+        instruction=obs.instruction, url=obs.url, tree=tree, focused=focused, last_action_error="",
+        next_id=max([obs.next_id] + [i + 1 for i in ids]), element_ids=ids,
+    )  # fmt: skip
+
+
+class WorldModelRunner:
+    """Batched prediction with KV-cached generation (left padded)."""
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: Any = None, max_positions: int | None = None,
+                 max_change_tokens: int | None = None, world_model_version: int = 0):  # fmt: skip
+        dream = getattr(cfg, "dream", cfg)
+        mcfg = getattr(cfg, "model", None)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_positions = int(
+            max_positions or getattr(mcfg, "max_positions", 0) or model.config.max_position_embeddings
+        )
+        self.max_change_tokens = int(max_change_tokens or getattr(dream, "max_change_tokens", 160))
+        self.world_model_version = world_model_version
+
+    def prompt_ids(self, obs: Observation, action_text: str) -> list[int]:
+        return world_model_prompt_ids(
+            self.tokenizer, obs, action_text, self.max_positions, self.max_change_tokens
+        )
+
+    @torch.no_grad()
+    def generate_texts(self, prompts: list[list[int]], sample: bool = False, temperature: float = 1.0) -> list[str]:
+        self.model.eval()
+        B, P = len(prompts), max(len(p) for p in prompts)
+        pad = pad_id(self.tokenizer)
+        ids = torch.full((B, P), pad, dtype=torch.long)
+        att = torch.zeros(B, P, dtype=torch.long)
+        for b, p in enumerate(prompts):
+            ids[b, P - len(p) :] = torch.tensor(p)
+            att[b, P - len(p) :] = 1
+        dev = next(self.model.parameters()).device
+        new = max(1, min(self.max_change_tokens, self.max_positions - P))
+        kw = {"do_sample": True, "temperature": temperature, "top_k": 0} if sample else {"do_sample": False}
+        out = self.model.generate(
+            input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=new,
+            eos_token_id=eos_id(self.tokenizer), pad_token_id=pad, use_cache=True, **kw,
+        )  # fmt: skip
+        texts = []
+        eos = eos_id(self.tokenizer)
+        for row in out[:, P:].tolist():
+            if eos in row:
+                row = row[: row.index(eos)]
+            texts.append(decode(self.tokenizer, row))
+        return texts
+
+    def predict(self, obs_list: list[Observation], actions: list, sample: bool = False,
+                temperature: float = 1.0) -> list[Prediction]:  # fmt: skip
+        """Predicted next observation, reward, done per (obs, action); rejected output -> page unchanged."""
+        assert len(obs_list) == len(actions), (len(obs_list), len(actions))
+        if not obs_list:
+            return []
+        acts = [a if isinstance(a, Action) else None for a in actions]
+        texts_in = [a.to_text() if isinstance(a, Action) else str(a) for a in actions]
+        prompts = [self.prompt_ids(o, a) for o, a in zip(obs_list, texts_in, strict=True)]
+        outs = self.generate_texts(prompts, sample=sample, temperature=temperature)
+        preds = []
+        for obs, act, text in zip(obs_list, acts, outs, strict=True):
+            change, reward, done, ok, reason = parse_model_output(text, tree=obs.tree, next_id=obs.next_id)
+            tree = obs.tree
+            if ok:
+                try:
+                    tree = apply_change(obs.tree, change, next_id=obs.next_id)
+                except Exception as e:  # noqa: BLE001 - parse validated it; be safe anyway
+                    ok, reason, reward, done = False, f"apply failed: {e}", 0.0, False
+            preds.append(Prediction(next_observation(obs, tree, act), reward, done, ok, reason, text, obs.tree))
+        return preds
+
+
+# --- fidelity ---------------------------------------------------------------------
+
+
+def balanced_accuracy(pred: list[bool], real: list[bool]) -> float:
+    """Mean per-class recall over the classes present in ``real`` (1.0 if empty)."""
+    recalls = []
+    for cls in (False, True):
+        idx = [i for i, r in enumerate(real) if r == cls]
+        if idx:
+            recalls.append(sum(pred[i] == cls for i in idx) / len(idx))
+    return sum(recalls) / len(recalls) if recalls else 1.0
+
+
+def _scores(obs_trees, pred_trees, pred_r, pred_d, real_trees, real_r, real_d) -> dict:
+    n = max(1, len(real_trees))
+    return {
+        "exact_match": sum(p == r for p, r in zip(pred_trees, real_trees, strict=True)) / n,
+        "change_f1": sum(change_f1(o, p, r) for o, p, r in zip(obs_trees, pred_trees, real_trees, strict=True)) / n,
+        "reward_bal_acc": balanced_accuracy([x > 0 for x in pred_r], [x > 0 for x in real_r]),
+        "done_bal_acc": balanced_accuracy([bool(x) for x in pred_d], [bool(x) for x in real_d]),
+    }
+
+
+def fidelity(predictions: list[Prediction], real_next_obs: list, real_rewards: list, real_dones: list) -> dict:
+    """Dream fidelity vs. the real transitions, and the same for "nothing changes".
+
+    Keys: exact_match (next tree identical), change_f1 (line-level F1 of the
+    change, ``models.change.change_f1``), reward_bal_acc (reward > 0 as the
+    class), done_bal_acc, ok_rate; ``baseline_*`` = predicting the unchanged
+    page, reward 0, not done.  ``real_next_obs``: Observations or their dicts.
+    """
+    real_trees = [o.tree if isinstance(o, Observation) else o["tree"] for o in real_next_obs]
+    obs_trees = [p.obs_tree for p in predictions]
+    n = len(predictions)
+    out = _scores(obs_trees, [p.next_obs.tree for p in predictions], [p.reward for p in predictions],
+                  [p.done for p in predictions], real_trees, real_rewards, real_dones)  # fmt: skip
+    base = _scores(obs_trees, obs_trees, [0.0] * n, [False] * n, real_trees, real_rewards, real_dones)
+    out.update({f"baseline_{k}": v for k, v in base.items()})
+    out["ok_rate"] = sum(p.ok for p in predictions) / max(1, n)
+    out["n"] = n
+    return out

@@ -1,0 +1,31 @@
+"""Session fixtures: the real embedded stack (SeaweedFS S3, Tansu, task server,
+Prometheus) on free loopback ports in a temporary home.  A service that cannot
+start fails the run (it is never skipped)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import Config
+from tests.support import fresh_run, stack_config
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    from infra.stack import Stack
+
+    cfg = stack_config(str(tmp_path_factory.mktemp("dynaweb-home")))
+    st = Stack(cfg)
+    try:
+        st.up()
+    except Exception as e:  # noqa: BLE001 - report which service failed, then fail the run
+        st.down()
+        pytest.fail(f"the embedded stack did not start: {e}", pytrace=False)
+    yield cfg
+    st.down()
+
+
+@pytest.fixture
+def run_cfg(stack: Config) -> Config:
+    """The stack's config with a fresh run id (unique topics and S3 prefix)."""
+    return fresh_run(stack)
