@@ -35,7 +35,17 @@ def start_metrics(cfg: Config) -> int:
     return port
 
 
+def check_codecs() -> None:
+    """Our producers compress with lz4 (streams.kafka.make_producer); aiokafka can
+    only decode it with ``cramjam``: fail at start, not on the first batch."""
+    from aiokafka.codec import has_lz4, has_zstd
+
+    if not (has_lz4() and has_zstd()):
+        raise RuntimeError("aiokafka cannot decode lz4/zstd batches: `pip install cramjam` (aiokafka[lz4,zstd])")
+
+
 def build(cfg: Config, rebuild: bool = True) -> tuple[faust.App, StreamState]:
+    check_codecs()
     if not cfg.stream.worker_id:
         cfg.stream.worker_id = worker_id(cfg)  # pin it: the same id everywhere in this process
     topics = sk.ensure_topics(cfg)

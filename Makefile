@@ -1,0 +1,40 @@
+# Two commands for a new user on a fresh machine:
+#   make run    installs everything, then runs `dynaweb up` on the embedded default stack
+#   make test   installs everything, then runs the whole test suite on real services
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS ?=
+UP_ARGS ?=
+
+.PHONY: run test install system-deps venv lint clean
+
+run: install
+	$(VENV)/bin/dynaweb up $(UP_ARGS)
+
+test: install
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+
+install: system-deps $(VENV)/.installed
+
+system-deps:
+	@if ! command -v chromium >/dev/null || ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+	  echo "installing Debian packages: chromium prometheus"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium prometheus; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[test]"
+	touch $@
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .dynaweb .pytest_cache
