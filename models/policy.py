@@ -55,13 +55,22 @@ def gpt_neo_config(model_cfg: Any, tokenizer: Any) -> Any:
     )  # fmt: skip
 
 
+def load_causal_lm(path: str) -> tuple[Any, Any]:
+    """(model, tokenizer) from a local Hugging Face directory (no hub), in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    tok = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    model.eval()
+    return model, tok
+
+
 def make_causal_lm(model_cfg: Any, path: str = "") -> tuple[Any, Any]:
     """(model, tokenizer): from a local HF directory, or GPT-Neo from config (seeded)."""
-    from transformers import AutoModelForCausalLM, GPTNeoForCausalLM
+    from transformers import GPTNeoForCausalLM
 
     if path:
-        tok = load_tokenizer(path)
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        return load_causal_lm(path)
     else:
         tok = build_tokenizer()
         torch.manual_seed(model_cfg.seed)
@@ -71,7 +80,13 @@ def make_causal_lm(model_cfg: Any, path: str = "") -> tuple[Any, Any]:
 
 
 def make_policy(model_cfg: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) from ``model_cfg.policy_path`` or from config."""
     return make_causal_lm(model_cfg, model_cfg.policy_path)
+
+
+def load_policy(path: str) -> tuple[Any, Any]:
+    """A saved policy (``save_pretrained`` of model and tokenizer in one directory)."""
+    return load_causal_lm(path)
 
 
 # --- candidate actions -----------------------------------------------------------

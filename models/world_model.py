@@ -32,7 +32,7 @@ import torch
 from collectors.spaces import Action, Observation, ids_in_tree
 from models.change import apply_change, change_f1, diff_to_change, format_output, parse_model_output
 from models.embedder import DIM
-from models.policy import make_causal_lm
+from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, eos_id, pad_id
 
@@ -49,16 +49,19 @@ def attach_page_head(model: Any, dim: int = DIM) -> Any:
 
 
 def make_world_model(model_cfg: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) with ``page_head`` attached (restored from the dir if saved)."""
-    path = model_cfg.world_model_path
-    if not path:
-        seeded = dataclasses.replace(model_cfg, seed=model_cfg.seed + 1)
-        model, tok = make_causal_lm(seeded)
-    else:
-        model, tok = make_causal_lm(model_cfg, path)
+    """(model, tokenizer) with ``page_head`` attached: from config (seed + 1) or the dir."""
+    if model_cfg.world_model_path:
+        return load_world_model(model_cfg.world_model_path)
+    model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
+    return attach_page_head(model), tok
+
+
+def load_world_model(path: str) -> tuple[Any, Any]:
+    """A saved world model (``save_pretrained`` dir); ``page_head`` restored if it was saved."""
+    model, tok = load_causal_lm(path)
     attach_page_head(model)
-    st = os.path.join(path, "model.safetensors") if path else ""
-    if st and os.path.exists(st):
+    st = os.path.join(path, "model.safetensors")
+    if os.path.exists(st):
         from safetensors.torch import load_file
 
         sd = {k[len("page_head.") :]: v for k, v in load_file(st).items() if k.startswith("page_head.")}

@@ -8,12 +8,14 @@ Start-up: create the run's topics (idempotent), rebuild state from topics up to
 a sentinel (expert pool, latest policy version), start the Prometheus endpoint
 on 127.0.0.1 (``cfg.metrics_port``, 0 = a free port, written to
 ``<datadir>/metrics_port``), then run the Faust worker until SIGTERM/SIGINT.
-A ``<datadir>/ready`` file is written once the agents are running.
+A ``<datadir>/ready`` file is written once the agents are running, and
+``<datadir>/rebuild.json`` says what the start-up rebuild found.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -51,7 +53,9 @@ def build(cfg: Config, rebuild: bool = True) -> tuple[faust.App, StreamState]:
     topics = sk.ensure_topics(cfg)
     state = StreamState(cfg, topics)
     if rebuild:
-        state.rebuild()
+        info = state.rebuild()
+        (datadir(cfg) / "rebuild.json").write_text(json.dumps(info))
+    state.sync_metrics()
     app = make_app(cfg)
     register(app, cfg, topics, state=state)
     ready = datadir(cfg) / "ready"

@@ -427,6 +427,8 @@ def test_expert_pool_survives_restart(env, bootstrap, run_id, tmp_path):
     wait_for(lambda: w.metric("dynaweb_stream_expert_pool_trajectories") == 6, 30, "pool of 6")
     w.stop()
     w.start()
+    info = json.loads((w.dir / "rebuild.json").read_text())
+    assert info["expert_pool"] == 6 and info["expert_transitions"] == 12  # read up to the sentinel
     assert w.metric("dynaweb_stream_expert_pool_trajectories") == 6
     p.episodes("dream", [episode(run_id, "dream", 2, group="g") for _ in range(4)])
     r = Reader(bootstrap, topics.policy_batches)

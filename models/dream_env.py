@@ -1,0 +1,116 @@
+"""Dreams: the world model as an environment, and batched dream rollouts.
+
+``DreamEnv`` has the live environment's API shape (gymnasium style)::
+
+    obs, info = env.reset(start_obs, task, seed)
+    obs, reward, terminated, truncated, info = env.step(action)
+
+``step`` asks the world model for the change, applies it, and returns the
+predicted page; ``info`` carries ``ok``/``reason``/``text`` of the prediction.
+
+Reward in dreams: no real page can say whether the task succeeded, so the
+reward of a dream rollout is the *world model's predicted reward at the end of
+the rollout* (the ``reward`` line of the last step, where the world model also
+predicted ``done`` or the horizon was reached).  Intermediate steps carry the
+world model's per-step prediction for inspection; consumers use the last step
+(``Trajectory.reward`` = last transition's reward).  A rejected world-model
+output (``ok`` False) leaves the page unchanged with reward 0, not done.
+
+``dream_rollouts`` advances all G x S rollouts one step together: one batched
+``PolicyRunner.act`` and one batched ``WorldModelRunner.predict`` per step
+(finished rollouts drop out of the batch).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from collectors.spaces import Action, Observation, parse_action
+
+
+class DreamEnv:
+    def __init__(self, world_model_runner: Any, max_steps: int = 5, sample: bool = False):
+        self.wm = world_model_runner
+        self.max_steps = max_steps
+        self.sample = sample
+        self.obs: Observation | None = None
+        self.task = ""
+        self.seed = 0
+        self.t = 0
+        self.history: list[str] = []
+
+    def reset(self, start_obs: Observation, task: str = "", seed: int = 0) -> tuple[Observation, dict]:
+        self.obs, self.task, self.seed, self.t, self.history = start_obs, task, seed, 0, []
+        return start_obs, {"task": task, "seed": seed, "dream": True}
+
+    def step(self, action: Action | str) -> tuple[Observation, float, bool, bool, dict]:
+        if self.obs is None:
+            raise RuntimeError("call reset() before step()")
+        act = action if isinstance(action, Action) else parse_action(action)
+        pred = self.wm.predict([self.obs], [act], sample=self.sample)[0]
+        self.t += 1
+        self.history.append(act.to_text())
+        self.obs = pred.next_obs
+        terminated = bool(pred.done)
+        truncated = not terminated and self.t >= self.max_steps
+        info = {"ok": pred.ok, "reason": pred.reason, "text": pred.text, "step": self.t}
+        return pred.next_obs, float(pred.reward), terminated, truncated, info
+
+
+class Rollout(list):
+    """A list of step dicts with ``group_id``, ``start_index`` and ``steps`` (itself)."""
+
+    def __init__(self, group_id: str, start_index: int):
+        super().__init__()
+        self.group_id = group_id
+        self.start_index = start_index
+
+    @property
+    def steps(self) -> list[dict]:
+        return self
+
+    @property
+    def reward(self) -> float:
+        return float(self[-1]["reward"]) if self else 0.0
+
+
+def dream_rollouts(
+    policy_runner: Any, wm_runner: Any, start_states: list, group_size: int, horizon: int,
+    temperature: float = 1.0, greedy: bool = False, sample_world: bool = False, batch: int | None = None,
+) -> list[Rollout]:  # fmt: skip
+    """G rollouts per start state (sharing a fresh group id), at most ``horizon`` steps.
+
+    ``start_states``: Observations (or objects with ``.obs``).  Step dict keys:
+    obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob),
+    ntokens, ok, reason.  ``batch`` caps how many rollouts advance together.
+    """
+    starts = [s if isinstance(s, Observation) else s.obs for s in start_states]
+    rollouts: list[Rollout] = []
+    state: list[tuple[Rollout, Observation, list[str]]] = []
+    for i, obs in enumerate(starts):
+        gid = uuid.uuid4().hex
+        for _ in range(group_size):
+            ro = Rollout(gid, i)
+            rollouts.append(ro)
+            state.append((ro, obs, []))
+    cap = batch or len(state) or 1
+    for _ in range(horizon):
+        active = [k for k, (ro, _, _) in enumerate(state) if not (ro and ro[-1]["done"])]
+        if not active:
+            break
+        for c in range(0, len(active), cap):
+            idx = active[c : c + cap]
+            obs_b = [state[k][1] for k in idx]
+            acts = policy_runner.act(obs_b, [state[k][2] for k in idx], temperature=temperature, greedy=greedy)
+            preds = wm_runner.predict(obs_b, [a for a, _, _ in acts], sample=sample_world)
+            for k, (act, lp, nt), pred in zip(idx, acts, preds, strict=True):
+                ro, obs, hist = state[k]
+                text = act.to_text()
+                ro.append({
+                    "obs": obs, "action": text, "next_obs": pred.next_obs, "reward": float(pred.reward),
+                    "done": bool(pred.done), "behaviour_logprob": float(lp), "logprob": float(lp),
+                    "ntokens": int(nt), "ok": pred.ok, "reason": pred.reason,
+                })  # fmt: skip
+                state[k] = (ro, pred.next_obs, hist + [text])
+    return rollouts

@@ -1,0 +1,225 @@
+"""Records -> losses (model forward passes only; no Kafka, S3 or DeepSpeed here).
+
+``policy_batch_loss``: every trajectory step becomes one row ``policy prompt +
+action tokens`` (the same ``models.prompts`` format the runner acts with;
+history = the trajectory's previous action texts).  Per trajectory the
+sequence is *all* its action tokens.
+
+* on-policy / dream trajectories (every step has ``behaviour_logprob``): GSPO
+  with group advantages (groups = ``group_id``, reward = the trajectory's
+  terminal reward ``Trajectory.reward``);
+* expert trajectories (``source == "expert"``): behaviour cloning (token NLL),
+  weighted by ``TrainerConfig.bc_weight``;
+* anything else (real steps without log-probs): skipped and counted.
+
+The log-prob pass runs with ``model.eval()`` (dropout off, grads on), so it is
+the same function that ``PolicyRunner`` recorded.  GSPO's loss is a mean of
+per-trajectory terms and BC a mean over tokens, so the batch can be processed
+in trajectory chunks with ``backward=True`` (gradient accumulation; pass the
+engine's backward as ``backward_fn``) without changing the gradient.
+
+``world_model_batch_loss``: target = ``change_target`` (why + edit script from
+``diff_to_change`` + reward + done) + eos; loss = token likelihood +
+``infonce_weight`` * InfoNCE(page_head(mean hidden over the change tokens),
+frozen MiniLM embedding of the real next page, other distinct pages of the batch
+as negatives).  Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from collectors.spaces import Observation
+from models.losses import bc_loss, group_advantages, gspo_loss, info_nce, lm_loss, token_logprobs
+from models.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
+from models.tokenizer import encode, pad_id
+from models.world_model import change_target
+
+INFONCE_TEMPERATURE = 0.1
+
+
+def _pad_rows(rows: list[list[int]], pad: int) -> torch.Tensor:
+    T = max(len(r) for r in rows)
+    out = torch.full((len(rows), T), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r)
+    return out
+
+
+def action_logprobs(model: Any, tokenizer: Any, rows: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+    """Token log-probs of each row's continuation given its prompt (with grad).
+
+    ``rows``: (prompt_ids, continuation_ids); right padded, causal, no mask needed.
+    Runs in eval mode (dropout off) and restores the previous mode.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
+        dev = next(model.parameters()).device
+        logits = model(input_ids=ids.to(dev), use_cache=False).logits
+        out = []
+        for i, (p, c) in enumerate(rows):
+            lg = logits[i, len(p) - 1 : len(p) - 1 + len(c)][None]
+            out.append(token_logprobs(lg, torch.tensor([c], device=dev))[0])
+        return out
+    finally:
+        model.train(was_training)
+
+
+def trajectory_rows(tokenizer: Any, steps: list, max_positions: int) -> list[tuple[list[int], list[int]]]:
+    rows, history = [], []
+    for t in steps:
+        obs = Observation.from_dict(t.obs)
+        rows.append((policy_prompt_ids(tokenizer, obs, history, max_positions), action_ids(tokenizer, t.action)))
+        history = history + [t.action]
+    return rows
+
+
+def _flat(parts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-trajectory token log-probs -> (N, T) padded + mask."""
+    T = max(int(p.shape[0]) for p in parts)
+    mask = torch.zeros(len(parts), T, device=parts[0].device)
+    rows = [torch.cat([p, p.new_zeros(T - p.shape[0])]) for p in parts]
+    lp = torch.stack(rows)
+    for i, p in enumerate(parts):
+        mask[i, : p.shape[0]] = 1.0
+    return lp, mask
+
+
+def policy_batch_loss(
+    model: Any, tokenizer: Any, trajectories: list, cfg: Any, model_cfg: Any,
+    backward: bool = False, chunk_rows: int = 32, backward_fn: Callable | None = None,
+) -> tuple[torch.Tensor, dict]:  # fmt: skip
+    """GSPO on trajectories with behaviour log-probs + bc_weight * BC on expert ones."""
+    max_pos = int(getattr(model_cfg, "max_positions", model.config.max_position_embeddings))
+    gspo, bc, skipped = [], [], 0
+    for tr in trajectories:
+        steps = tr.steps()
+        if tr.source == "expert":
+            bc.append((tr, steps))
+        elif steps and all(s.behaviour_logprob is not None for s in steps):
+            gspo.append((tr, steps))
+        else:
+            skipped += 1
+    adv = group_advantages(
+        torch.tensor([float(tr.reward) for tr, _ in gspo]),
+        [tr.group_id or f"solo:{tr.episode_id}:{i}" for i, (tr, _) in enumerate(gspo)],
+    ) if gspo else torch.zeros(0)  # fmt: skip
+    items = [("gspo", i, tr, st) for i, (tr, st) in enumerate(gspo)] + [("bc", i, tr, st) for i, (tr, st) in enumerate(bc)]
+    bc_tokens = sum(len(action_ids(tokenizer, s.action)) for _, st in bc for s in st)
+    chunks, cur, n_rows = [], [], 0
+    for it in items:
+        cur.append(it)
+        n_rows += len(it[3])
+        if backward and n_rows >= chunk_rows:
+            chunks.append(cur)
+            cur, n_rows = [], 0
+    if cur:
+        chunks.append(cur)
+    if not backward and chunks:
+        chunks = [[it for c in chunks for it in c]]
+    total = torch.zeros(())
+    agg = {"clip_frac": 0.0, "kl": 0.0, "ratio_mean": 0.0, "ratio_min": float("inf"), "ratio_max": -float("inf")}
+    g_loss = b_loss = 0.0
+    dev = next(model.parameters()).device
+    for chunk in chunks:
+        rows, spans = [], []
+        for it in chunk:
+            r = trajectory_rows(tokenizer, it[3], max_pos)
+            spans.append((len(rows), len(rows) + len(r)))
+            rows += r
+        lps = action_logprobs(model, tokenizer, rows)
+        per_traj = [torch.cat(lps[a:b]) for a, b in spans]
+        part = torch.zeros((), device=dev)
+        gi = [k for k, it in enumerate(chunk) if it[0] == "gspo"]
+        if gi:
+            lp, mask = _flat([per_traj[k] for k in gi])
+            old = torch.tensor([sum(float(s.behaviour_logprob) for s in chunk[k][3]) for k in gi], device=dev)
+            a = adv[[chunk[k][1] for k in gi]].to(dev)
+            loss_g, st = gspo_loss(lp, old, mask, a, cfg.clip_low, cfg.clip_high)
+            w = len(gi) / len(gspo)
+            part = part + w * loss_g
+            g_loss += w * float(loss_g)
+            for k in ("clip_frac", "kl", "ratio_mean"):
+                agg[k] += w * st[k]
+            agg["ratio_min"] = min(agg["ratio_min"], st["ratio_min"])
+            agg["ratio_max"] = max(agg["ratio_max"], st["ratio_max"])
+        bi = [k for k, it in enumerate(chunk) if it[0] == "bc"]
+        if bi:
+            lp, mask = _flat([per_traj[k] for k in bi])
+            w = float(mask.sum()) / max(1, bc_tokens)
+            loss_b = bc_loss(lp, mask)
+            part = part + cfg.bc_weight * w * loss_b
+            b_loss += w * float(loss_b)
+        if backward:
+            (backward_fn or (lambda x: x.backward()))(part)
+            total = total + float(part)
+        else:
+            total = total + part
+    if not gspo:
+        agg.update(ratio_min=1.0, ratio_max=1.0, ratio_mean=1.0)
+    metrics = {
+        "loss": float(total), "gspo_loss": g_loss, "bc_loss": b_loss, "n_gspo": len(gspo), "n_bc": len(bc),
+        "n_skipped": skipped, "adv_abs": float(adv.abs().mean()) if len(adv) else 0.0,
+        "reward_mean": sum(float(tr.reward) for tr, _ in gspo) / max(1, len(gspo)), **agg,
+    }  # fmt: skip
+    return total, metrics
+
+
+def world_model_batch_loss(
+    model: Any, tokenizer: Any, transitions: list, cfg: Any, embedder: Any = None,
+    max_change_tokens: int = 160,
+) -> tuple[torch.Tensor, dict]:  # fmt: skip
+    """Change-text likelihood + infonce_weight * InfoNCE (see module doc)."""
+    max_pos = int(model.config.max_position_embeddings)
+    eos = int(tokenizer.eos_token_id)
+    rows, next_trees, n_page = [], [], 0
+    for t in transitions:
+        obs, nxt = Observation.from_dict(t.obs), Observation.from_dict(t.next_obs)
+        text = change_target(obs, nxt, float(t.reward), bool(t.done))
+        n_page += text.split("\n", 2)[1:2] == ["page"]
+        target = (encode(tokenizer, text) + [eos])[: max_pos // 2]
+        reserve = max(max_change_tokens, len(target))
+        rows.append((world_model_prompt_ids(tokenizer, obs, t.action, max_pos, reserve), target))
+        next_trees.append(nxt.tree)
+    was_training = model.training
+    model.train()
+    try:
+        ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
+        dev = next(model.parameters()).device
+        out = model(input_ids=ids.to(dev), use_cache=False, output_hidden_states=True)
+    finally:
+        model.train(was_training)
+    T = ids.shape[1]
+    labels = torch.zeros(len(rows), T - 1, dtype=torch.long, device=dev)
+    mask = torch.zeros(len(rows), T - 1, device=dev)
+    for i, (p, c) in enumerate(rows):
+        labels[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(c, device=dev)
+        mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1.0
+    loss_lm = lm_loss(out.logits[:, :-1], labels, mask)
+    loss = loss_lm
+    metrics = {"lm_loss": float(loss_lm), "infonce": 0.0, "infonce_acc": 0.0, "n": len(rows),
+               "target_tokens_mean": float(mask.sum()) / max(1, len(rows)), "page_fraction": n_page / max(1, len(rows))}  # fmt: skip
+    head = getattr(model, "page_head", None)
+    if embedder is not None and head is not None and cfg.infonce_weight > 0:
+        first: dict[str, int] = {}
+        for i, tr in enumerate(next_trees):
+            first.setdefault(tr, i)
+        keep = list(first.values())
+        if len(keep) >= 2:
+            hidden = out.hidden_states[-1]
+            tmask = torch.zeros(len(rows), T, device=dev)
+            for i, (p, c) in enumerate(rows):
+                tmask[i, len(p) : len(p) + len(c)] = 1.0
+            pooled = (hidden * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
+            pred = head(pooled[keep])
+            target = embedder.embed([next_trees[i] for i in keep]).to(dev)
+            loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
+            loss = loss + cfg.infonce_weight * loss_nce
+            metrics.update(infonce=float(loss_nce), infonce_acc=st["acc"])
+    metrics["loss"] = float(loss)
+    return loss, metrics
