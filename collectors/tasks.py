@@ -30,6 +30,7 @@ class TaskSpec:
     solvable: bool = True
     has_expert: bool = False
     note: str = ""
+    reload_each_episode: bool = False  # True: never restart an episode on the loaded page
 
     def url(self, base_url: str) -> str:
         return base_url.rstrip("/") + "/" + self.url_path.lstrip("/")

@@ -11,23 +11,27 @@ ids, then the reward and the done flag::
     reward 0
     done 0
 
-Ops (applied in order, each anchor looked up by id in the page *as edited so far*):
+Ops (applied in order, each anchor looked up in the page *as edited so far*):
 
 ``same``                       nothing changes (also: no ops at all)
-``remove [id]``                delete the line of element ``id``
-``replace [id] <line>``        replace that line by ``<line>``
-``insert after [id] <line>``   insert ``<line>`` below element ``id``
-``insert before [id] <line>``  insert ``<line>`` above element ``id`` (page start)
+``remove <anchor>``            delete that line
+``replace <anchor> <line>``    replace that line by ``<line>``
+``insert after <anchor> <line>``   insert ``<line>`` below it
+``insert before <anchor> <line>``  insert ``<line>`` above it (page start)
 ``page``                       every following line (up to the reward/done
                                trailer) is the whole new page (navigation);
                                lines that read like the trailer or start with
                                ``\\`` are escaped with a leading ``\\``.
 
-``<line>`` is taken verbatim after the single space that follows ``]`` (so it
-carries its own indentation).  If ``<line>`` has no ``[id]`` of its own, one is
-added after the indentation: for ``replace`` the anchor's id (the element keeps
-its id), for ``insert`` the *next free id* (``max(next_id, max id in page + 1)``,
-increasing with each insert; an explicit id at or above it moves it on).
+``<anchor>`` is ``[id]`` (the line of element ``id``) or ``[id]+k`` (the k-th
+line below it, for lines without an id such as ``option "B" selected`` or loose
+``text``; only id-less lines may lie in between); ``[0]+k`` counts from the top
+of the page (lines above the first element).  ``<line>`` is taken verbatim
+after the single space that follows the anchor (so it carries its own
+indentation); ``[+]`` in place of the id (after the indentation) means *the
+next free id* (``max(next_id, max id in page + 1)``, increasing with each use;
+an explicit id at or above it moves it on), so new element lines take the next
+free id without the model counting.
 
 ``diff_to_change(a, b)`` computes the training target from a real transition
 (line diff, shortest form, ``page`` whenever the edit script does not
@@ -44,9 +48,11 @@ import re
 from collections import Counter
 
 _ID_AT_START = re.compile(r"^(\s*)\[(\d+)\]")
-_OP_REMOVE = re.compile(r"^remove \[(\d+)\]\s*$")
-_OP_REPLACE = re.compile(r"^replace \[(\d+)\](?: (.*))?$")
-_OP_INSERT = re.compile(r"^insert (after|before) \[(\d+)\](?: (.*))?$")
+_ANCHOR = r"\[(\d+)\](?:\+(\d+))?"
+_AUTO = re.compile(r"^(\s*)\[\+\]")
+_OP_REMOVE = re.compile(r"^remove " + _ANCHOR + r"\s*$")
+_OP_REPLACE = re.compile(r"^replace " + _ANCHOR + r"(?: (.*))?$")
+_OP_INSERT = re.compile(r"^insert (after|before) " + _ANCHOR + r"(?: (.*))?$")
 _REWARD = re.compile(r"^\s*reward:?\s+(\S+)\s*$")
 _DONE = re.compile(r"^\s*done:?\s+(\S+)\s*$")
 
@@ -91,11 +97,11 @@ def _parse_ops(lines: list[str]) -> tuple[list[tuple], list[str]]:
         if line.strip() == "same":
             ops.append(("same",))
         elif m := _OP_REMOVE.match(line):
-            ops.append(("remove", int(m.group(1))))
+            ops.append(("remove", (int(m.group(1)), int(m.group(2) or 0))))
         elif m := _OP_REPLACE.match(line):
-            ops.append(("replace", int(m.group(1)), m.group(2) or ""))
+            ops.append(("replace", (int(m.group(1)), int(m.group(2) or 0)), m.group(3) or ""))
         elif m := _OP_INSERT.match(line):
-            ops.append(("insert_" + m.group(1), int(m.group(2)), m.group(3) or ""))
+            ops.append(("insert_" + m.group(1), (int(m.group(2)), int(m.group(3) or 0)), m.group(4) or ""))
         elif line.strip():
             problems.append(f"unknown op {line[:40]!r}")
     return ops, problems
@@ -133,28 +139,49 @@ def _split_trailer(lines: list[str]) -> tuple[list[str], float | None, bool | No
 # --- applying ------------------------------------------------------------------
 
 
+def _anchor_text(anchor: tuple[int, int]) -> str:
+    el, k = anchor
+    return f"[{el}]" + (f"+{k}" if k else "")
+
+
 class _Page:
     def __init__(self, tree: str, next_id: int | None):
         self.lines = tree.split("\n")
         self.free = _first_free(self.lines, next_id)
 
-    def find(self, el: int) -> int:
-        for i, x in enumerate(self.lines):
-            if line_id(x) == el:
-                return i
-        raise ChangeError(f"no element [{el}] on the page")
+    def find(self, anchor: tuple[int, int]) -> int:
+        el, k = anchor
+        if el == 0 and k > 0:
+            base = -1
+        else:
+            base = next((i for i, x in enumerate(self.lines) if line_id(x) == el), None)
+            if base is None:
+                raise ChangeError(f"no element [{el}] on the page")
+        idx = base + k
+        if idx >= len(self.lines):
+            raise ChangeError(f"{_anchor_text(anchor)} is past the end of the page")
+        if any(line_id(x) is not None for x in self.lines[base + 1 : idx + 1]):
+            raise ChangeError(f"{_anchor_text(anchor)} crosses an element line")
+        return idx
 
-    def materialise(self, text: str, default_id: int | None) -> str:
-        m = _ID_AT_START.match(text)
+    def address(self, idx: int) -> tuple[int, int]:
+        """The anchor of line ``idx`` (nearest element line above it + offset)."""
+        for j in range(idx, -1, -1):
+            el = line_id(self.lines[j])
+            if el is not None:
+                return (el, idx - j)
+        return (0, idx + 1)
+
+    def materialise(self, text: str) -> str:
+        m = _AUTO.match(text)
         if m:
-            self.free = max(self.free, int(m.group(2)) + 1)
-            return text
-        if default_id is None:
-            default_id = self.free
-        self.free = max(self.free, default_id + 1)
-        indent = text[: len(text) - len(text.lstrip(" "))]
-        rest = text[len(indent) :]
-        return f"{indent}[{default_id}]" + (f" {rest}" if rest else "")
+            new_id = self.free
+            self.free += 1
+            return f"{m.group(1)}[{new_id}]" + text[m.end() :]
+        el = line_id(text)
+        if el is not None:
+            self.free = max(self.free, el + 1)
+        return text
 
     def apply(self, op: tuple) -> None:
         kind = op[0]
@@ -168,11 +195,11 @@ class _Page:
         if kind == "remove":
             del self.lines[i]
         elif kind == "replace":
-            self.lines[i] = self.materialise(op[2], op[1])
+            self.lines[i] = self.materialise(op[2])
         elif kind == "insert_after":
-            self.lines.insert(i + 1, self.materialise(op[2], None))
+            self.lines.insert(i + 1, self.materialise(op[2]))
         elif kind == "insert_before":
-            self.lines.insert(i, self.materialise(op[2], None))
+            self.lines.insert(i, self.materialise(op[2]))
         else:  # pragma: no cover - ops come from _parse_ops
             raise ChangeError(f"unknown op {kind}")
 
@@ -217,66 +244,44 @@ def _split_page_trailer(lines: list[str]) -> tuple[list[str], float | None, bool
 # --- diffing -------------------------------------------------------------------
 
 
-def _short(line: str, default_id: int, free: int) -> str:
-    """Shorthand without ``[id]`` if it materialises back to ``line``."""
+def _payload(line: str, free: int) -> str:
+    """``[+]`` for the next free id when that is the line's id; else the line verbatim."""
     m = _ID_AT_START.match(line)
-    if not m or int(m.group(2)) != default_id:
-        return line
-    indent = m.group(1)
-    rest = line[m.end() :]
-    if rest.startswith(" "):
-        rest = rest[1:]
-    elif rest:
-        return line
-    cand = indent + rest
-    probe = _Page("", free)
-    return cand if probe.materialise(cand, default_id) == line else line
+    if m and int(m.group(2)) == free:
+        return f"{m.group(1)}[+]" + line[m.end() :]
+    return line
 
 
 def _edit_ops(a: list[str], b: list[str], next_id: int | None) -> tuple[list[str], Counter]:
+    """Ops for the line diff; page state before each opcode is ``b[:j1] + a[i1:]``."""
     out: list[str] = []
     counts: Counter = Counter()
     sim = _Page("\n".join(a), next_id)
-    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
 
-    def emit(text: str, op: tuple) -> None:
-        out.append(text)
+    def emit(op: tuple) -> None:
+        out.append(_op_text(op))
         sim.apply(op)
 
-    def insert_block(lines: list[str], j1: int, before: int | None) -> None:
-        prev = line_id(b[j1 - 1]) if j1 > 0 else None
-        for k, line in enumerate(lines):
-            short = _short(line, sim.free, sim.free)
-            if prev is None:
-                if before is None:
-                    raise ChangeError("no anchor")
-                emit(f"insert before [{before}] {short}", ("insert_before", before, short))
-            else:
-                emit(f"insert after [{prev}] {short}", ("insert_after", prev, short))
-            prev = line_id(line)
-            if prev is None and k < len(lines) - 1:
-                raise ChangeError("unanchored line")
-            counts["added"] += 1
-
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         old, new = a[i1:i2], b[j1:j2]
-        ids_old = [line_id(x) for x in old]
-        if any(x is None for x in ids_old):
-            raise ChangeError("unanchored line")
         n = min(len(old), len(new)) if tag == "replace" else 0
         for k in range(n):
-            el = ids_old[k]
-            short = _short(new[k], el, sim.free)
-            emit(f"replace [{el}] {short}", ("replace", el, short))
+            emit(("replace", sim.address(j1 + k), _payload(new[k], sim.free)))
             counts["changed"] += 1
-        for el in ids_old[n:]:
-            emit(f"remove [{el}]", ("remove", el))
+        for _ in old[n:]:
+            emit(("remove", sim.address(j1 + n)))
             counts["removed"] += 1
-        if len(new) > n:
-            nxt = line_id(a[i2]) if i2 < len(a) else None
-            insert_block(new[n:], j1 + n, nxt)
+        for k, line in enumerate(new[n:]):
+            pos = j1 + n + k
+            if pos > 0:
+                emit(("insert_after", sim.address(pos - 1), _payload(line, sim.free)))
+            elif pos < len(sim.lines):
+                emit(("insert_before", sim.address(0), _payload(line, sim.free)))
+            else:
+                raise ChangeError("no anchor")
+            counts["added"] += 1
     return out, counts
 
 
@@ -368,14 +373,12 @@ def _op_text(op: tuple) -> str:
     if kind == "same":
         return "same"
     if kind == "page":
-        return "page\n" + "\n".join(
-            _escape(x) for x in op[1].split("\n")
-        )
+        return "page\n" + "\n".join(_escape(x) for x in op[1].split("\n"))
     if kind == "remove":
-        return f"remove [{op[1]}]"
+        return f"remove {_anchor_text(op[1])}"
     if kind == "replace":
-        return f"replace [{op[1]}] {op[2]}"
-    return f"insert {kind[len('insert_'):]} [{op[1]}] {op[2]}"
+        return f"replace {_anchor_text(op[1])} {op[2]}"
+    return f"insert {kind[len('insert_'):]} {_anchor_text(op[1])} {op[2]}"
 
 
 # --- fidelity helpers ------------------------------------------------------------

@@ -49,23 +49,81 @@ def _pad_rows(rows: list[list[int]], pad: int) -> torch.Tensor:
     return out
 
 
-def action_logprobs(model: Any, tokenizer: Any, rows: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+def _pack(rows: list[tuple[list[int], list[int]]], max_pos: int) -> list[tuple[list[int], list[int]]]:
+    """Rows sharing a prompt -> packed rows (prompt, [row indices]) within ``max_pos``."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (p, _) in enumerate(rows):
+        groups.setdefault(tuple(p), []).append(i)
+    packed = []
+    for p, idx in groups.items():
+        cur, used = [], len(p)
+        for i in idx:
+            n = len(rows[i][1])
+            if cur and used + n > max_pos:
+                packed.append((list(p), cur))
+                cur, used = [], len(p)
+            cur.append(i)
+            used += n
+        packed.append((list(p), cur))
+    return packed
+
+
+def action_logprobs(
+    model: Any, tokenizer: Any, rows: list[tuple[list[int], list[int]]], rows_per_forward: int = 16
+) -> list[torch.Tensor]:
     """Token log-probs of each row's continuation given its prompt (with grad).
 
-    ``rows``: (prompt_ids, continuation_ids); right padded, causal, no mask needed.
+    ``rows``: (prompt_ids, continuation_ids).  Rows with the same prompt (the G
+    rollouts of a group at their first step, repeated pages) share one forward
+    row: the continuations are packed after the prompt with a 4D mask and
+    restarting position ids (exactly what ``PolicyRunner`` scores).  Packed rows
+    are sorted by length and run ``rows_per_forward`` at a time (little padding).
     Runs in eval mode (dropout off) and restores the previous mode.
     """
+    max_pos = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+    packed = sorted(_pack(rows, max_pos), key=lambda x: len(x[0]) + sum(len(rows[i][1]) for i in x[1]))
+    out: list[torch.Tensor | None] = [None] * len(rows)
+    dev = next(model.parameters()).device
+    neg = torch.finfo(torch.float32).min
     was_training = model.training
     model.eval()
     try:
-        ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
-        dev = next(model.parameters()).device
-        logits = model(input_ids=ids.to(dev), use_cache=False).logits
-        out = []
-        for i, (p, c) in enumerate(rows):
-            lg = logits[i, len(p) - 1 : len(p) - 1 + len(c)][None]
-            out.append(token_logprobs(lg, torch.tensor([c], device=dev))[0])
-        return out
+        for c0 in range(0, len(packed), rows_per_forward):
+            chunk = packed[c0 : c0 + rows_per_forward]
+            seqs, segs, poss, spans = [], [], [], []
+            for p, idx in chunk:
+                seq, seg, pos, sp = list(p), [-1] * len(p), list(range(len(p))), []
+                for k, i in enumerate(idx):
+                    c = rows[i][1]
+                    sp.append((i, len(seq)))
+                    seq += c
+                    seg += [k] * len(c)
+                    pos += range(len(p), len(p) + len(c))
+                seqs.append(seq)
+                segs.append(seg)
+                poss.append(pos)
+                spans.append(sp)
+            T = max(len(x) for x in seqs)
+            ids = torch.full((len(seqs), T), pad_id(tokenizer), dtype=torch.long)
+            seg_t = torch.full((len(seqs), T), -2, dtype=torch.long)
+            pos_t = torch.zeros(len(seqs), T, dtype=torch.long)
+            for r, (x, sg, ps) in enumerate(zip(seqs, segs, poss, strict=True)):
+                ids[r, : len(x)] = torch.tensor(x)
+                seg_t[r, : len(x)] = torch.tensor(sg)
+                pos_t[r, : len(x)] = torch.tensor(ps)
+            kw: dict = {}
+            if any(len(idx) > 1 for _, idx in chunk):
+                causal = torch.ones(T, T, dtype=torch.bool).tril()[None]
+                same = (seg_t[:, None, :] == -1) | (seg_t[:, None, :] == seg_t[:, :, None])
+                kw["attention_mask"] = torch.where(causal & same, 0.0, neg)[:, None].to(dev)
+                kw["position_ids"] = pos_t.to(dev)
+            logits = model(input_ids=ids.to(dev), use_cache=False, **kw).logits
+            for r, ((p, _), sp) in enumerate(zip(chunk, spans, strict=True)):
+                for i, o in sp:
+                    c = rows[i][1]
+                    at = torch.tensor([len(p) - 1] + list(range(o, o + len(c) - 1)), device=dev)
+                    out[i] = token_logprobs(logits[r, at][None], torch.tensor([c], device=dev))[0]
+        return out  # type: ignore[return-value]
     finally:
         model.train(was_training)
 
@@ -143,7 +201,7 @@ def policy_batch_loss(
             loss_g, st = gspo_loss(lp, old, mask, a, cfg.clip_low, cfg.clip_high)
             w = len(gi) / len(gspo)
             part = part + w * loss_g
-            g_loss += w * float(loss_g)
+            g_loss += w * float(loss_g.detach())
             for k in ("clip_frac", "kl", "ratio_mean"):
                 agg[k] += w * st[k]
             agg["ratio_min"] = min(agg["ratio_min"], st["ratio_min"])
@@ -154,16 +212,16 @@ def policy_batch_loss(
             w = float(mask.sum()) / max(1, bc_tokens)
             loss_b = bc_loss(lp, mask)
             part = part + cfg.bc_weight * w * loss_b
-            b_loss += w * float(loss_b)
+            b_loss += w * float(loss_b.detach())
         if backward:
             (backward_fn or (lambda x: x.backward()))(part)
-            total = total + float(part)
+            total = total + float(part.detach())
         else:
             total = total + part
     if not gspo:
         agg.update(ratio_min=1.0, ratio_max=1.0, ratio_mean=1.0)
     metrics = {
-        "loss": float(total), "gspo_loss": g_loss, "bc_loss": b_loss, "n_gspo": len(gspo), "n_bc": len(bc),
+        "loss": float(total.detach()), "gspo_loss": g_loss, "bc_loss": b_loss, "n_gspo": len(gspo), "n_bc": len(bc),
         "n_skipped": skipped, "adv_abs": float(adv.abs().mean()) if len(adv) else 0.0,
         "reward_mean": sum(float(tr.reward) for tr, _ in gspo) / max(1, len(gspo)), **agg,
     }  # fmt: skip
@@ -202,7 +260,7 @@ def world_model_batch_loss(
         mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1.0
     loss_lm = lm_loss(out.logits[:, :-1], labels, mask)
     loss = loss_lm
-    metrics = {"lm_loss": float(loss_lm), "infonce": 0.0, "infonce_acc": 0.0, "n": len(rows),
+    metrics = {"lm_loss": float(loss_lm.detach()), "infonce": 0.0, "infonce_acc": 0.0, "n": len(rows),
                "target_tokens_mean": float(mask.sum()) / max(1, len(rows)), "page_fraction": n_page / max(1, len(rows))}  # fmt: skip
     head = getattr(model, "page_head", None)
     if embedder is not None and head is not None and cfg.infonce_weight > 0:
@@ -220,6 +278,6 @@ def world_model_batch_loss(
             target = embedder.embed([next_trees[i] for i in keep]).to(dev)
             loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
             loss = loss + cfg.infonce_weight * loss_nce
-            metrics.update(infonce=float(loss_nce), infonce_acc=st["acc"])
-    metrics["loss"] = float(loss)
+            metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
+    metrics["loss"] = float(loss.detach())
     return loss, metrics

@@ -271,20 +271,28 @@ class PolicyRunner:
         assert len(observations) == len(histories), (len(observations), len(histories))
         if not observations:
             return []
-        prompts, cands, cand_ids = [], [], []
+        # identical (observation, history) inputs -- e.g. the G rollouts of a group at
+        # their first step -- are scored once and sampled independently
+        keys: dict[tuple, int] = {}
+        which, prompts, cands, cand_ids = [], [], [], []
         for obs, hist in zip(observations, histories, strict=True):
             p = policy_prompt_ids(self.tokenizer, obs, hist, self.max_positions)
-            room = self.max_positions - len(p)
-            acts = [a for a in candidate_actions(obs, self.max_candidates)
-                    if len(action_ids(self.tokenizer, a.to_text())) <= room]  # fmt: skip
-            if not acts:
-                acts = [Action.stop("")]
-            prompts.append(p)
-            cands.append(acts)
-            cand_ids.append([action_ids(self.tokenizer, a.to_text()) for a in acts])
+            key = (tuple(p), obs.tree, obs.instruction)
+            if key not in keys:
+                keys[key] = len(prompts)
+                room = self.max_positions - len(p)
+                acts = [a for a in candidate_actions(obs, self.max_candidates)
+                        if len(action_ids(self.tokenizer, a.to_text())) <= room]  # fmt: skip
+                if not acts:
+                    acts = [Action.stop("")]
+                prompts.append(p)
+                cands.append(acts)
+                cand_ids.append([action_ids(self.tokenizer, a.to_text()) for a in acts])
+            which.append(keys[key])
         scores = score_continuations(self.model, prompts, cand_ids, self.max_positions, pad_id(self.tokenizer))
         out = []
-        for acts, ids, s in zip(cands, cand_ids, scores, strict=True):
+        for u in which:
+            acts, ids, s = cands[u], cand_ids[u], scores[u]
             if greedy or temperature <= 0:
                 k = int(torch.argmax(s))
             else:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from collectors.spaces import Action, Observation, ids_in_tree
+from collectors.spaces import Action, Observation, ids_in_tree, parse_action
 from models.change import apply_change, change_f1, diff_to_change, format_output, parse_model_output
 from models.embedder import DIM
 from models.policy import load_causal_lm, make_causal_lm
@@ -98,6 +98,13 @@ def next_observation(obs: Observation, tree: str, action: Action | None) -> Obse
     )  # fmt: skip
 
 
+def _try_parse(text: str) -> Action | None:
+    try:
+        return parse_action(text)
+    except ValueError:
+        return None
+
+
 class WorldModelRunner:
     """Batched prediction with KV-cached generation (left padded)."""
 
@@ -149,10 +156,15 @@ class WorldModelRunner:
         assert len(obs_list) == len(actions), (len(obs_list), len(actions))
         if not obs_list:
             return []
-        acts = [a if isinstance(a, Action) else None for a in actions]
+        acts = [a if isinstance(a, Action) else _try_parse(str(a)) for a in actions]
         texts_in = [a.to_text() if isinstance(a, Action) else str(a) for a in actions]
         prompts = [self.prompt_ids(o, a) for o, a in zip(obs_list, texts_in, strict=True)]
-        outs = self.generate_texts(prompts, sample=sample, temperature=temperature)
+        if sample:
+            outs = self.generate_texts(prompts, sample=True, temperature=temperature)
+        else:  # greedy is deterministic: identical inputs are generated once
+            uniq = list(dict.fromkeys(tuple(p) for p in prompts))
+            texts = dict(zip(uniq, self.generate_texts([list(u) for u in uniq]), strict=True))
+            outs = [texts[tuple(p)] for p in prompts]
         preds = []
         for obs, act, text in zip(obs_list, acts, outs, strict=True):
             change, reward, done, ok, reason = parse_model_output(text, tree=obs.tree, next_id=obs.next_id)

@@ -33,6 +33,7 @@ back within the bound. While throttled, cold-start expert-only batches pause.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections import Counter
@@ -47,7 +48,7 @@ from streams import records
 from streams.app import worker_id as default_worker_id
 from streams.assembly import Deduper, EpisodeAssembler, GroupAssembler
 from streams.mixer import HybridMixer
-from streams.records import Control, RecordError, Trajectory, Transition
+from streams.records import Control, RecordError, Trajectory
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -66,29 +67,49 @@ def heldout(episode_id: str, fraction: float) -> bool:
 
 
 class _Sender:
-    """Duck-typed ``streams.kafka.Publisher`` over Faust's (buffered) producer.
+    """Duck-typed ``streams.kafka.Publisher`` over Faust's aiokafka producer.
 
-    Faust flushes its producer before committing consumer offsets, so output
-    of a processed message is on the broker before its offset is committed.
+    ``send`` only queues (it is called from synchronous code, e.g.
+    ``DeadLetters.route``); ``drain`` hands the queue to the producer. The
+    transition agent drains before its events are acked, and Faust flushes the
+    producer before it commits offsets, so the output of a processed message
+    is on the broker before its offset is committed (at-least-once). Faust's
+    own ``send_soon`` buffer holds 100 messages (it logged "producer buffer
+    full" on every burst); this path batches in aiokafka's accumulator.
     """
 
-    def __init__(self, app: faust.App):
+    def __init__(self, app: faust.App, on_error: Any = None):
         self.app = app
-        self._topics: dict[str, Any] = {}
+        self.pending: list[tuple] = []
         self.sent = 0
+        self.errors = 0
+        self._on_error = on_error
 
-    def topic(self, name: str):
-        t = self._topics.get(name)
-        if t is None:
-            t = self._topics[name] = self.app.topic(name, value_serializer="raw", key_serializer="raw")
-        return t
-
-    def send(self, topic: str, rec: Any, key: str | bytes | None = None, headers: list | None = None) -> None:
+    def send(
+        self, topic: str, rec: Any, key: str | bytes | None = None, headers: list | None = None
+    ) -> None:
         value = rec if isinstance(rec, bytes) else records.encode(rec)
         if isinstance(key, str):
             key = key.encode()
-        self.topic(topic).send_soon(key=key, value=value, headers=headers)
-        self.sent += 1
+        self.pending.append((topic, key, value, headers))
+
+    def _done(self, fut) -> None:
+        exc = fut.exception() if not fut.cancelled() else None
+        if exc is not None:
+            self.errors += 1
+            if self._on_error:
+                self._on_error(exc)
+            log.error("publish failed: %s", exc)
+
+    async def drain(self) -> None:
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        producer = self.app.producer
+        for topic, key, value, headers in batch:
+            fut = await producer.send(topic, key, value, None, None, headers)
+            fut.add_done_callback(self._done)
+            self.sent += 1
 
 
 class StreamState:
@@ -124,7 +145,7 @@ class StreamState:
     # --- wiring -------------------------------------------------------------
 
     def attach(self, app: faust.App) -> None:
-        self.out = _Sender(app)
+        self.out = _Sender(app, on_error=lambda _e: self.m(M.publish_errors).inc())
         self.dead = sk.DeadLetters(self.out, self.topics.deadletter, f"stream-worker:{self.worker_id}",
                                    counter=self.m.dead_letter_counter())  # fmt: skip
 
@@ -156,7 +177,9 @@ class StreamState:
             ep.last_seen = now
             self.episodes.open[eid] = ep
         latest = 0
-        for _m, raw in sk.read_until_sentinel(kc, self.topics.checkpoints, self.run_id, timeout=timeout):
+        for _m, raw in sk.read_until_sentinel(
+            kc, self.topics.checkpoints, self.run_id, timeout=timeout
+        ):
             if sk.is_control(raw):
                 continue
             try:
@@ -173,7 +196,9 @@ class StreamState:
 
     # --- hot path -----------------------------------------------------------
 
-    def on_transition(self, topic: str, raw: bytes | None, offset: int = -1, now: float | None = None) -> None:
+    def on_transition(
+        self, topic: str, raw: bytes | None, offset: int = -1, now: float | None = None
+    ) -> None:
         if raw is not None and sk.is_control(raw):
             return  # sentinels and other control records are not data
         try:
@@ -192,16 +217,26 @@ class StreamState:
             return
         self.m(M.transitions, source=t.source).inc()
         if t.source != "dream":
-            dest = self.topics.world_model_eval if heldout(t.episode_id, self.cfg.stream.heldout_fraction) else self.topics.world_model
+            dest = (
+                self.topics.world_model_eval
+                if heldout(t.episode_id, self.cfg.stream.heldout_fraction)
+                else self.topics.world_model
+            )
             self.out.send(dest, raw, key=t.episode_id)
-            self.m(M.forwarded, dest="eval" if dest == self.topics.world_model_eval else "train").inc()
+            self.m(
+                M.forwarded, dest="eval" if dest == self.topics.world_model_eval else "train"
+            ).inc()
         now = self.clock() if now is None else now
         traj = self.episodes.add(t, now)
         if traj is not None:
             self.on_trajectory(traj, now)
 
     def on_trajectory(self, traj: Trajectory, now: float) -> None:
-        self.m(M.trajectories, source=traj.source, outcome="truncated" if traj.truncated else "complete").inc()
+        self.m(
+            M.trajectories,
+            source=traj.source,
+            outcome="truncated" if traj.truncated else "complete",
+        ).inc()
         if traj.source == "expert":
             self.mixer.add_expert(traj)
             return
@@ -246,7 +281,9 @@ class StreamState:
         now = self.clock() if now is None else now
         n = 0
         for b in self.mixer.poll(now, allow_expert_only=not self.throttled):
-            self.out.send(self.topics.policy_batches, b, key=b.batch_id)
+            # == records.encode(b), without asdict's deep copy of every observation
+            raw = json.dumps(vars(b), ensure_ascii=False, separators=(",", ":")).encode()
+            self.out.send(self.topics.policy_batches, raw, key=b.batch_id)
             self.m(M.batches, kind=b.kind).inc()
             self.m(M.last_expert_fraction).set(b.expert_fraction)
             n += 1
@@ -288,13 +325,16 @@ class StreamState:
         self.out.send(self.topics.control, msg, key=self.worker_id)
         self.m(M.backpressure_msgs).inc()
         self.m(M.rate_factor).set(rate)
-        log.info("back-pressure: lag %d (bound %d) -> rate %.3f", lag, self.cfg.stream.lag_bound, rate)
+        log.info(
+            "back-pressure: lag %d (bound %d) -> rate %.3f", lag, self.cfg.stream.lag_bound, rate
+        )
 
     def sync_metrics(self) -> None:
         mx, m = self.mixer, self.m
         m.sync(M.dropped, mx.drops, label="reason")
         m.sync_value(M.stale_dropped, mx.drops["stale"])
         m.sync(M.groups, self.groups.stats, label="outcome")
+        m.sync(M.episodes, self.episodes.stats, label="outcome")
         m.sync(M.batch_trajectories, mx.emitted_by_source, label="source")
         m.sync_value(M.reuse_over_bound, mx.stats["reuse_over_bound"])
         closed = sum(self.groups.stats.values())
@@ -334,22 +374,26 @@ def register(app: faust.App, cfg: Config, topics: Topics, state: StreamState | N
                 msg = ev.message
                 state.on_transition(msg.topic, ev.value, msg.offset)
             state.emit()
+            await state.out.drain()
 
     @app.agent(ckpt, name=f"dynaweb-{cfg.run_id}-checkpoints")
     async def checkpoints(stream):
         async for events in stream.take_events(100, within=0.1):
             for ev in events:
                 state.on_checkpoint(ev.value)
+            await state.out.drain()
 
     @app.agent(ctrl, name=f"dynaweb-{cfg.run_id}-control")
     async def control(stream):
         async for events in stream.take_events(100, within=0.1):
             for ev in events:
                 state.on_control(ev.value)
+            await state.out.drain()
 
     @app.timer(interval=_TICK_S, name=f"dynaweb-{cfg.run_id}-tick")
     async def tick():
         state.tick()
+        await state.out.drain()
 
     state.agents = (transitions, checkpoints, control, tick)
     return state

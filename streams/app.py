@@ -44,7 +44,9 @@ def credentials(cfg: Config) -> faust.auth.Credentials | None:
     proto = kw.get("security_protocol", "PLAINTEXT").upper()
     ctx = None
     if proto in ("SSL", "SASL_SSL"):
-        ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH, cafile=kw.get("ssl_cafile") or None)
+        ctx = ssl.create_default_context(
+            purpose=ssl.Purpose.SERVER_AUTH, cafile=kw.get("ssl_cafile") or None
+        )
     if proto.startswith("SASL"):
         return faust.SASLCredentials(
             username=kw.get("sasl_plain_username"), password=kw.get("sasl_plain_password"),

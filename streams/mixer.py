@@ -47,9 +47,9 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter, OrderedDict, deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from streams.records import Trajectory, TrainingBatch
+from streams.records import TrainingBatch, Trajectory
 
 
 @dataclass
@@ -123,7 +123,10 @@ class HybridMixer:
         return True
 
     def is_stale(self, traj: Trajectory) -> bool:
-        return traj.source != "expert" and traj.policy_version < self.latest_version - self.max_staleness
+        return (
+            traj.source != "expert"
+            and traj.policy_version < self.latest_version - self.max_staleness
+        )
 
     def add_group(self, trajs: list[Trajectory], now: float) -> int:
         """Queue one group; returns how many of its trajectories were kept."""
@@ -237,7 +240,12 @@ class HybridMixer:
             self.pending.popleft()
         non_expert = [t for p in take for t in p.trajs]
         self.stats["groups_out"] += len(take)
-        bid = "m-" + hashlib.sha1("|".join(sorted(t.episode_id for t in non_expert)).encode()).hexdigest()[:24]
+        bid = (
+            "m-"
+            + hashlib.sha1("|".join(sorted(t.episode_id for t in non_expert)).encode()).hexdigest()[
+                :24
+            ]
+        )
         return self._make(bid, "mixed", non_expert, experts, now)
 
     def _try_expert_only(self, now: float) -> TrainingBatch | None:
@@ -254,7 +262,9 @@ class HybridMixer:
         self._seq += 1
         return self._make(f"e-{self.worker_id}-{self._seq}", "expert_only", [], experts, now)
 
-    def _make(self, bid: str, kind: str, non_expert: list, experts: list[_Expert], now: float) -> TrainingBatch:
+    def _make(
+        self, bid: str, kind: str, non_expert: list, experts: list[_Expert], now: float
+    ) -> TrainingBatch:
         for e in experts:
             e.uses += 1
         trajs = non_expert + [e.traj for e in experts]
@@ -273,7 +283,7 @@ class HybridMixer:
         self.last_fraction = frac
         return TrainingBatch(
             run_id=self.run_id, batch_id=bid, worker_id=self.worker_id, kind=kind,
-            trajectories=[asdict(t) for t in trajs], expert_fraction=frac,
+            trajectories=[dict(vars(t)) for t in trajs], expert_fraction=frac,
             latest_policy_version=self.latest_version,
         )  # fmt: skip
 

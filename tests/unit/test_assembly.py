@@ -133,3 +133,10 @@ def test_live_rollouts_group_by_task_and_seed():
     b = traj("b", group="")
     assert group_key(a) == group_key(b) and group_key(a).startswith("live:")
     assert group_key(traj("c", group="x")) == "x"
+
+
+def test_idle_episode_without_first_step_is_dropped():
+    a = EpisodeAssembler(idle_timeout_s=1)
+    a.add(tr("a", 2), 0)
+    a.add(tr("a", 3), 0)
+    assert a.sweep(2) == [] and a.stats["headless"] == 1

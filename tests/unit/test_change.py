@@ -20,22 +20,38 @@ def test_same():
     assert apply_change(A, "") == A
 
 
-def test_replace_keeps_id_in_shorthand():
-    b = A.replace('[2] textbox "Username"', '[2] textbox "Username" value "kiera"')
+def test_replace():
+    b = A.replace('[2] textbox "Username"', '[2] textbox "Username" value="kiera"')
     ch = diff_to_change(A, b)
-    assert ch == 'why: 1 changed, 0 added, 0 removed\nreplace [2] textbox "Username" value "kiera"'
+    assert ch == 'why: 1 changed, 0 added, 0 removed\nreplace [2] [2] textbox "Username" value="kiera"'
     assert apply_change(A, ch) == b
+
+
+def test_lines_without_id_are_addressed_by_offset():
+    a = ('text "Pick a colour"\n[1] heading "Form"\n[5] combobox value="A"\n  option "A" selected\n'
+         '  option "B"\n[6] button "Submit"\n[7] link "Help"\n[8] link "Terms"')
+    b = a.replace('value="A"', 'value="B"').replace('option "A" selected', 'option "A"').replace(
+        '  option "B"', '  option "B" selected').replace('text "Pick a colour"', 'text "Thanks"')
+    ch = diff_to_change(a, b)
+    assert 'replace [0]+1 text "Thanks"' in ch
+    assert 'replace [5] [5] combobox value="B"' in ch
+    assert 'replace [5]+1   option "A"' in ch and 'replace [5]+2   option "B" selected' in ch
+    assert apply_change(a, ch) == b
+    with pytest.raises(ChangeError):
+        apply_change(a, "remove [5]+3")  # would cross [6]
+    with pytest.raises(ChangeError):
+        apply_change(a, "remove [8]+1")  # past the end
 
 
 def test_insert_takes_next_free_id():
     b = A + '\n  [5] text "Wrong password"'
     ch = diff_to_change(A, b)
-    assert ch.endswith('insert after [4]   text "Wrong password"')
+    assert ch.endswith('insert after [4]   [+] text "Wrong password"')
     assert apply_change(A, ch) == b
     # next_id from the environment moves the free id on
     b9 = A + '\n[9] text "x"'
     ch9 = diff_to_change(A, b9, next_id=9)
-    assert ch9.endswith('insert after [4] text "x"')
+    assert ch9.endswith('insert after [4] [+] text "x"')
     assert apply_change(A, ch9, next_id=9) == b9
     assert apply_change(A, ch9) != b9  # without next_id it would be [5]
 
@@ -47,9 +63,9 @@ def test_remove_and_insert_before():
     assert "remove [2]" in ch and "remove [3]" in ch
     assert 'insert before [1] [17] text "Welcome"' in ch
     assert apply_change(a, ch) == b
-    # the short form names no id when the free id is the right one
+    # [+] when the next free id is the right one
     b2 = '[9] text "Welcome"\n' + a
-    assert 'insert before [1] text "Welcome"' in diff_to_change(a, b2)
+    assert 'insert before [1] [+] text "Welcome"' in diff_to_change(a, b2)
 
 
 def test_page_for_navigation_and_empty():
@@ -144,7 +160,8 @@ def mutate(rng: random.Random, lines: list[str], free: int) -> list[str]:
             out.insert(rng.randint(0, len(out)), f"[{free}] text \"new {free}\"")
             free += rng.choice([1, 1, 3])
         else:
-            junk = rng.choice(["", "no id line", "reward 0", "done 1", "\\esc", "page", "same"])
+            junk = rng.choice(["", "no id line", "  option \"B\"", "reward 0", "done 1", "\\esc", "page",
+                               "same", "[+] x", "text \"loose\""])
             out.insert(rng.randint(0, len(out)), junk)
     return out
 
@@ -154,8 +171,8 @@ def test_random_round_trip(seed):
     rng = random.Random(seed)
     ids = sorted(rng.sample(range(1, 40), rng.randint(0, 8)))
     a = random_tree(rng, ids)
-    if rng.random() < 0.1:
-        a.insert(rng.randint(0, len(a)), "orphan text")
+    for _ in range(rng.choice([0, 0, 1, 3])):
+        a.insert(rng.randint(0, len(a)), rng.choice(["orphan text", '  option "A" selected', ""]))
     b = mutate(rng, a, max(ids, default=0) + 1) if rng.random() < 0.8 else random_tree(rng, [50, 51])
     if rng.random() < 0.1:
         b = rng.sample(a, len(a))  # shuffled (duplicate ids possible after mutate)
@@ -171,7 +188,8 @@ def test_random_round_trip(seed):
 
 def test_random_strings_never_raise():
     rng = random.Random(0)
-    alphabet = ["remove [", "replace [", "insert after [", "page", "reward ", "done ", "1", "]", " ", "\n", "x", "why:"]
+    alphabet = ["remove [", "replace [", "insert after [", "page", "reward ", "done ", "1", "]", " ", "\n", "x",
+                "why:", "+", "[+]", "0"]
     for _ in range(300):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         change, r, d, ok, reason = parse_model_output(text, tree=A)

@@ -140,7 +140,7 @@ def test_reuse_bound_waits_then_fraction_wins():
         m.add_expert(mk("expert"))
     now = 0.0
     out = []
-    for i in range(2):  # 2 batches x 4 experts = 8 samples = 4 experts x spi 2
+    for _i in range(2):  # 2 batches x 4 experts = 8 samples = 4 experts x spi 2
         m.add_group(group(4), now)
         out += m.poll(now)
     assert len(out) == 2

@@ -1,0 +1,496 @@
+"""The collector: N browser contexts in one process, publishing real transitions.
+
+    await run_collector(cfg, publisher, topics, agent_factory, stop_event)
+
+* ``cfg.collector.contexts`` contexts run concurrently (one asyncio task and one
+  ``WebEnv`` each, all in one Chromium).
+* Episodes cycle over ``cfg.collector.tasks`` (names, ``miniwob/*``, ``experts``)
+  and the seeds ``[seed_start, seed_stop)`` (see ``_Schedule``: runs of
+  ``run_length`` episodes of one task per context; the seed offset comes from
+  the collector id, so two collectors do not walk the same seeds, unless
+  ``seed_offset`` is given).
+* Every step becomes a ``streams.records.Transition`` published with
+  ``publisher.send(topic, rec, key=episode_id)`` (``topics.expert`` when the
+  agent's ``source`` is ``"expert"``, else ``topics.real``); ``send`` is
+  asynchronous, nothing waits per step.
+* A crashed page or browser is restarted; its episode ends ``truncated``.
+* ``stats`` (``CollectorStats``) keeps plain counters for whoever exports
+  metrics; an optional ``metrics`` object gets ``on_step / on_episode /
+  on_blocked / on_restart`` calls when it has those methods.
+
+Agent protocol (``Agent``)::
+
+    agent.act(obs_list, histories) -> list[(Action, logprob | None, ntokens)]   # may be async
+    agent.policy_version: int
+    agent.world_model_version: int          # optional, default 0
+    agent.source: "expert" | "real"         # optional, default "real"
+    agent.batch_wait_s: float               # optional: >0 batches contexts that wait together
+
+``histories[i]`` is the list of ``(Observation, Action)`` pairs of context i's
+episode so far.  An agent that sets ``wants_tasks = True`` also gets
+``tasks=[task names]``.  A CPU-heavy model agent should be ``async`` and run
+its forward pass off the event loop (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+import time
+import zlib
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from collectors.browser import Browser
+from collectors.env import WebEnv
+from collectors.experts import EXPERTS, Expert
+from collectors.random_policy import RandomPolicy
+from collectors.spaces import Action, Observation
+from collectors.tasks import TaskSpec, resolve_tasks
+from streams.records import Control, Transition, new_id
+
+log = logging.getLogger(__name__)
+
+
+class Agent(Protocol):
+    policy_version: int
+
+    def act(self, obs_list: list[Observation], histories: list[list]) -> Any: ...
+
+
+# --- adapters --------------------------------------------------------------------
+
+
+class ExpertAgent:
+    """Scripted experts as an Agent (source ``expert``); picks the expert by task."""
+
+    source = "expert"
+    wants_tasks = True
+    policy_version = 0
+    world_model_version = 0
+
+    def __init__(self, experts: dict[str, Expert] | None = None):
+        self.experts = experts if experts is not None else EXPERTS
+        self._by_path = {}
+
+    def supports(self, task: str) -> bool:
+        return task in self.experts
+
+    def _task_of(self, obs: Observation) -> str | None:
+        path = (obs.url or "").split("?")[0].lstrip("/")
+        if path.endswith(".html") and path.startswith("miniwob/"):
+            return "miniwob/" + path[len("miniwob/"):-5]
+        return None
+
+    def act(self, obs_list: list[Observation], histories: list[list], tasks: list[str] | None = None) -> list:
+        out = []
+        for i, (obs, hist) in enumerate(zip(obs_list, histories)):
+            task = tasks[i] if tasks else self._task_of(obs)
+            ex = self.experts.get(task or "")
+            if ex is None:
+                raise KeyError(f"no expert for task {task!r}")
+            out.append((ex.act(obs, hist), None, 0))
+        return out
+
+
+class RandomAgent:
+    """The random policy as an Agent (source ``real``)."""
+
+    source = "real"
+    policy_version = 0
+    world_model_version = 0
+
+    def __init__(self, seed: int | None = None):
+        self.policy = RandomPolicy(seed)
+
+    def act(self, obs_list: list[Observation], histories: list[list]) -> list:
+        return [(self.policy.act(o, h), None, 0) for o, h in zip(obs_list, histories)]
+
+
+def default_agent_factory(cfg: Any) -> Agent:
+    """``collector.policy``: ``expert`` or ``random`` (``latest`` needs a model agent from the caller)."""
+    p = cfg.collector.policy
+    if p == "expert":
+        return ExpertAgent()
+    if p == "random":
+        return RandomAgent()
+    raise ValueError(f"collector.policy={p!r} needs an agent_factory that loads the policy model")
+
+
+# --- stats -----------------------------------------------------------------------
+
+
+@dataclass
+class CollectorStats:
+    collector_id: str = ""
+    steps: int = 0
+    episodes: int = 0
+    successes: int = 0
+    episodes_per_task: Counter = field(default_factory=Counter)
+    successes_per_task: Counter = field(default_factory=Counter)
+    truncated: int = 0
+    timeouts: int = 0
+    crashes: int = 0
+    browser_restarts: int = 0
+    blocked_requests: int = 0
+    action_errors: int = 0
+    reset_errors: int = 0
+    published: int = 0
+    step_latency_s: deque = field(default_factory=lambda: deque(maxlen=10_000))
+    act_latency_s: deque = field(default_factory=lambda: deque(maxlen=10_000))
+    started_at: float = field(default_factory=time.time)
+    last_step_at: float = 0.0
+
+    def success_rate(self, task: str | None = None) -> float:
+        if task is None:
+            return self.successes / self.episodes if self.episodes else 0.0
+        n = self.episodes_per_task[task]
+        return self.successes_per_task[task] / n if n else 0.0
+
+    def steps_per_s(self) -> float:
+        dt = time.time() - self.started_at
+        return self.steps / dt if dt > 0 else 0.0
+
+    def snapshot(self) -> dict:
+        lat = sorted(self.step_latency_s)
+        q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] if lat else 0.0)
+        return {
+            "collector_id": self.collector_id, "steps": self.steps, "episodes": self.episodes,
+            "successes": self.successes, "success_rate": round(self.success_rate(), 4),
+            "truncated": self.truncated, "timeouts": self.timeouts, "crashes": self.crashes,
+            "browser_restarts": self.browser_restarts, "blocked_requests": self.blocked_requests,
+            "action_errors": self.action_errors, "reset_errors": self.reset_errors,
+            "published": self.published, "steps_per_s": round(self.steps_per_s(), 2),
+            "step_latency_p50_s": round(q(0.5), 4), "step_latency_p95_s": round(q(0.95), 4),
+            "per_task": {t: {"episodes": n, "successes": self.successes_per_task[t]}
+                         for t, n in sorted(self.episodes_per_task.items())},
+        }  # fmt: skip
+
+
+def _call(metrics: Any, name: str, *args: Any) -> None:
+    fn = getattr(metrics, name, None) if metrics is not None else None
+    if fn is None:
+        return
+    try:
+        fn(*args)
+    except Exception:  # metrics never break collection
+        log.exception("metrics.%s failed", name)
+
+
+# --- acting ------------------------------------------------------------------------
+
+
+class _Acting:
+    """Calls the agent: directly, or batched over the contexts that wait together."""
+
+    def __init__(self, agent: Any, slots: int):
+        self.agent = agent
+        self.wait = float(getattr(agent, "batch_wait_s", 0.0) or 0.0)
+        self.slots = slots
+        self.wants_tasks = bool(getattr(agent, "wants_tasks", False))
+        self.pending: list = []
+        self._wake = asyncio.Event()
+        self._runner: asyncio.Task | None = None
+        self.active = slots
+
+    def versions(self) -> tuple[int, int]:
+        return int(getattr(self.agent, "policy_version", 0) or 0), int(getattr(self.agent, "world_model_version", 0) or 0)
+
+    async def _call(self, obs_list: list, hists: list, tasks: list) -> list:
+        kw = {"tasks": tasks} if self.wants_tasks else {}
+        r = self.agent.act(obs_list, hists, **kw)
+        if inspect.isawaitable(r):
+            r = await r
+        r = list(r)
+        if len(r) != len(obs_list):
+            raise RuntimeError(f"agent returned {len(r)} actions for {len(obs_list)} observations")
+        return [_norm(x) for x in r]
+
+    async def act(self, obs: Observation, hist: list, task: str) -> tuple:
+        if self.wait <= 0:
+            pv, wv = self.versions()
+            (a, lp, nt), = await self._call([obs], [hist], [task])
+            return a, lp, nt, pv, wv
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((obs, hist, task, fut))
+        self._wake.set()
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.ensure_future(self._run())
+        return await fut
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self.pending:
+                continue
+            deadline = loop.time() + self.wait
+            while len(self.pending) < self.active and loop.time() < deadline:
+                await asyncio.sleep(min(0.002, self.wait))
+            batch, self.pending = self.pending, []
+            pv, wv = self.versions()
+            try:
+                res = await self._call([b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch])
+            except Exception as e:  # noqa: BLE001 - deliver the failure to every waiter
+                for b in batch:
+                    if not b[3].done():
+                        b[3].set_exception(e)
+                continue
+            for b, (a, lp, nt) in zip(batch, res):
+                if not b[3].done():
+                    b[3].set_result((a, lp, nt, pv, wv))
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+
+
+def _norm(x: Any) -> tuple[Action, float | None, int]:
+    if isinstance(x, Action):
+        return x, None, 0
+    a, lp, nt = (tuple(x) + (None, 0))[:3]
+    return a, (None if lp is None else float(lp)), int(nt or 0)
+
+
+# --- the loop ---------------------------------------------------------------------
+
+
+def _reachable(url: str, timeout: float = 0.5) -> bool:
+    from urllib.parse import urlsplit
+
+    s = urlsplit(url)
+    try:
+        with socket.create_connection((s.hostname, s.port or 80), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class _Schedule:
+    """Which (task, seed) each context runs next.
+
+    A context runs ``run_length`` consecutive episodes of one task (so the task
+    page is reused, see ``WebEnv``), then moves to the next task; context ``i``
+    starts at task ``i``.  Seeds are counted per task across contexts:
+    ``seed_start + (offset + n) % (seed_stop - seed_start)`` for the task's n-th episode.
+    """
+
+    def __init__(self, tasks: list[TaskSpec], seed_start: int, seed_stop: int, offset: int, limit: int,
+                 run_length: int = 8):  # fmt: skip
+        self.tasks = tasks
+        self.seed_start = seed_start
+        self.span = max(1, seed_stop - seed_start)
+        self.offset = offset % self.span
+        self.limit = limit
+        self.run_length = max(1, run_length)
+        self.k = 0
+        self.per_task: Counter = Counter()
+        self.slots: dict[int, list] = {}
+
+    def next(self, slot: int = 0) -> tuple[TaskSpec, int] | None:
+        if self.limit and self.k >= self.limit:
+            return None
+        self.k += 1
+        st = self.slots.setdefault(slot, [slot % len(self.tasks), 0])
+        if st[1] >= self.run_length:
+            st[0], st[1] = (st[0] + 1) % len(self.tasks), 0
+        st[1] += 1
+        t = self.tasks[st[0]]
+        n = self.per_task[t.name]
+        self.per_task[t.name] += 1
+        return t, self.seed_start + (self.offset + n) % self.span
+
+
+async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Callable | None, stop_event: asyncio.Event,
+                        metrics: Any = None, collector_id: str | None = None, *, base_url: str | None = None,
+                        stats: CollectorStats | None = None, seed_offset: int | None = None,
+                        browser: Browser | None = None, reload_each_episode: bool = False,
+                        run_length: int = 8) -> CollectorStats:  # fmt: skip
+    """Run until ``stop_event`` is set (or ``collector.max_episodes`` episodes); returns the stats.
+
+    ``publisher`` may be ``None`` (a dry run: nothing is published).  ``base_url``
+    defaults to the configured task server (``stack.bind``/``stack.taskserver_port``);
+    when that is not reachable an in-process task server is started.
+    """
+    cc = cfg.collector
+    collector_id = collector_id or f"collector-{socket.gethostname()}-{new_id()[:6]}"
+    stats = stats if stats is not None else CollectorStats()
+    stats.collector_id = collector_id
+    factory = agent_factory or default_agent_factory
+    agent = factory(cfg) if _arity(factory) else factory()
+    source = "expert" if getattr(agent, "source", "real") == "expert" else "real"
+    topic = topics.expert if source == "expert" else topics.real
+    tasks = resolve_tasks(list(cc.tasks))
+    if isinstance(agent, ExpertAgent):
+        missing = [t.name for t in tasks if not agent.supports(t.name)]
+        if missing:
+            log.warning("no expert for %s: left out of this expert collector", ", ".join(missing))
+        tasks = [t for t in tasks if agent.supports(t.name)]
+    if not tasks:
+        raise ValueError("no tasks to collect on (collector.tasks is empty or has no experts)")
+    offset = seed_offset if seed_offset is not None else zlib.crc32(collector_id.encode())
+    schedule = _Schedule(tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length)
+
+    server = None
+    if base_url is None:
+        url = f"http://{cfg.stack.bind}:{cfg.stack.taskserver_port}/"
+        if _reachable(url):
+            base_url = url
+        else:
+            from infra.taskserver import serve
+
+            server, _, base_url = serve(cfg.stack.bind, 0)
+            log.info("task server not running at %s; started one at %s", url, base_url)
+
+    def on_block(kind: str, url: str) -> None:
+        stats.blocked_requests += 1
+        _call(metrics, "on_blocked", kind)
+
+    own_browser = browser is None
+    if browser is None:
+        browser = Browser(headless=bool(cc.headless), allowed_origins=[base_url], on_block=on_block)
+        await browser.start()
+    else:
+        browser.on_block = browser.on_block or on_block
+    acting = _Acting(agent, int(cc.contexts))
+    run_id = cfg.run_id
+
+    def publish(rec: Any, key: str) -> None:
+        if publisher is None:
+            return
+        publisher.send(topic, rec, key=key)
+        stats.published += 1
+
+    async def slot(i: int) -> None:
+        env = WebEnv(browser, base_url, cc, reload_each_episode=reload_each_episode)
+        failures = 0
+        try:
+            await env.open()
+            while not stop_event.is_set():
+                job = schedule.next(i)
+                if job is None:
+                    return
+                spec, seed = job
+                try:
+                    obs, _info = await env.reset(spec, seed)
+                    failures = 0
+                except Exception as e:  # noqa: BLE001 - one bad page must not stop the collector
+                    stats.reset_errors += 1
+                    failures += 1
+                    log.warning("[%s/%d] reset %s seed %s failed: %s", collector_id, i, spec.name, seed, e)
+                    if failures >= 5:
+                        raise
+                    await _restart(env)
+                    continue
+                episode_id = new_id()
+                history: list = []
+                step = 0
+                reward, term, trunc = 0.0, False, False
+                while not stop_event.is_set():
+                    t_act = time.perf_counter()
+                    action, logp, ntok, pv, wv = await acting.act(obs, history, spec.name)
+                    stats.act_latency_s.append(time.perf_counter() - t_act)
+                    t0 = time.perf_counter()
+                    nobs, reward, term, trunc, info = await env.step(action)
+                    dt = time.perf_counter() - t0
+                    stats.step_latency_s.append(dt)
+                    stats.steps += 1
+                    stats.last_step_at = time.time()
+                    if info.get("error"):
+                        stats.action_errors += 1
+                    rec = Transition(
+                        run_id=run_id, episode_id=episode_id, step=step, task=spec.name, seed=int(seed),
+                        source=source, policy_version=pv, world_model_version=wv, obs=obs.to_dict(),
+                        action=action.to_text(), next_obs=nobs.to_dict(), reward=float(reward), done=bool(term),
+                        truncated=bool(trunc), producer_id=collector_id, behaviour_logprob=logp,
+                        action_tokens=int(ntok),
+                        info={k: info[k] for k in ("reason", "error", "timeout", "crashed", "max_steps", "stopped")
+                              if info.get(k)},
+                    )  # fmt: skip
+                    publish(rec, episode_id)
+                    _call(metrics, "on_step", spec.name, dt, source)
+                    history.append((obs, action))
+                    obs = nobs
+                    step += 1
+                    if term or trunc:
+                        break
+                if not (term or trunc):
+                    return  # stopped mid-episode: the stream side times it out
+                stats.episodes += 1
+                stats.episodes_per_task[spec.name] += 1
+                ok = term and reward > 0
+                if ok:
+                    stats.successes += 1
+                    stats.successes_per_task[spec.name] += 1
+                if trunc:
+                    stats.truncated += 1
+                if info.get("timeout"):
+                    stats.timeouts += 1
+                _call(metrics, "on_episode", spec.name, bool(ok), float(reward), step, bool(trunc))
+                if info.get("crashed") or env.crashed:
+                    stats.crashes += 1
+                    await _restart(env)
+        finally:
+            await env.close()
+
+    async def _restart(env: WebEnv) -> None:
+        launches = browser.launches
+        try:
+            await env.restart()
+        except Exception as e:  # noqa: BLE001
+            log.error("restarting the browser context failed: %s; relaunching Chromium", e)
+            await browser.restart()
+            await env.open()
+        if browser.launches != launches:
+            stats.browser_restarts += 1
+            _call(metrics, "on_restart")
+
+    async def heartbeat() -> None:
+        key = getattr(topics, "collectors", None) if topics is not None else None
+        period = float(getattr(cc, "heartbeat_s", 2.0) or 2.0)
+        while not stop_event.is_set():
+            if publisher is not None and key:
+                info = stats.snapshot()
+                info.pop("per_task", None)
+                info.update(tasks=[t.name for t in tasks], contexts=int(cc.contexts), source=source)
+                try:
+                    publisher.send(key, Control(run_id=run_id, kind="heartbeat", sender=collector_id,
+                                                value=float(stats.steps), info=info), key=collector_id)  # fmt: skip
+                except Exception as e:  # noqa: BLE001
+                    log.warning("heartbeat failed: %s", e)
+            try:
+                await asyncio.wait_for(stop_event.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+
+    hb = asyncio.ensure_future(heartbeat())
+    try:
+        slots = [asyncio.ensure_future(slot(i)) for i in range(int(cc.contexts))]
+        try:
+            await asyncio.gather(*slots)
+        finally:
+            for s in slots:
+                s.cancel()
+    finally:
+        hb.cancel()
+        acting.close()
+        if own_browser:
+            await browser.close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    return stats
+
+
+def _arity(fn: Callable) -> int:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 0
+    return sum(1 for p in sig.parameters.values()
+               if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))  # fmt: skip

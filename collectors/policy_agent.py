@@ -1,0 +1,100 @@
+"""The ``latest`` collector policy: the newest policy checkpoint, hot-reloaded.
+
+A background thread watches the checkpoint topic; on an announcement the agent
+re-reads ``LATEST`` in S3 (verifying sha256) and swaps the model between two
+``act`` calls, never in the middle of one.  The trainer publishes version 0
+before its first step, so ``act`` only waits at the very start of a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from kafka import TopicPartition
+
+from collectors.spaces import Observation
+from infra.config import Config
+from infra.s3 import make_client
+from models.checkpoint import CheckpointStore
+from models.dreamer import ModelSlot
+from streams import records
+from streams.kafka import make_consumer
+
+log = logging.getLogger(__name__)
+
+
+class LatestPolicyAgent:
+    def __init__(self, cfg: Config, stop: threading.Event | None = None):
+        self.cfg = cfg
+        self.stop = stop or threading.Event()
+        store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+        self.work = Path(tempfile.mkdtemp(prefix="dynaweb-collector-policy-"))
+        self.slot = ModelSlot(store, "policy", self.work, cfg.run_id)
+        self._dirty = threading.Event()
+        self._dirty.set()
+        self._runner: Any = None
+        self._lock = threading.Lock()
+        self._watcher = threading.Thread(target=self._watch, name="checkpoint-watch", daemon=True)
+        self._watcher.start()
+
+    @property
+    def policy_version(self) -> int:
+        return -1 if self.slot.version is None else int(self.slot.version)
+
+    world_model_version = 0
+
+    def _watch(self) -> None:
+        from streams.topics import Topics
+
+        topic = Topics(self.cfg.run_id, self.cfg.kafka.partitions).checkpoints
+        consumer = make_consumer(self.cfg.kafka)
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.seek_to_beginning()
+            while not self.stop.is_set():
+                for msgs in consumer.poll(timeout_ms=1000).values():
+                    for m in msgs:
+                        try:
+                            rec = records.decode(m.value, expect="checkpoint")
+                        except records.RecordError:
+                            continue
+                        if rec.kind == "policy":
+                            self._dirty.set()
+        finally:
+            consumer.close()
+
+    def _refresh(self) -> None:
+        if not self._dirty.is_set() and self._runner is not None:
+            return
+        self._dirty.clear()
+        with self._lock:
+            if self.slot.refresh() or self._runner is None and self.slot.model is not None:
+                from models.policy import PolicyRunner
+
+                self._runner = PolicyRunner(self.slot.model, self.slot.tokenizer, self.cfg.model)
+                self._runner.policy_version = self.slot.version
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = threading.Event()
+        waited = 0.0
+        while self._runner is None and not self.stop.is_set():
+            self._dirty.set()
+            self._refresh()
+            if self._runner is None:
+                deadline.wait(1.0)
+                waited += 1.0
+                if waited >= timeout:
+                    raise TimeoutError(
+                        f"no policy checkpoint for run {self.cfg.run_id!r} after {timeout:.0f}s; "
+                        "is the trainer running (`dynaweb train`)?"
+                    )
+
+    def act(self, observations: list[Observation], histories: list[list[str]]) -> list[tuple]:
+        self._refresh()
+        if self._runner is None:
+            self.wait_ready()
+        return self._runner.act(observations, histories, temperature=self.cfg.dream.temperature)

@@ -1,0 +1,126 @@
+"""``dynaweb collect``: a collector process that can join a running system.
+
+It creates the run's topics if needed (idempotent), announces itself on the
+collectors topic, registers its metrics endpoint for Prometheus discovery and
+runs ``collectors.collector.run_collector`` until SIGTERM/Ctrl-C or
+``collector.max_episodes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+import torch
+
+from collectors import metrics as M
+from infra.config import Config
+from infra.metrics import MetricsEndpoint
+from streams import records
+from streams.kafka import Publisher, ensure_topics, make_producer
+
+log = logging.getLogger(__name__)
+
+
+class PromMetrics:
+    """Receives the collector's callbacks and exports them (``collectors.metrics``)."""
+
+    def __init__(self, run: str, collector: str, policy: str):
+        self.run, self.collector, self.policy = run, collector, policy
+        self.recent: dict[str, deque] = defaultdict(lambda: deque(maxlen=50))
+        self.agent: Any = None
+
+    def on_step(self, task: str, latency_s: float, source: str) -> None:
+        M.STEPS.labels(self.run, self.collector, self.policy, task).inc()
+        M.STEP_LATENCY.labels(self.run, self.collector, self.policy).observe(latency_s)
+        if self.agent is not None:
+            M.POLICY_VERSION.labels(self.run, self.collector).set(getattr(self.agent, "policy_version", 0))
+
+    def on_episode(self, task: str, ok: bool, reward: float, steps: int, truncated: bool) -> None:
+        outcome = "success" if ok else ("truncated" if truncated else "failure")
+        M.EPISODES.labels(self.run, self.collector, self.policy, task, outcome).inc()
+        self.recent[task].append(1.0 if ok else 0.0)
+        r = self.recent[task]
+        M.SUCCESS_RATE.labels(self.run, self.collector, self.policy, task).set(sum(r) / len(r))
+
+    def on_blocked(self, kind: str) -> None:
+        M.BLOCKED.labels(self.run, self.collector).inc()
+
+    def on_restart(self) -> None:
+        M.RESTARTS.labels(self.run, self.collector).inc()
+
+
+class LatestAgentAdapter:
+    """Collector Agent protocol over ``LatestPolicyAgent`` (model calls off the event loop)."""
+
+    source = "real"
+
+    def __init__(self, cfg: Config):
+        from collectors.policy_agent import LatestPolicyAgent
+
+        self.inner = LatestPolicyAgent(cfg)
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    world_model_version = 0
+
+    async def act(self, obs_list: list, histories: list[list]) -> list:
+        texts = [[a.to_text() for _, a in h] for h in histories]
+        return await asyncio.to_thread(self.inner.act, obs_list, texts)
+
+
+def agent_factory(cfg: Config) -> Any:
+    from collectors.collector import default_agent_factory
+
+    if cfg.collector.policy == "latest":
+        return LatestAgentAdapter(cfg)
+    return default_agent_factory(cfg)
+
+
+def main_collect(cfg: Config, collector_id: str) -> int:
+    from collectors.collector import run_collector
+
+    torch.set_num_threads(cfg.threads)
+    topics = ensure_topics(cfg)
+    pub = Publisher(make_producer(cfg.kafka), on_error=lambda e: M.PUBLISH_ERRORS.labels(cfg.run_id, collector_id).inc())
+    MetricsEndpoint(cfg, "collector", collector_id)
+    pm = PromMetrics(cfg.run_id, collector_id, cfg.collector.policy)
+    pub.send(topics.collectors, records.Control(cfg.run_id, "announce", collector_id, info={
+        "tasks": list(cfg.collector.tasks), "policy": cfg.collector.policy, "contexts": cfg.collector.contexts}),
+        key=collector_id)  # fmt: skip
+
+    def make_agent(c: Config) -> Any:
+        pm.agent = agent_factory(c)
+        return pm.agent
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        beat = threading.Event()
+
+        def heartbeat() -> None:
+            while not beat.wait(cfg.collector.heartbeat_s):
+                M.HEARTBEAT.labels(cfg.run_id, collector_id).set(time.time())
+
+        threading.Thread(target=heartbeat, daemon=True).start()
+        try:
+            stats = await run_collector(cfg, pub, topics, make_agent, stop, metrics=pm, collector_id=collector_id)
+            log.info("collector %s done: %s", collector_id, stats.snapshot())
+        finally:
+            beat.set()
+
+    try:
+        asyncio.run(main())
+    finally:
+        pub.close()
+    pub.check()
+    return 0

@@ -1,0 +1,112 @@
+import torch
+
+from collectors.spaces import Action, Observation
+from infra.config import DreamConfig, ModelConfig, TrainerConfig
+from models.change import apply_change
+from models.dream_env import DreamEnv, dream_rollouts
+from models.policy import PolicyRunner, make_policy
+from models.world_model import (
+    Prediction,
+    WorldModelRunner,
+    balanced_accuracy,
+    change_target,
+    fidelity,
+    load_world_model,
+    make_world_model,
+)
+from models.learner import world_model_batch_loss
+from streams.records import Transition
+
+CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
+A = Observation('Enter "Kiera" and press Submit.', "u", '[1] textbox "Name"\n[2] button "Submit"', next_id=3)
+A2 = Observation("Click OK.", "u", '[4] button "OK"\n[5] link "Help"', next_id=6)
+B = Observation(A.instruction, "u", '[1] textbox "Name" value "Kiera"\n[2] button "Submit"', next_id=3)
+B2 = Observation(A2.instruction, "u", '[6] heading "Done"', next_id=7)
+
+
+def _tr(obs, act, nxt, reward, done, i=0):
+    return Transition(run_id="r", episode_id=f"e{i}", step=0, task="t", seed=0, source="real",
+                      policy_version=0, world_model_version=0, obs=obs.to_dict(), action=act,
+                      next_obs=nxt.to_dict(), reward=reward, done=done)  # fmt: skip
+
+
+class FakeEmbedder:
+    dim = 384
+
+    def embed(self, texts):
+        return torch.stack([torch.randn(384, generator=torch.Generator().manual_seed(hash(t) % 2**31)) for t in texts])
+
+
+def test_change_target_format():
+    t = change_target(A, B, 0.0, False)
+    assert t == 'why: 1 changed, 0 added, 0 removed\nreplace [1] [1] textbox "Name" value "Kiera"\nreward 0\ndone 0'
+    assert apply_change(A.tree, t, next_id=A.next_id) == B.tree
+    t2 = change_target(A2, B2, 1.0, True)
+    assert t2.endswith("reward 1\ndone 1") and apply_change(A2.tree, t2, next_id=A2.next_id) == B2.tree
+
+
+def test_untrained_predict_is_safe_and_batched():
+    model, tok = make_world_model(CFG)
+    r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=24))
+    preds = r.predict([A, A2], [Action.type(1, "Kiera"), "click(4)"])
+    assert len(preds) == 2 and all(isinstance(p, Prediction) for p in preds)
+    for p, o in zip(preds, [A, A2], strict=True):
+        if not p.ok:
+            assert p.next_obs.tree == o.tree and p.reward == 0.0 and not p.done and p.reason
+    single = r.predict([A2], ["click(4)"])[0]
+    assert single.text == preds[1].text  # left padding does not change the result
+
+
+def test_overfit_two_transitions_then_exact_match(tmp_path):
+    torch.manual_seed(0)
+    model, tok = make_world_model(CFG)
+    batch = [_tr(A, 'type(1, "Kiera")', B, 0.0, False, 0), _tr(A2, "click(4)", B2, 1.0, True, 1)]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    tc = TrainerConfig(infonce_weight=0.1)
+    for _ in range(120):
+        opt.zero_grad()
+        loss, m = world_model_batch_loss(model, tok, batch, tc, embedder=FakeEmbedder())
+        loss.backward()
+        opt.step()
+    assert m["lm_loss"] < 0.05 and m["infonce"] > 0 and model.page_head.weight.grad is not None
+    r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=100))
+    preds = r.predict([A, A2], ['type(1, "Kiera")', "click(4)"])
+    assert all(p.ok for p in preds), [p.reason for p in preds]
+    f = fidelity(preds, [B, B2.to_dict()], [0.0, 1.0], [False, True])
+    assert f["exact_match"] == 1.0 and f["change_f1"] == 1.0 and f["reward_bal_acc"] == 1.0
+    assert f["done_bal_acc"] == 1.0 and f["baseline_exact_match"] == 0.0 and f["baseline_done_bal_acc"] == 0.5
+    assert preds[0].next_obs.focused == 1 and preds[1].next_obs.next_id == 7
+    # save / load keeps the world model and its page head
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    m2, t2 = load_world_model(str(tmp_path))
+    assert torch.equal(m2.page_head.weight, model.page_head.weight)
+    assert WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=100)).predict([A], ['type(1, "Kiera")'])[0].next_obs.tree == B.tree
+
+    # dreams with the trained world model
+    env = DreamEnv(r, max_steps=2)
+    obs, info = env.reset(A2, "t", 0)
+    assert obs is A2 and info["dream"]
+    obs, rew, term, trunc, info = env.step("click(4)")
+    assert obs.tree == B2.tree and rew == 1.0 and term and not trunc and info["ok"]
+
+    pol, ptok = make_policy(CFG)
+    pr = PolicyRunner(pol, ptok, CFG, seed=0)
+    ros = dream_rollouts(pr, r, [A, A2], group_size=3, horizon=2)
+    assert len(ros) == 6 and len({ro.group_id for ro in ros}) == 2
+    assert {ro.group_id for ro in ros[:3]} == {ros[0].group_id}
+    for ro in ros:
+        assert 1 <= len(ro) <= 2 and ro.steps is ro
+        for k, st in enumerate(ro):
+            assert set(st) >= {"obs", "action", "next_obs", "reward", "done", "behaviour_logprob", "ntokens"}
+            assert st["behaviour_logprob"] < 0 and st["ntokens"] > 1
+            assert k == len(ro) - 1 or not st["done"]
+        assert ro.reward == ro[-1]["reward"]
+
+
+def test_balanced_accuracy_and_fidelity_baseline():
+    assert balanced_accuracy([True, False, False, False], [True, False, False, True]) == 0.75
+    assert balanced_accuracy([], []) == 1.0
+    same = Prediction(A, 0.0, False, True, "", "why: nothing changes\nsame", A.tree)
+    f = fidelity([same], [A], [0.0], [False])
+    assert f["exact_match"] == 1.0 == f["baseline_exact_match"] and f["ok_rate"] == 1.0
