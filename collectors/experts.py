@@ -602,15 +602,17 @@ def find_word(instr, nodes, obs, history):
 
 def copy_paste(instr, nodes, obs, history):
     boxes = find(nodes, role="textbox")
-    if len(boxes) < 2:
+    areas = [b for b in boxes if b.has("multiline")]
+    targets = [b for b in boxes if not b.has("multiline")]
+    if not areas or not targets:
         return None
     k = ordinal(instr) or 1
-    filled = [b for b in boxes if b.value]
-    target = boxes[-1]
-    src = boxes[k - 1] if "copy-paste-2" in (obs.url or "") or ordinal(instr) else boxes[0]
-    if src is target:
+    if k > len(areas):
         return None
-    return _fill_then(nodes, [(target, src.value)], _submit(nodes)) if filled else None
+    src = areas[k - 1]
+    if not src.value:
+        return None
+    return _fill_then(nodes, [(targets[0], src.value)], _submit(nodes))
 
 
 def text_transform(instr, nodes, obs, history):
@@ -849,37 +851,32 @@ def email_inbox(instr, nodes, obs, history):
     if fields is None:
         return None
     task, by = fields.get("task"), fields.get("by")
-    # inside an open email?
-    reply_box = first(nodes, role="textbox", pred=lambda n: not n.has("type"))
     send = first(nodes, role="generic", pred=lambda n: n.props.get("id") in ("send-reply", "send-forward"))
-    if task == "reply" and send is not None and send.props.get("id") == "send-reply":
-        body = [b for b in find(nodes, role="textbox") if b.props.get("type") is None]
-        if body and body[-1].value != fields["message"]:
-            return Action.type(body[-1].id, fields["message"])
+    if send is not None:  # the reply / forward form is open
+        if send.props.get("id") == "send-reply":
+            body = [b for b in find(nodes, role="textbox") if b.has("multiline")] or find(nodes, role="textbox")
+            if body and body[-1].value != fields.get("message", ""):
+                return Action.type(body[-1].id, fields.get("message", ""))
+        else:
+            to = first(nodes, role="textbox", pred=lambda n: not n.has("multiline"))
+            if to is not None and to.value != fields.get("to", ""):
+                return Action.type(to.id, fields.get("to", ""))
         return Action.click(send.id)
-    if task == "forward" and send is not None and send.props.get("id") == "send-forward":
-        to = first(nodes, role="textbox")
-        if to is not None and to.value != fields["to"]:
-            return Action.type(to.id, fields["to"])
-        return Action.click(send.id)
-    _ = reply_box
-    opened = first(nodes, role="generic", pred=lambda n: "email-reply" in n.classes or "email-forward" in n.classes)
-    if opened is not None:
+    reply = first(nodes, role=CLICKABLE_TEXT, name="Reply", pred=lambda n: n.has("clickable"))
+    if reply is not None:  # one email is open
         if task == "reply":
-            r = first(nodes, role="generic", pred=lambda n: "email-reply" in n.classes)
-            return Action.click(r.id)
+            return Action.click(reply.id)
         if task == "forward":
-            f = first(nodes, role="generic", pred=lambda n: "email-forward" in n.classes)
-            return Action.click(f.id)
-        if task in ("star", "delete"):
-            cls = "star" if task == "star" else "trash"
-            b = first(nodes, role="generic", pred=lambda n: cls in n.classes)
-            return Action.click(b.id) if b else None
+            fw = first(nodes, role=CLICKABLE_TEXT, name="Forward", pred=lambda n: n.has("clickable"))
+            return Action.click(fw.id) if fw else None
+        cls = "star" if task == "star" else "trash"
+        b = first(nodes, role="generic", pred=lambda n: cls in n.classes)
+        return Action.click(b.id) if b else None
     # the inbox list: find the sender's thread
     for th in find(nodes, role="generic", pred=lambda n: "email-thread" in n.classes):
         kids = [nodes[i] for i in th.children]
         txt = next((k for k in kids if k.role == "text"), None)
-        if txt is None or not txt.name.startswith(by + " "):
+        if txt is None or not (txt.name == by or txt.name.startswith(by + " ")):
             continue
         if task in ("star", "delete"):
             cls = "star" if task == "star" else "trash"

@@ -30,17 +30,20 @@ Text form (one line per shown node, two spaces per nesting level)::
     ``"..."`` strings are JSON string literals (as in action text).  States:
     ``checked``, ``selected``, ``expanded``/``collapsed``, ``disabled``,
     ``clickable`` (a generic node with a click handler or a pointer cursor),
-    ``value="..."``, ``type="password"`` (non-text inputs).  Lines without an
+    ``value="..."``, ``type="password"`` (non-text inputs), ``multiline`` (a
+    textarea); a nameless ``generic`` node (an icon) shows its DOM ``id=`` and
+    ``class=`` as the only hint of what it is.  Lines without an
     id are plain text or ``<select>`` options (use ``select(id, "B")``).
 
 Truncation (``truncate_lines``), for a budget in tokens (default: UTF-8 bytes,
 the byte-level tokenizer's count) of the tree text:
     0. every string (name or value) is first capped at ``MAX_STRING`` (160) bytes;
-    1. if still too long, drop *non-actionable* leaf lines (text, headings,
-       cells ... without an action), last line first;
-    2. then shorten the strings of the remaining lines to 64, 32 and finally
-       16 bytes (a cut string ends with ``…``);
-    3. then drop lines from the end and close with ``... (N more lines)``.
+    1. if too long, strings of *non-actionable* lines (text, headings, cells ...)
+       are shortened to ``TEXT_STRING`` (48) bytes;
+    2. then non-actionable leaf lines are dropped, last line first;
+    3. then the strings of the remaining lines are shortened to 64, 32 and
+       finally 16 bytes (a cut string ends with ``…``);
+    4. then lines are dropped from the end and ``... (N more lines)`` closes the tree.
     Actionable lines (those the action space can act on) are therefore the
     last to go, and a container is never dropped before its children.
 """
@@ -56,6 +59,7 @@ from collectors.spaces import Observation
 
 ATTR = "data-dw-id"
 MAX_STRING = 160
+TEXT_STRING = 48
 DEFAULT_BUDGET = 512
 
 # Roles the action space can act on directly
@@ -80,7 +84,9 @@ class Line:
     props: list = field(default_factory=list)  # [(key, value|None)]
     actionable: bool = False
 
-    def text(self, limit: int | None = None) -> str:
+    def text(self, limit: int | None = None, text_limit: int | None = None) -> str:
+        if text_limit is not None and not self.actionable:
+            limit = text_limit if limit is None else min(limit, text_limit)
         parts = ["  " * self.depth]
         if self.id is not None:
             parts.append(f"[{self.id}] ")
@@ -112,8 +118,8 @@ def byte_len(s: str) -> int:
     return len(s.encode())
 
 
-def render_lines(lines: list[Line], limit: int | None = MAX_STRING) -> str:
-    return "\n".join(ln.text(limit) for ln in lines)
+def render_lines(lines: list[Line], limit: int | None = MAX_STRING, text_limit: int | None = None) -> str:
+    return "\n".join(ln.text(limit, text_limit) for ln in lines)
 
 
 def truncate_lines(lines: list[Line], budget: int | None = DEFAULT_BUDGET,
@@ -124,14 +130,19 @@ def truncate_lines(lines: list[Line], budget: int | None = DEFAULT_BUDGET,
     (byte cap used in step 2, or None), ``dropped_tail`` (lines cut in step 3),
     ``truncated`` (bool).
     """
-    info = {"dropped_text": 0, "shortened_to": None, "dropped_tail": 0, "truncated": False}
+    info = {"shortened_text": False, "dropped_text": 0, "shortened_to": None, "dropped_tail": 0, "truncated": False}
     text = render_lines(lines, MAX_STRING)
     if budget is None or measure(text) <= budget:
         return text, info
     info["truncated"] = True
+    # 1. shorten the strings of non-actionable lines
+    info["shortened_text"] = True
+    text = render_lines(lines, MAX_STRING, TEXT_STRING)
+    if measure(text) <= budget:
+        return text, info
     lines = list(lines)
-    # 1. drop non-actionable leaves, last first (re-scan: dropping a leaf can expose its parent)
-    sizes = [measure(ln.text(MAX_STRING)) + 1 for ln in lines]
+    # 2. drop non-actionable leaves, last first (re-scan: dropping a leaf can expose its parent)
+    sizes = [measure(ln.text(MAX_STRING, TEXT_STRING)) + 1 for ln in lines]
     total = sum(sizes) - 1
     changed = True
     while total > budget and changed:
@@ -149,16 +160,16 @@ def truncate_lines(lines: list[Line], budget: int | None = DEFAULT_BUDGET,
             changed = True
             if total <= budget:
                 break
-    text = render_lines(lines, MAX_STRING)
+    text = render_lines(lines, MAX_STRING, TEXT_STRING)
     if measure(text) <= budget:
         return text, info
-    # 2. shorten strings
+    # 3. shorten every string
     for limit in (64, 32, 16):
         info["shortened_to"] = limit
-        text = render_lines(lines, limit)
+        text = render_lines(lines, limit, TEXT_STRING)
         if measure(text) <= budget:
             return text, info
-    # 3. cut the tail, with a marker that says how much is missing
+    # 4. cut the tail, with a marker that says how much is missing
     rendered = [ln.text(16) for ln in lines]
     n = len(rendered)
     while n > 0:
@@ -354,6 +365,11 @@ OBSERVE_JS = r"""
         while (i < kids.length && kids[i].role === 'text' && !kids[i].el && !kids[i].kids.length) { parts.push(kids[i].name); i++; }
         if (parts.length) { name = norm(parts.join(' ')); kids = kids.slice(i); }
       }
+    }
+    if (!name && (click || tabbable) && (role === 'generic' || role === 'listitem') && kids.length) {
+      // a clickable item (an email row, a menu entry) is named by its own loose/plain text lines
+      const own = kids.filter(k => k.role === 'text' && !k.act && !k.kids.length);
+      if (own.length && own.length < kids.length) { name = norm(own.map(k => k.name).join(' ')); kids = kids.filter(k => own.indexOf(k) < 0); }
     }
     if (!name && (role === 'button' || role === 'link')) name = norm(el.getAttribute('aria-label') || el.getAttribute('title') || el.value || '');
     if (!name && !kids.length && !INTERACTIVE[role] && !click && !tabbable && role !== 'img' && role !== 'canvas' && role !== 'svg' && role !== 'generic') return [];

@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    for noisy in ("kafka", "aiokafka", "urllib3", "faust.transport"):  # client chatter, not our events
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     cfg = resolve(args)
     from infra import commands
 

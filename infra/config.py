@@ -97,6 +97,8 @@ class StreamConfig:
     cold_start_batch_s: float = _f(2.0, "At cold start, emit an expert-only batch at most this often (s).")
     lag_bound: int = _f(64, "Training-batch lag above which dream generators are told to slow down.")
     worker_id: str = _f("", "Stream-worker id (default: host-pid).")
+    reuse_wait_s: float = _f(5.0, "Wait this long for fresh experts before exceeding samples_per_insert.")
+    dedupe_capacity: int = _f(200_000, "Remembered (episode, step) keys for dedupe.")
 
 
 @dataclass

@@ -37,7 +37,7 @@ from models.tokenizer import build_tokenizer, load_tokenizer, pad_id
 TYPEABLE = ("textbox", "searchbox", "textarea", "input", "combobox", "spinbutton", "searchfield")
 SELECTABLE = ("combobox", "listbox", "select", "menulist")
 MAX_CANDIDATES = 128
-MAX_TEXTS = 6
+MAX_TEXTS = 8
 _LINE = re.compile(r"^(\s*)\[(\d+)\]\s*(\S*)\s*(.*)$")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
@@ -121,10 +121,15 @@ def instruction_texts(instruction: str, limit: int = MAX_TEXTS) -> list[str]:
         words = m.group(1).split()
         stop = next((i for i, w in enumerate(words)
                      if w.lower() in ("in", "into", "on", "to", "and", "then", "as")), len(words))  # fmt: skip
-        if words[:1]:
-            found.append(words[0])
+        if not words or words[0].lower() in ("the", "a", "an", "your", "it", "this"):
+            continue
+        found.append(words[0])
         if 1 < stop <= 4:
             found.append(" ".join(words[:stop]))
+    # "from: Cincinnati, OH to: LEX on 10/16/2016." -> "Cincinnati, OH", "LEX"; dates/numbers
+    for m in re.finditer(r"\b\w+:\s*([^:\"]+?)(?=\s+\w+:|\s+on\s|[.;!?]\s*$|$)", instruction):
+        found.append(m.group(1).strip().rstrip(".,"))
+    found += re.findall(r"\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b", instruction)
     out: list[str] = []
     for t in found:
         t = t.strip()

@@ -87,6 +87,10 @@ class Trainer:
         self.batches_consumed = 0
         self.last_ckpt_time = time.time()
         self.embedder = None
+        if cfg.trainer.infonce_weight > 0:
+            from models.embedder import default_embedder
+
+            self.embedder = default_embedder()
 
     # --- setup and resume -------------------------------------------------------
     def setup(self) -> None:
@@ -250,9 +254,9 @@ class Trainer:
         for t in batch:
             M.TRAINER_SAMPLES.labels(self.run, "world_model", t.source).inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "world_model").set(gn)
-        for k, v in stats.items():
-            if k.startswith("loss"):
-                M.TRAINER_LOSS.labels(self.run, "world_model", k.removeprefix("loss_") or "total").set(float(v))
+        for k in ("lm_loss", "infonce"):
+            if k in stats:
+                M.TRAINER_LOSS.labels(self.run, "world_model", k.removesuffix("_loss")).set(float(stats[k]))
         M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
         M.TRAINER_PHASE.labels(self.run, "world_model_step").observe(time.time() - t0)
 
@@ -317,19 +321,20 @@ class Trainer:
 
 
 def _export_stats(run: str, stats: dict) -> None:
+    """Map ``models.learner.policy_batch_loss`` stats onto the declared trainer metrics."""
     for k, v in stats.items():
-        if not isinstance(v, int | float):
+        if not isinstance(v, int | float) or isinstance(v, bool):
             continue
         if k.startswith("ratio_"):
             M.TRAINER_RATIO.labels(run, k.removeprefix("ratio_")).set(v)
-        elif k == "clip_fraction":
+        elif k == "clip_frac":
             M.TRAINER_CLIP_FRAC.labels(run).set(v)
         elif k == "kl":
             M.TRAINER_KL.labels(run).set(v)
-        elif k == "nonzero_advantage_share":
+        elif k == "nonzero_adv_share":
             M.TRAINER_NONZERO_ADV.labels(run).set(v)
-        elif k.startswith("loss_"):
-            M.TRAINER_LOSS.labels(run, "policy", k.removeprefix("loss_")).set(v)
+        elif k.endswith("_loss"):
+            M.TRAINER_LOSS.labels(run, "policy", k.removesuffix("_loss")).set(v)
 
 
 def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:

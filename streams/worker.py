@@ -20,7 +20,6 @@ import logging
 import sys
 
 import faust
-from prometheus_client import start_http_server
 
 from infra.config import Config, load_config
 from streams import kafka as sk
@@ -31,10 +30,12 @@ log = logging.getLogger("dynaweb.stream_worker")
 
 
 def start_metrics(cfg: Config) -> int:
-    server, _thread = start_http_server(cfg.metrics_port, addr="127.0.0.1")
-    port = server.server_address[1]
-    (datadir(cfg) / "metrics_port").write_text(str(port))
-    return port
+    """Serve metrics on 127.0.0.1 and register them for Prometheus file discovery."""
+    from infra.metrics import MetricsEndpoint
+
+    ep = MetricsEndpoint(cfg, "stream-worker", worker_id(cfg))
+    (datadir(cfg) / "metrics_port").write_text(str(ep.port))
+    return ep.port
 
 
 def check_codecs() -> None:

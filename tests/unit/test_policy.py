@@ -49,7 +49,9 @@ def test_instruction_texts():
     assert instruction_texts("Type hello in the box") == ["hello"]
     t = instruction_texts("Enter the username 'bob' and the password \"x y\" then press login.")
     assert "x y" in t and "bob" in t
-    assert instruction_texts("search for red shoes and click") [:2] == ["red", "red shoes"]
+    assert instruction_texts("search for red shoes and click")[:2] == ["red", "red shoes"]
+    t = instruction_texts("Book the shortest one-way flight from: Cincinnati, OH to: LEX on 10/16/2016.")
+    assert {"Cincinnati, OH", "LEX", "10/16/2016"} <= set(t)
 
 
 def test_candidates_valid_and_parse():

@@ -1,0 +1,79 @@
+"""A trainer step writes a checkpoint that the generator then loads (hot reload),
+and a checkpoint whose sha256 does not match is refused with the old weights kept."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from infra.config import Config
+from infra.s3 import make_client
+from models.checkpoint import CheckpointStore
+from models.dreamer import ModelSlot
+from models.trainer import Trainer
+from streams import records
+from streams.kafka import Publisher, ensure_topics, make_producer
+
+
+def small(cfg: Config) -> Config:
+    cfg.model.layers, cfg.model.d_model, cfg.model.heads = 2, 64, 2
+    cfg.trainer.checkpoint_every, cfg.trainer.max_steps, cfg.trainer.infonce_weight = 1, 1, 0.0
+    return cfg
+
+
+def _batch(cfg: Config) -> records.TrainingBatch:
+    obs = {"instruction": 'Click on the "OK" button.', "url": "", "tree": '[1] button "OK"\n[2] button "No"'}
+    t = records.Transition(run_id=cfg.run_id, episode_id="e1", step=0, task="miniwob/click-button", seed=1,
+                           source="expert", policy_version=0, world_model_version=0, obs=obs, action="click(1)",
+                           next_obs={**obs, "tree": ""}, reward=1.0, done=True)  # fmt: skip
+    return records.TrainingBatch(run_id=cfg.run_id, batch_id="b1", worker_id="test", kind="expert_only",
+                                 trajectories=[asdict(records.Trajectory.from_transitions([t]))],
+                                 expert_fraction=1.0)  # fmt: skip
+
+
+def _params(model: torch.nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(run_cfg: Config, tmp_path: Path) -> None:
+    cfg = small(run_cfg)
+    topics = ensure_topics(cfg)
+    pub = Publisher(make_producer(cfg.kafka))
+    pub.send(topics.policy_batches, _batch(cfg))
+    pub.flush()
+    tr = Trainer(cfg)
+    try:
+        tr.setup()  # publishes v0 before the first step
+        store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+        assert store.latest("policy")["version"] == 0
+        slot = ModelSlot(store, "policy", tmp_path, cfg.run_id)
+        assert slot.refresh() and slot.version == 0
+        v0 = _params(slot.model)
+        tr.loop()  # one step -> v1
+        assert tr.policy_steps == 1 and store.latest("policy")["version"] == 1
+        assert slot.refresh() and slot.version == 1
+        v1 = _params(slot.model)
+        trained = _params(tr.p_engine.module)
+        assert all(torch.equal(v1[k], trained[k]) for k in trained)  # exactly the trainer's weights
+        assert any(not torch.equal(v0[k], v1[k]) for k in v0)  # and they moved
+        # a tampered v2: LATEST moves, but the file no longer matches the manifest -> refused
+        tr.version = 2
+        tr.checkpoint()
+        key = store.prefix("policy", 2) + "hf/model.safetensors"
+        client = make_client(cfg)
+        client.put_object(cfg.s3.bucket, key, io.BytesIO(b"garbage"), 7)
+        assert not slot.refresh()
+        assert slot.version == 1
+        kept = _params(slot.model)
+        assert all(torch.equal(kept[k], v1[k]) for k in v1)
+        m = json.loads(client.get_object(cfg.s3.bucket, store.prefix("policy", 1) + "manifest.json").read())
+        creds = json.loads((Path(cfg.home) / "s3" / "credentials.json").read_text())
+        assert m["config"]["run_id"] == cfg.run_id  # the resolved config travels with the checkpoint
+        assert creds["secret_key"] not in json.dumps(m)  # ... without secrets
+        assert m["offsets"][topics.policy_batches] == {"0": 1}
+    finally:
+        tr.close()
