@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from collectors.browser import Browser
 from collectors.env import WebEnv
-from collectors.experts import EXPERTS, Expert
+from collectors.experts import EXPERTS, WAIT, Expert
 from collectors.random_policy import RandomPolicy
 from collectors.spaces import Action, Observation
 from collectors.tasks import TaskSpec, resolve_tasks
@@ -86,14 +86,20 @@ class ExpertAgent:
             return "miniwob/" + path[len("miniwob/"):-5]
         return None
 
-    def act(self, obs_list: list[Observation], histories: list[list], tasks: list[str] | None = None) -> list:
+    async def act(self, obs_list: list[Observation], histories: list[list], tasks: list[str] | None = None) -> list:
         out = []
-        for i, (obs, hist) in enumerate(zip(obs_list, histories)):
+        wait = 0.0
+        for i, (obs, hist) in enumerate(zip(obs_list, histories, strict=False)):
             task = tasks[i] if tasks else self._task_of(obs)
             ex = self.experts.get(task or "")
             if ex is None:
                 raise KeyError(f"no expert for task {task!r}")
-            out.append((ex.act(obs, hist), None, 0))
+            a = ex.act(obs, hist)
+            if a == WAIT:  # the page is still changing: pause like a person would
+                wait = max(wait, float(getattr(ex, "wait_s", 0.1)))
+            out.append((a, None, 0))
+        if wait:
+            await asyncio.sleep(wait)
         return out
 
 
@@ -108,7 +114,7 @@ class RandomAgent:
         self.policy = RandomPolicy(seed)
 
     def act(self, obs_list: list[Observation], histories: list[list]) -> list:
-        return [(self.policy.act(o, h), None, 0) for o, h in zip(obs_list, histories)]
+        return [(self.policy.act(o, h), None, 0) for o, h in zip(obs_list, histories, strict=False)]
 
 
 def default_agent_factory(cfg: Any) -> Agent:
@@ -157,7 +163,8 @@ class CollectorStats:
 
     def snapshot(self) -> dict:
         lat = sorted(self.step_latency_s)
-        q = (lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] if lat else 0.0)
+        def q(p):
+            return (lat[min(len(lat) - 1, int(p * len(lat)))] if lat else 0.0)
         return {
             "collector_id": self.collector_id, "steps": self.steps, "episodes": self.episodes,
             "successes": self.successes, "success_rate": round(self.success_rate(), 4),
@@ -241,7 +248,7 @@ class _Acting:
                     if not b[3].done():
                         b[3].set_exception(e)
                 continue
-            for b, (a, lp, nt) in zip(batch, res):
+            for b, (a, lp, nt) in zip(batch, res, strict=False):
                 if not b[3].done():
                     b[3].set_result((a, lp, nt, pv, wv))
 
@@ -465,7 +472,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                     log.warning("heartbeat failed: %s", e)
             try:
                 await asyncio.wait_for(stop_event.wait(), period)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     hb = asyncio.ensure_future(heartbeat())

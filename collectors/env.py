@@ -29,7 +29,7 @@ Episode end:
 
 Actions are Playwright calls only (click -> ``locator.click``, type ->
 ``locator.fill`` (replaces the content), select -> ``select_option`` by label
-then value, press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
+then value (on a multi-select list it toggles that one option), press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
 ``page.go_back``); no code string is ever built from an action.  A failed
 action (unknown id, hidden element, time-out) does not raise: it is reported
 as ``last_action_error`` in the next observation and in ``info["error"]``.
@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.browser import Browser, origin_of
+from collectors.browser import Browser
 from collectors.observation import DEFAULT_BUDGET, ObservationBuilder, PageState, locator_for
 from collectors.spaces import KEYS, Action, ActionParseError, Observation, parse_action
 from collectors.tasks import TaskSpec, get_task
@@ -77,6 +77,25 @@ START_JS = r"""
   return {miniwob: true, ready: typeof WOB_TASK_READY === 'undefined' ? true : !!WOB_TASK_READY};
 }
 """
+
+# Fixed helpers evaluated on an element (never built from action text).
+# A point of the element that is not covered by another one (None: let Playwright decide).
+VISIBLE_POINT_JS = r"""
+(el) => {
+  const r = el.getBoundingClientRect();
+  if (!r.width || !r.height) return null;
+  const hit = (x, y) => { const h = document.elementFromPoint(x, y); return !!h && (h === el || el.contains(h)); };
+  const cx = r.left + r.width / 2, cy = r.top + r.height / 2;
+  if (cx < 0 || cy < 0 || cx >= innerWidth || cy >= innerHeight) return null;
+  if (hit(cx, cy)) return 'center';
+  for (const fy of [0.5, 0.25, 0.75, 0.1, 0.9]) for (const fx of [0.5, 0.25, 0.75, 0.1, 0.9]) {
+    const x = r.left + r.width * fx, y = r.top + r.height * fy;
+    if (x >= 0 && y >= 0 && x < innerWidth && y < innerHeight && hit(x, y)) return {x: x - r.left, y: y - r.top};
+  }
+  return null;
+}
+"""
+SELECTED_JS = "(el) => (el.tagName === 'SELECT' && el.multiple) ? Array.from(el.selectedOptions).map(o => o.label) : null"
 
 _CRASH_MARKERS = ("crash", "target closed", "has been closed", "browser has been closed",
                   "target page, context or browser has been closed", "connection closed")  # fmt: skip
@@ -335,16 +354,27 @@ class WebEnv:
             loc = locator_for(page, a.element)
             try:
                 if a.kind == "click":
-                    await loc.click(timeout=t)
+                    # click where the element is not covered (MiniWoB places elements at random)
+                    point = await loc.evaluate(VISIBLE_POINT_JS, timeout=t)
+                    if isinstance(point, dict):
+                        await loc.click(timeout=t, position={"x": point["x"], "y": point["y"]})
+                    else:
+                        await loc.click(timeout=t)
                 elif a.kind == "type":
                     await loc.fill(a.text, timeout=t)
                 else:
-                    try:
-                        await loc.select_option(label=a.text, timeout=t)
-                    except Exception as e:  # noqa: BLE001
-                        if _is_crash(e):
-                            raise
-                        await loc.select_option(value=a.text, timeout=t)
+                    # a multi-select list: select toggles one option and keeps the others
+                    current = await loc.evaluate(SELECTED_JS, timeout=t)
+                    if current is not None:
+                        want = [x for x in current if x != a.text] if a.text in current else current + [a.text]
+                        await loc.select_option(label=want, timeout=t)
+                    else:
+                        try:
+                            await loc.select_option(label=a.text, timeout=t)
+                        except Exception as e:  # noqa: BLE001
+                            if _is_crash(e):
+                                raise
+                            await loc.select_option(value=a.text, timeout=t)
             except Exception as e:  # noqa: BLE001
                 if _is_crash(e) or self.crashed:
                     raise

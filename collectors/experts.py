@@ -151,7 +151,9 @@ CLICKABLE_TEXT = ("text", "link", "generic", "listitem", "cell", "treeitem", "me
 ORDINALS = {"1st": 1, "2nd": 2, "3rd": 3, "4th": 4, "5th": 5, "6th": 6, "7th": 7, "8th": 8, "9th": 9,
             "10th": 10, "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5}  # fmt: skip
 
-WAIT = Action.press("Shift")  # a no-op: used while the page is still changing
+# A no-op used while the page is still changing.  Not a key press: keyboard widgets
+# (jQuery UI autocomplete) restart their timers on any keydown.
+WAIT = Action.scroll("up")
 
 
 def ordinal(text: str) -> int | None:
@@ -165,9 +167,15 @@ def ordinal(text: str) -> int | None:
 
 
 class Expert:
-    """Base: subclasses implement ``decide(instruction, nodes, obs, history)``."""
+    """Base: subclasses implement ``decide(instruction, nodes, obs, history)``.
+
+    When an expert has nothing to do yet (the page is still changing) it returns
+    ``WAIT`` (``scroll("up")``, a no-op on these pages); drivers then pause ``wait_s`` seconds
+    before the next step, as a person would.
+    """
 
     name = "expert"
+    wait_s = 0.1
 
     def act(self, obs: Observation, history: list | None = None) -> Action:
         nodes = parse_tree(obs.tree)
@@ -396,14 +404,20 @@ def choose_list(instr, nodes, obs, history):
     m = re.search(r"Select (.*) from the (?:scroll )?list", instr)
     if not m:
         return None
-    want = m.group(1).strip()
     box = first(nodes, role=("combobox", "listbox"))
     if box is None:
         return None
-    if box.value != want:
-        done_before = any(a.kind == "select" and a.element == box.id and a.text == want for _, a in history)
-        if not done_before:
-            return Action.select(box.id, want)
+    opts = [nodes[i] for i in box.children if nodes[i].role == "option"]
+    names = {o.name for o in opts}
+    target = m.group(1).strip()
+    want = [target] if target in names or box.role == "combobox" else [w.strip() for w in target.split(",")]
+    if box.role == "combobox":
+        if box.value != want[0]:
+            return Action.select(box.id, want[0])
+        return _submit(nodes)
+    for o in opts:  # a list: toggle until exactly the wanted options are selected
+        if (o.name in want) != o.has("selected"):
+            return Action.select(box.id, o.name)
     return _submit(nodes)
 
 
@@ -454,13 +468,15 @@ def use_autocomplete(instr, nodes, obs, history):
     if box is None:
         return None
     v = box.value
-    if v.startswith(start) and v.endswith(end) and len(v) > len(start) and not find(nodes, role=("menuitem", "option")):
+    if v.startswith(start) and v.endswith(end) and len(v) > len(start):
+        if find(nodes, role=("listitem", "menuitem", "option"), pred=lambda n: n.has("clickable")):
+            return Action.press("Tab")  # close the suggestion menu (it may cover Submit); Escape would undo
         return _submit(nodes)
     items = find(nodes, role=("menuitem", "option", "listitem", "text", "generic"),
                  pred=lambda n: n.name.startswith(start) and n.name.endswith(end) and n.name != start and n.id != box.id)  # fmt: skip
-    menu = [n for n in items if n.role in ("menuitem", "option") or any(a.role in ("menu", "listbox") for a in ancestors(nodes, n))]
-    if menu:
-        return Action.click(menu[0].id)
+    menu = [n for n in items if n.role in ("menuitem", "option", "listitem") or n.has("clickable")]
+    if menu:  # typing the item the menu offers is as good as clicking it (and not hover-sensitive)
+        return Action.type(box.id, menu[0].name)
     if not v.startswith(start) or v == "":
         return Action.type(box.id, start)
     if v.startswith(start) and v.endswith(end) and len(v) > len(start):
@@ -673,10 +689,13 @@ def multi_layouts(instr, nodes, obs, history):
     m = re.search(r"Search for (\w+) movies directed by (.+?) from year (\d+)", instr)
     if not m:
         return None
-    want = {"genre": m.group(1), "director": m.group(2), "year": m.group(3)}
+    want = {"genre": m.group(1), "director": m.group(2), "year": m.group(3), "date": m.group(3)}
+    boxes = _textboxes(nodes)
+    labels = [(b.name or _label_before(nodes, b)).lower() for b in boxes]
+    if not all(labels):  # labels follow their fields in some layouts
+        labels = [(b.name or _label_after(nodes, b)).lower() for b in boxes]
     pairs = []
-    for box in _textboxes(nodes):
-        label = (box.name or _label_before(nodes, box)).lower()
+    for box, label in zip(boxes, labels, strict=False):
         for k, v in want.items():
             if k in label:
                 pairs.append((box, v))
@@ -684,6 +703,16 @@ def multi_layouts(instr, nodes, obs, history):
         else:
             return None
     return _fill_then(nodes, pairs, _submit(nodes, ("Submit", "Go!", "Search")))
+
+
+def _label_after(nodes: list[Node], n: Node) -> str:
+    for i in range(n.index + 1, len(nodes)):
+        p = nodes[i]
+        if p.role in ("label", "text", "columnheader", "cell") and p.name:
+            return p.name
+        if p.role in TEXTBOX or p.role == "button":
+            return ""
+    return ""
 
 
 def guess_number(instr, nodes, obs, history):
@@ -695,7 +724,7 @@ def guess_number(instr, nodes, obs, history):
         pass
     # read the feedback of every submitted guess from the observation that followed it
     guesses = []
-    for i, (ob, a) in enumerate(history):
+    for _i, (ob, a) in enumerate(history):
         if a.kind == "type":
             guesses.append(a.text)
     fb = first(nodes, role="text", pred=lambda n: "number" in n.name.lower() or "waiting" in n.name.lower())
@@ -753,7 +782,8 @@ def buy_ticket(instr, nodes, obs, history):
     if not books:
         return None
     cheap = "cheap" in instr
-    key = (lambda n: int(re.sub(r"\D", "", n.name)))
+    def key(n):
+        return (int(re.sub(r"\D", "", n.name)))
     if "cost" in instr:
         b = min(books, key=key) if cheap else max(books, key=key)
         return Action.click(b.id)
@@ -781,10 +811,17 @@ def click_menu_2(instr, nodes, obs, history):
     q = quoted(instr)
     if len(q) < 2:
         return None
-    item = first(nodes, role=("menuitem", "link", "text", "listitem"), name=q[1])
+    item = first(nodes, role=("menuitem", "link", "text", "listitem"), name=q[1], pred=lambda n: not n.has("disabled"))
     if item:
         return Action.click(item.id)
-    return _click_named(nodes, q[0], ("button",))
+    menu = first(nodes, role="menu")
+    if menu is None:
+        return _click_named(nodes, q[0], ("button",))
+    tried = {a.element for _, a in history if a.kind == "click"}
+    for n in find(nodes, role="menuitem", pred=lambda n: n.has("haspopup") and not n.has("disabled")):
+        if n.id not in tried:
+            return Action.click(n.id)  # opens its submenu
+    return None
 
 
 def social_media(instr, nodes, obs, history):
@@ -872,19 +909,26 @@ def email_inbox(instr, nodes, obs, history):
         cls = "star" if task == "star" else "trash"
         b = first(nodes, role="generic", pred=lambda n: cls in n.classes)
         return Action.click(b.id) if b else None
-    # the inbox list: find the sender's thread
-    for th in find(nodes, role="generic", pred=lambda n: "email-thread" in n.classes):
-        kids = [nodes[i] for i in th.children]
-        txt = next((k for k in kids if k.role == "text"), None)
-        if txt is None or not (txt.name == by or txt.name.startswith(by + " ")):
+    # the inbox list: find the sender's thread (its name starts with the sender; may be cut short)
+    for th in find(nodes, role=("generic", "text"), pred=lambda n: n.has("clickable") and bool(n.name)):
+        nm = th.name.rstrip("…")
+        if not (nm == by or nm.startswith(by + " ") or (th.name.endswith("…") and by.startswith(nm))):
             continue
+        kids = [nodes[i] for i in th.children]
         if task in ("star", "delete"):
             cls = "star" if task == "star" else "trash"
             b = next((k for k in kids if k.role == "generic" and cls in k.classes), None)
             if b is not None:
                 return Action.click(b.id)
-        return Action.click(txt.id if txt.id else th.id)
-    return None
+        return Action.click(th.id)
+    # not in view (the tree was cut to the budget): use the inbox search
+    search = first(nodes, role=TEXTBOX, pred=lambda n: not n.has("multiline"))
+    if search is not None:
+        if search.value != by:
+            return Action.type(search.id, by)
+        return None
+    opener = first(nodes, role="generic", pred=lambda n: n.props.get("id") == "open-search")
+    return Action.click(opener.id) if opener else None
 
 
 def _email_fields(instr: str) -> dict | None:
@@ -924,14 +968,21 @@ def use_spinner(instr, nodes, obs, history):
 
 
 def generate_number(instr, nodes, obs, history):
-    m = re.search(r"Generate a number (less|greater|more) than (-?\d+)", instr)
+    m = re.search(r"Generate (?:a|an) (?:number )?(less than|greater than|more than|even|odd)(?: (-?\d+))?", instr)
     if not m:
         return None
-    bound = int(m.group(2))
+    kind = m.group(1)
     cur = first(nodes, role="text", pred=lambda n: re.fullmatch(r"-?\d+", n.name or "") is not None)
     if cur is not None:
         v = int(cur.name)
-        ok = v < bound if m.group(1) == "less" else v > bound
+        if kind == "even":
+            ok = v % 2 == 0
+        elif kind == "odd":
+            ok = v % 2 == 1
+        elif kind == "less than":
+            ok = v < int(m.group(2))
+        else:
+            ok = v > int(m.group(2))
         if ok:
             return _submit(nodes)
     return _click_named(nodes, "Generate", ("button",))
@@ -1039,6 +1090,8 @@ async def run_episode(env, expert: Expert, task: str, seed: int) -> dict:
     info = {}
     while True:
         a = expert.act(obs, history)
+        if a == WAIT:
+            await asyncio.sleep(getattr(expert, "wait_s", 0.1))
         nobs, reward, term, trunc, info = await env.step(a)
         history.append((obs, a))
         obs = nobs

@@ -30,6 +30,7 @@ Text form (one line per shown node, two spaces per nesting level)::
     ``"..."`` strings are JSON string literals (as in action text).  States:
     ``checked``, ``selected``, ``expanded``/``collapsed``, ``disabled``,
     ``clickable`` (a generic node with a click handler or a pointer cursor),
+    ``haspopup`` (opens a submenu),
     ``value="..."``, ``type="password"`` (non-text inputs), ``multiline`` (a
     textarea); a nameless ``generic`` node (an icon) shows its DOM ``id=`` and
     ``class=`` as the only hint of what it is.  Lines without an
@@ -296,6 +297,7 @@ OBSERVE_JS = r"""
         if (role === 'checkbox' || role === 'radio') { if (el.checked) props.push(['checked', null]); }
         else if (el.value) props.push(['value', el.value]);
         if (role === 'textbox' && tag === 'INPUT' && !TEXT_TYPES[t]) props.push(['type', t]);
+        if (tag === 'TEXTAREA') props.push(['multiline', null]);
         if (role === 'slider') { props.push(['min', el.min || '0']); props.push(['max', el.max || '100']); }
       } else if (role === 'img') {
         name = norm(el.getAttribute('alt') || el.getAttribute('aria-label') || el.getAttribute('title') || '');
@@ -327,6 +329,8 @@ OBSERVE_JS = r"""
     const ex = el.getAttribute('aria-expanded');
     if (ex === 'true') props.push(['expanded', null]); else if (ex === 'false') props.push(['collapsed', null]);
     if (el.getAttribute('aria-selected') === 'true' && role !== 'option') props.push(['selected', null]);
+    const hp = el.getAttribute('aria-haspopup');
+    if (hp && hp !== 'false') props.push(['haspopup', null]);
     if (role === 'option' && (el.getAttribute('aria-selected') === 'true')) props.push(['selected', null]);
     if ((role === 'checkbox' || role === 'radio' || role === 'menuitemcheckbox') && tag !== 'INPUT' && el.getAttribute('aria-checked') === 'true' && !props.some(p => p[0] === 'checked')) props.push(['checked', null]);
 

@@ -130,7 +130,7 @@ def summarize(cfg: Config) -> dict:
     s = {"real_steps": 0.0, "expert_steps": 0.0, "dream_steps": 0.0, "episodes": 0.0, "successes": 0.0,
          "policy_steps": 0.0, "wm_steps": 0.0, "checkpoint_version": None, "dream_policy_version": None,
          "batches": 0.0, "dead_letters": 0.0, "components": 0}  # fmt: skip
-    for labels, text in scrape_targets(cfg):
+    for _labels, text in scrape_targets(cfg):
         s["components"] += 1
         for fam in text_string_to_metric_families(text):
             for smp in fam.samples:

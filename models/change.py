@@ -5,9 +5,10 @@ per line (``[3] button "Submit"``, two spaces of indentation per level).  The
 world model writes a short description and an edit script anchored on element
 ids, then the reward and the done flag::
 
-    why: 1 changed, 1 added, 0 removed
-    replace [5]   textbox "Name" value "Kiera"
-    insert after [5]   text "Thanks!"
+    why: 2 changed, 1 added, 0 removed
+    replace [5] [5] textbox "Name" value="Kiera"
+    replace [6]+1   option "B" selected
+    insert after [5]   [+] text "Thanks!"
     reward 0
     done 0
 

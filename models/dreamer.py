@@ -144,7 +144,7 @@ class Dreamer:
 
     def poll(self, timeout_ms: int) -> None:
         announced = False
-        for tp, msgs in self.consumer.poll(timeout_ms=timeout_ms).items():
+        for _tp, msgs in self.consumer.poll(timeout_ms=timeout_ms).items():
             for m in msgs:
                 if m.value is None:
                     continue

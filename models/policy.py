@@ -49,10 +49,41 @@ def gpt_neo_config(model_cfg: Any, tokenizer: Any) -> Any:
         vocab_size=len(tokenizer), max_position_embeddings=model_cfg.max_positions,
         hidden_size=model_cfg.d_model, num_layers=model_cfg.layers, num_heads=model_cfg.heads,
         attention_types=[[["global"], model_cfg.layers]], intermediate_size=4 * model_cfg.d_model,
+        activation_function="gelu",  # exact erf GELU: one fused op (gelu_new is 4 memory-bound ops)
         embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0,
         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=pad_id(tokenizer), tie_word_embeddings=True,
     )  # fmt: skip
+
+
+def _sdpa_attn(self: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask=None):
+    """GPT-Neo attention via fused ``scaled_dot_product_attention`` (same maths as eager:
+    no 1/sqrt(d) scale, the layer's causal/local ``bias`` AND the additive mask)."""
+    q_len, k_len = query.size(-2), key.size(-2)
+    query, key, value = query.float(), key.float(), value.float()
+    bias = self.bias[:, :, k_len - q_len : k_len, :k_len]
+    neg = torch.finfo(torch.float32).min
+    mask = torch.zeros((), dtype=torch.float32, device=query.device).masked_fill(~bias, neg) if attention_mask is None \
+        else attention_mask.float().masked_fill(~bias, neg)  # fmt: skip
+    p = self.attn_dropout.p if self.training else 0.0
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=p, scale=1.0)
+    return out, None
+
+
+def fuse_attention(model: Any) -> Any:
+    """Swap GPT-Neo's eager attention for the fused kernel (2-4x less memory traffic).
+
+    Eager GPT-Neo materialises (B, H, T, T) float tensors 4-5 times per layer, which
+    on CPU makes batch 16 slower per row than batch 1; SDPA does not.  Other
+    architectures are left alone.  Idempotent; weights and saving are unaffected.
+    """
+    import types
+
+    for mod in model.modules():
+        if type(mod).__name__ == "GPTNeoSelfAttention" and not getattr(mod, "_dw_fused", False):
+            mod._attn = types.MethodType(_sdpa_attn, mod)
+            mod._dw_fused = True
+    return model
 
 
 def load_causal_lm(path: str) -> tuple[Any, Any]:
@@ -61,6 +92,7 @@ def load_causal_lm(path: str) -> tuple[Any, Any]:
 
     tok = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    fuse_attention(model)
     model.eval()
     return model, tok
 
@@ -75,6 +107,7 @@ def make_causal_lm(model_cfg: Any, path: str = "") -> tuple[Any, Any]:
         tok = build_tokenizer()
         torch.manual_seed(model_cfg.seed)
         model = GPTNeoForCausalLM(gpt_neo_config(model_cfg, tok))
+    fuse_attention(model)
     model.eval()
     return model, tok
 

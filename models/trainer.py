@@ -247,7 +247,7 @@ class Trainer:
         t0 = time.time()
         self.w_engine.train()
         loss, stats = world_model_batch_loss(self.w_engine.module, self.wm_tokenizer, batch, self.cfg.trainer,
-                                             self.embedder)  # fmt: skip
+                                             self.embedder, self.cfg.dream.max_change_tokens)  # fmt: skip
         gn = engine_step(self.w_engine, loss)
         self.wm_steps += 1
         M.TRAINER_STEPS.labels(self.run, "world_model").inc()

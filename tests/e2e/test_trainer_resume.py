@@ -85,4 +85,4 @@ def test_sigkill_resume(run_cfg: Config, tmp_path: Path) -> None:
     # the optimizer state was restored, not rebuilt: Adam's step count continues across the kill
     assert _opt_steps(store, killed_at, tmp_path) == 2 * killed_at
     assert _opt_steps(store, final, tmp_path) == N_BATCHES
-    assert "resumed from v%d" % killed_at in log.read_text()
+    assert f"resumed from v{killed_at}" in log.read_text()

@@ -6,8 +6,14 @@ import pytest
 
 from infra.config import Config
 from streams import records
-from streams.kafka import (Publisher, ServiceUnavailable, ensure_topics, make_consumer, make_producer,
-                           read_until_sentinel)  # fmt: skip
+from streams.kafka import (
+    Publisher,
+    ServiceUnavailable,
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    read_until_sentinel,  # fmt: skip
+)
 
 
 def _transition(cfg: Config, ep: str, step: int) -> records.Transition:

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from collectors.experts import parse_tree
-from collectors.observation import MAX_STRING, Line, ObservationBuilder, render_lines, truncate_lines
+from collectors.observation import (
+    MAX_STRING,
+    Line,
+    ObservationBuilder,
+    render_lines,
+    truncate_lines,
+)
 from collectors.spaces import Observation, ids_in_tree
 
 

@@ -4,6 +4,7 @@ from collectors.spaces import Action, Observation
 from infra.config import DreamConfig, ModelConfig, TrainerConfig
 from models.change import apply_change
 from models.dream_env import DreamEnv, dream_rollouts
+from models.learner import world_model_batch_loss
 from models.policy import PolicyRunner, make_policy
 from models.world_model import (
     Prediction,
@@ -14,7 +15,6 @@ from models.world_model import (
     load_world_model,
     make_world_model,
 )
-from models.learner import world_model_batch_loss
 from streams.records import Transition
 
 CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
