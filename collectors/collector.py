@@ -438,6 +438,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                     stats.truncated += 1
                 if info.get("timeout"):
                     stats.timeouts += 1
+                    _call(metrics, "on_timeout", spec.name)
                 _call(metrics, "on_episode", spec.name, bool(ok), float(reward), step, bool(trunc))
                 if info.get("crashed") or env.crashed:
                     stats.crashes += 1
@@ -455,7 +456,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
             await env.open()
         if browser.launches != launches:
             stats.browser_restarts += 1
-            _call(metrics, "on_restart")
+        _call(metrics, "on_restart")
 
     async def heartbeat() -> None:
         key = getattr(topics, "collectors", None) if topics is not None else None

@@ -182,20 +182,32 @@ class Trainer:
 
     # --- data ----------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list:
+        """New training batches as (batch, topic, partition, next offset).
+
+        The offset of a policy batch only counts as consumed once the batch is trained
+        (``policy_step``), so a checkpoint's offsets never skip a batch that was polled
+        but not yet trained.  World-model transitions count when they enter the replay.
+        """
         batches = []
         polled = self.consumer.poll(timeout_ms=timeout_ms)
         for tp, msgs in polled.items():
             for m in msgs:
-                self.offsets.setdefault(tp.topic, {})[tp.partition] = m.offset + 1
+                is_batch = tp.topic == self.topics.policy_batches
+                if not is_batch:
+                    self.offsets.setdefault(tp.topic, {})[tp.partition] = m.offset + 1
+                skip = (None, tp.topic, tp.partition, m.offset + 1)  # consumed in order, nothing to train
                 if m.value is None or is_control(m.value):
+                    if is_batch:
+                        batches.append(skip)
                     continue
                 try:
-                    if tp.topic == self.topics.policy_batches:
+                    if is_batch:
                         b = records.decode(m.value, expect="training_batch")
                         if self.seen_batches.add(b.batch_id):
-                            batches.append(b)
+                            batches.append((b, tp.topic, tp.partition, m.offset + 1))
                         else:
                             M.TRAINER_DUPES.labels(self.run, "policy").inc()
+                            batches.append(skip)
                     else:
                         t = records.decode(m.value, expect="transition")
                         if t.source == "dream":
@@ -210,12 +222,22 @@ class Trainer:
                 except records.RecordError as e:  # the stream worker validated; count and go on
                     log.warning("skipping invalid record on %s@%d: %s", tp.topic, m.offset, e)
                     M.CLIENT_ERRORS.labels(self.run, "trainer", "decode").inc()
+                    if is_batch:
+                        batches.append(skip)
         return batches
 
+    def _advance(self, topic: str, partition: int, offset: int) -> None:
+        parts = self.offsets.setdefault(topic, {})
+        parts[partition] = max(parts.get(partition, 0), offset)
+
     # --- steps ----------------------------------------------------------------
-    def policy_step(self, batch: records.TrainingBatch) -> None:
+    def policy_step(self, item: tuple) -> None:
         from models.learner import policy_batch_loss
 
+        batch, topic, partition, next_offset = item
+        if batch is None:
+            self._advance(topic, partition, next_offset)
+            return
         t0 = time.time()
         trajs = batch.trajs()
         self.p_engine.train()
@@ -234,6 +256,7 @@ class Trainer:
         M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
         M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
         self.batches_consumed += 1
+        self._advance(topic, partition, next_offset)
 
     def wm_step(self) -> None:
         from models.learner import world_model_batch_loss
@@ -289,8 +312,11 @@ class Trainer:
         pending: deque = deque()
         while not self.stop.is_set():
             t0 = time.time()
-            pending.extend(self.poll(timeout_ms=0 if (pending or self.wm_buffer) else 500))
+            if len(pending) < 4:  # bounded: a lagging trainer leaves the backlog in Kafka, not in memory
+                pending.extend(self.poll(timeout_ms=0 if (pending or self.wm_buffer) else 500))
             did = False
+            while pending and pending[0][0] is None:
+                self.policy_step(pending.popleft())  # skipped records: advance the offset only
             if pending:
                 self.policy_step(pending.popleft())
                 did = True
