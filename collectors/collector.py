@@ -15,8 +15,10 @@
   asynchronous, nothing waits per step.
 * A crashed page or browser is restarted; its episode ends ``truncated``.
 * ``stats`` (``CollectorStats``) keeps plain counters for whoever exports
-  metrics; an optional ``metrics`` object gets ``on_step / on_episode /
-  on_blocked / on_restart`` calls when it has those methods.
+  metrics; an optional ``metrics`` object gets ``on_step(task, latency_s,
+  source)``, ``on_episode(task, ok, reward, steps, truncated)``,
+  ``on_blocked(kind)``, ``on_restart()`` (a crashed page or browser was
+  restarted) and ``on_timeout(task)`` calls, for the methods it has.
 
 Agent protocol (``Agent``)::
 
