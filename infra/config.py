@@ -116,8 +116,8 @@ class ModelConfig:
 class TrainerConfig:
     lr: float = _f(3e-4, "Learning rate (AdamW).")
     wm_lr: float = _f(3e-4, "World-model learning rate.")
-    checkpoint_every: int = _f(10, "Write a checkpoint every N policy steps.")
-    checkpoint_every_s: float = _f(120.0, "...or after this many seconds with at least one new step.")
+    checkpoint_every: int = _f(5, "Write a checkpoint every N policy steps.")
+    checkpoint_every_s: float = _f(60.0, "...or after this many seconds with at least one new step.")
     wm_batch: int = _f(8, "World-model transitions per step.")
     max_steps: int = _f(0, "Stop after N policy steps (0 = forever).")
     clip_low: float = _f(3e-4, "GSPO lower clip range.")
