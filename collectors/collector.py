@@ -347,7 +347,8 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
 
     server = None
     if base_url is None:
-        url = f"http://{cfg.stack.bind}:{cfg.stack.taskserver_port}/"
+        url = (cfg.stack.taskserver_url.rstrip("/") + "/" if cfg.stack.taskserver_url
+               else f"http://{cfg.stack.bind}:{cfg.stack.taskserver_port}/")  # fmt: skip
         if _reachable(url):
             base_url = url
         else:

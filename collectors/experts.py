@@ -171,16 +171,26 @@ class Expert:
 
     When an expert has nothing to do yet (the page is still changing) it returns
     ``WAIT`` (``scroll("up")``, a no-op on these pages); drivers then pause ``wait_s`` seconds
-    before the next step, as a person would.
+    before the next step, as a person would.  After ``max_waits`` waits in a row it
+    gives up with ``stop()``.
     """
 
     name = "expert"
     wait_s = 0.1
+    max_waits = 15  # then give up with stop(): the expert cannot solve this page
 
     def act(self, obs: Observation, history: list | None = None) -> Action:
+        history = history or []
         nodes = parse_tree(obs.tree)
-        a = self.decide(obs.instruction, nodes, obs, history or [])
-        return a if a is not None else WAIT
+        a = self.decide(obs.instruction, nodes, obs, history)
+        if a is not None:
+            return a
+        waits = 0
+        for _, prev in reversed(history):
+            if prev != WAIT:
+                break
+            waits += 1
+        return Action.stop() if waits >= self.max_waits else WAIT
 
     def decide(self, instr: str, nodes: list[Node], obs: Observation, history: list) -> Action | None:
         raise NotImplementedError

@@ -34,6 +34,8 @@ class PromMetrics:
         self.run, self.collector, self.policy = run, collector, policy
         self.recent: dict[str, deque] = defaultdict(lambda: deque(maxlen=50))
         self.agent: Any = None
+        for m in (M.BLOCKED, M.RESTARTS, M.PUBLISH_ERRORS):  # export 0 before the first increment
+            m.labels(run, collector)
 
     def on_step(self, task: str, latency_s: float, source: str) -> None:
         M.STEPS.labels(self.run, self.collector, self.policy, task).inc()

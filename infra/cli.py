@@ -75,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("config", "print the resolved configuration (or the reference with --describe)")
     p.add_argument("--describe", action="store_true")
+
+    p = add("status", "compact live view of a run from Prometheus (components, rates, versions, fidelity, lag)")
+    p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
+    p.add_argument("--json", action="store_true")
+
+    p = add("report", "PNG plots and a Markdown summary of a run from Prometheus data")
+    p.add_argument("--run", dest="report_run", help="run id (default: --run-id / the config's)")
+    p.add_argument("--out", default="report", help="output directory (default ./report)")
+    p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
     return ap
 
 

@@ -160,10 +160,40 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
+    import sys
+
+    from infra.status import PrometheusUnavailable, status
+
+    run = cfg.run_id if (getattr(args, "run_id", None) or cfg.run_id != "default") else None
+    try:
+        return status(cfg, args.prometheus, run, as_json=args.json)
+    except PrometheusUnavailable as e:
+        print(f"dynaweb status: error: {e}", file=sys.stderr)
+        return 2
+
+
+def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
+    import sys
+
+    from infra.status import Prom, PrometheusUnavailable, prometheus_url
+
+    from infra.report import write_report
+
+    try:
+        res = write_report(Prom(prometheus_url(cfg, args.prometheus)), args.report_run or cfg.run_id, args.out)
+    except PrometheusUnavailable as e:
+        print(f"dynaweb report: error: {e}", file=sys.stderr)
+        return 2
+    for f in res["files"]:
+        print(f)
+    return 0
+
+
 COMMANDS = {
     "infra": cmd_infra, "collect": cmd_collect, "stream-worker": cmd_stream_worker, "train": cmd_train,
     "dream": cmd_dream, "up": cmd_up, "tasks": cmd_tasks, "experts": cmd_experts,
-    "checkpoint": cmd_checkpoint, "config": cmd_config,
+    "checkpoint": cmd_checkpoint, "config": cmd_config, "status": cmd_status, "report": cmd_report,
 }  # fmt: skip
 
 

@@ -41,6 +41,8 @@ class MetricsEndpoint:
 
     def _register(self, host: str) -> None:
         self.target_file.parent.mkdir(parents=True, exist_ok=True)
+        if host in ("0.0.0.0", "::", ""):  # bound to every interface (containers): advertise the host name
+            host = socket.gethostname()
         body = [{"targets": [f"{host}:{self.port}"], "labels": {
             "component": self.component, "component_id": self.component_id, "run": self.cfg.run_id,
             "pid": str(os.getpid()), "registered_at": str(int(time.time()))}}]  # fmt: skip

@@ -230,6 +230,7 @@ def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = No
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     MetricsEndpoint(cfg, "dream", producer_id)
+    M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(1.0)  # full speed until told otherwise (series exists from start)
     d = Dreamer(cfg, producer_id, stop)
     try:
         d.setup()

@@ -369,6 +369,7 @@ def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     MetricsEndpoint(cfg, "trainer", f"trainer-{cfg.run_id}")
+    M.TRAINER_IDLE.labels(cfg.run_id)  # export 0 before the first idle wait
     tr = Trainer(cfg, stop)
     try:
         tr.setup()

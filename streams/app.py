@@ -8,6 +8,8 @@ Settings chosen for the broker (see shared/docs/stack.md):
   high-water mark).
 - no Tables anywhere (their recovery reads to the wrong high-water mark);
   the worker's state is rebuilt from topics up to a sentinel instead.
+- ``stream_wait_empty=False``: the transition topics are consumed with
+  ``acks=False`` and committed by the worker itself (streams.agents).
 - web server off; data dir unique per run and worker under ``cfg.home``.
 """
 
@@ -98,5 +100,8 @@ def make_app(cfg: Config) -> faust.App:
         producer_acks=-1,
         producer_compression_type=compression(),
         stream_buffer_maxsize=8192,
+        # messages held by open episodes are never acked (streams.agents commits itself):
+        # do not wait for them on rebalance or stop
+        stream_wait_empty=False,
         worker_redirect_stdouts=False,
     )

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections import Counter as _Counter
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 L = ("run", "worker")
+# ``streams.records.RecordError`` reasons, initialised at 0 (others still count when they occur)
+DEAD_LETTER_REASONS = ("not_json", "empty", "oversize", "schema_version", "missing_field", "wrong_type",
+                       "bad_value", "unknown_type", "unexpected_type", "source_mismatch", "wrong_run")
 
 transitions = Counter(
     "dynaweb_stream_transitions", "Valid transitions consumed, by source.", L + ("source",)
@@ -101,6 +104,33 @@ open_groups = Gauge("dynaweb_stream_open_groups", "Groups being assembled.", L)
 latest_version = Gauge(
     "dynaweb_stream_latest_policy_version", "Latest policy version known to the worker.", L
 )
+recovery_skipped = Counter(
+    "dynaweb_stream_closed_episode_skipped_transitions",
+    "Transitions of episodes already emitted (re-read after a restart or rebalance, or late).",
+    L,
+)
+held = Gauge(
+    "dynaweb_stream_held_messages",
+    "Source messages whose ack is held until their episode is emitted (the commit point waits).",
+    L,
+)
+expert_fraction_window = Gauge(
+    "dynaweb_stream_expert_fraction_window_ratio",
+    "Realised expert fraction over the mixed batches of the last 60 s.",
+    L,
+)
+staleness = Histogram(
+    "dynaweb_stream_staleness_versions",
+    "Policy versions between the latest and a batched non-expert trajectory's version.",
+    L,
+    buckets=(0, 1, 2, 3, 4, 6, 8, 16),
+)
+emit_latency = Histogram(
+    "dynaweb_stream_emit_latency_seconds",
+    "From a trajectory's last transition being produced to its batch being emitted.",
+    L,
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
 
 
 class Bound:
@@ -110,6 +140,18 @@ class Bound:
         self.run, self.worker = run, worker
         self._last: dict[tuple, int] = {}
         self._children: dict[tuple, object] = {}
+        self.init_series()
+
+    def init_series(self) -> None:
+        """Create the error/drop counters at 0 so dashboards and alerts see series before
+        the first increment (a counter without children exports nothing)."""
+        for metric in (duplicates, stale_dropped, publish_errors, backpressure_msgs, reuse_over_bound):
+            self(metric)
+        for reason in DEAD_LETTER_REASONS:
+            self(dead_letters, reason=reason)
+        for reason in ("stale", "queue_full"):
+            self(dropped, reason=reason)
+        self(rate_factor).set(1.0)  # full speed until back-pressure says otherwise
 
     def __call__(self, metric, **labels):
         key = (id(metric), *sorted(labels.items()))
@@ -132,11 +174,11 @@ class Bound:
                 child.inc(delta)
                 self._last[key] = v
 
-    def sync_value(self, metric, value: int, tag: str = "") -> None:
+    def sync_value(self, metric, value: int, tag: str = "", **labels: str) -> None:
         key = (id(metric), tag)
         delta = value - self._last.get(key, 0)
         if delta > 0:
-            self(metric).inc(delta)
+            self(metric, **labels).inc(delta)
             self._last[key] = value
 
     def dead_letter_counter(self) -> _ReasonCounter:

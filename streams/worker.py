@@ -4,12 +4,14 @@
 Configuration comes from ``infra.config.load_config()`` (env form, e.g.
 ``DYNAWEB_KAFKA__BOOTSTRAP=127.0.0.1:9092 DYNAWEB_RUN_ID=x``).
 
-Start-up: create the run's topics (idempotent), rebuild state from topics up to
-a sentinel (expert pool, latest policy version), start the Prometheus endpoint
+Start-up: create the run's topics (idempotent), start the side reader (expert
+pool, latest policy version, control: read in full up to a sentinel, then
+tailed; streams.side), start the Prometheus endpoint
 on 127.0.0.1 (``cfg.metrics_port``, 0 = a free port, written to
 ``<datadir>/metrics_port``), then run the Faust worker until SIGTERM/SIGINT.
-A ``<datadir>/ready`` file is written once the agents are running, and
-``<datadir>/rebuild.json`` says what the start-up rebuild found.
+A ``<datadir>/ready`` file is written once partitions are assigned (and the
+episodes already emitted loaded, streams.recovery) and the side topics caught
+up; ``<datadir>/rebuild.json`` says what the side catch-up found.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import faust
 
 from infra.config import Config, load_config
 from streams import kafka as sk
-from streams.agents import StreamState, register
+from streams.agents import Runner, register
+from streams.side import SideReader
+from streams.state import StreamState
 from streams.app import datadir, make_app, worker_id
 
 log = logging.getLogger("dynaweb.stream_worker")
@@ -49,26 +53,30 @@ def check_codecs() -> None:
         )
 
 
-def build(cfg: Config, rebuild: bool = True) -> tuple[faust.App, StreamState]:
+def build(cfg: Config, side: bool = True) -> tuple[faust.App, StreamState, Runner]:
     check_codecs()
     if not cfg.stream.worker_id:
         cfg.stream.worker_id = worker_id(cfg)  # pin it: the same id everywhere in this process
     topics = sk.ensure_topics(cfg)
     state = StreamState(cfg, topics)
-    if rebuild:
-        info = state.rebuild()
-        (datadir(cfg) / "rebuild.json").write_text(json.dumps(info))
+    reader = None
+    if side:
+        reader = SideReader(cfg.kafka, [topics.expert, topics.checkpoints, topics.control], cfg.run_id)
     state.sync_metrics()
     app = make_app(cfg)
-    register(app, cfg, topics, state=state)
     ready = datadir(cfg) / "ready"
     ready.unlink(missing_ok=True)
+    runner = register(app, cfg, topics, state=state, side=reader, ready_file=ready)
 
-    @app.on_rebalance_complete.connect
-    async def _ready(sender, **_kw):  # noqa: ARG001
-        ready.write_text(state.worker_id)
+    def caught_up() -> None:
+        info = state.side_snapshot()
+        (datadir(cfg) / "rebuild.json").write_text(json.dumps(info))
+        log.info("side topics caught up: %s", info)
 
-    return app, state
+    runner.on_caught_up = caught_up
+    if reader is not None:
+        reader.start()
+    return app, state, runner
 
 
 def run_worker(cfg: Config | None = None, loglevel: str = "info") -> None:
@@ -76,7 +84,7 @@ def run_worker(cfg: Config | None = None, loglevel: str = "info") -> None:
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app, state = build(cfg)
+    app, state, _runner = build(cfg)
     port = start_metrics(cfg)
     log.info(
         "stream worker %s for run %s: metrics on 127.0.0.1:%d", state.worker_id, cfg.run_id, port

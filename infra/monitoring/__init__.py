@@ -1,0 +1,1 @@
+"""Monitoring assets: alert rules, Grafana dashboards and provisioning, live query checks."""

@@ -1,0 +1,207 @@
+"""``dynaweb status``: a compact live view of a run, read from Prometheus.
+
+Components up, real/dream/trainer rates, model versions (written, dreaming,
+acting), success, world-model fidelity, stream lag, drops and firing alerts.
+``--json`` prints the same as one JSON object.  The Prometheus client below
+is shared with ``infra.report``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from infra.config import Config
+class PrometheusUnavailable(RuntimeError):
+    pass
+
+
+def prometheus_url(cfg: Config, url: str | None = None) -> str:
+    """The given URL, else the embedded stack's Prometheus (stack.bind:stack.prometheus_port)."""
+    return (url or f"http://{cfg.stack.bind}:{cfg.stack.prometheus_port}").rstrip("/")
+
+
+class Prom:
+    def __init__(self, url: str, timeout: float = 10.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _get(self, path: str, params: dict | list) -> dict:
+        body = urllib.parse.urlencode(params).encode()
+        req = urllib.request.Request(self.url + path, data=body,
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                out = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            try:
+                out = json.loads(e.read())
+            except ValueError:
+                raise PrometheusUnavailable(f"{self.url}: HTTP {e.code}") from e
+        except (urllib.error.URLError, OSError) as e:
+            raise PrometheusUnavailable(f"Prometheus at {self.url} is not reachable ({e}); "
+                                        "start it with `dynaweb infra up` or pass --prometheus URL") from e  # fmt: skip
+        if out.get("status") != "success":
+            raise ValueError(f"Prometheus rejected the query: {out.get('error')}")
+        return out["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._get("/api/v1/query", params)
+        if data["resultType"] == "scalar":
+            return [{"metric": {}, "value": data["result"]}]
+        return data["result"]
+
+    def value(self, expr: str, at: float | None = None) -> float | None:
+        """The single value of an aggregated query (None when empty or NaN)."""
+        res = self.query(expr, at)
+        if not res:
+            return None
+        v = float(res[0]["value"][1])
+        return None if math.isnan(v) else v
+
+    def by(self, expr: str, label: str, at: float | None = None) -> dict[str, float]:
+        out = {}
+        for r in self.query(expr, at):
+            v = float(r["value"][1])
+            if not math.isnan(v):
+                out[r["metric"].get(label, "")] = v
+        return out
+
+    def range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                                 "step": f"{max(step, 0.001):.3f}"})["result"]  # fmt: skip
+
+    def series(self, match: str, start: float, end: float) -> list[dict]:
+        return self._get("/api/v1/series", [("match[]", match), ("start", f"{start:.3f}"), ("end", f"{end:.3f}")])
+
+
+# --- the live view ----------------------------------------------------------------------
+
+
+def pick_run(prom: Prom, wanted: str | None) -> str | None:
+    """``wanted`` if given; else the run whose components registered last."""
+    if wanted:
+        return wanted
+    best, best_t = None, -1.0
+    for r in prom.query('max by (run, registered_at) (up{job="dynaweb"})'):
+        t = float(r["metric"].get("registered_at") or 0)
+        if t > best_t:
+            best, best_t = r["metric"].get("run"), t
+    return best
+
+
+def gather(prom: Prom, run: str, at: float | None = None) -> dict:
+    R = f'run="{run}"'
+    W = "1m"
+    q = lambda e: prom.value(e, at)  # noqa: E731
+    out: dict = {"run": run, "prometheus": prom.url, "time": at or time.time()}
+    comps: dict[str, dict] = {}
+    for r in prom.query(f'up{{job="dynaweb", {R}}}', at):
+        c = comps.setdefault(r["metric"].get("component", "?"), {"up": 0, "total": 0})
+        c["total"] += 1
+        c["up"] += int(float(r["value"][1]) == 1)
+    out["components"] = comps
+    cols = {}
+    for r in prom.query(f"max by (collector, policy) (dynaweb_collector_success_rate{{{R}}})", at):
+        cols.setdefault(r["metric"]["collector"], {})["policy"] = r["metric"].get("policy")
+    steps = prom.by(f"sum by (collector) (rate(dynaweb_collector_steps_total{{{R}}}[{W}]))", "collector", at)
+    succ = prom.by(f"avg by (collector) (dynaweb_collector_success_rate{{{R}}})", "collector", at)
+    eps = prom.by(f"sum by (collector) (dynaweb_collector_episodes_total{{{R}}})", "collector", at)
+    ver = prom.by(f"max by (collector) (dynaweb_collector_policy_version{{{R}}})", "collector", at)
+    hb = prom.by(f"time() - max by (collector) (dynaweb_collector_heartbeat_timestamp_seconds{{{R}}})", "collector", at)
+    pol = {}
+    for r in prom.query(f"count by (collector, policy) (dynaweb_collector_steps_total{{{R}}})", at):
+        pol[r["metric"]["collector"]] = r["metric"].get("policy")
+    for name in sorted(set(cols) | set(steps) | set(hb)):
+        cols[name] = {"policy": pol.get(name) or cols.get(name, {}).get("policy"), "steps_per_s": steps.get(name),
+                      "episodes": eps.get(name), "success_rate": succ.get(name), "policy_version": ver.get(name),
+                      "heartbeat_age_s": hb.get(name)}  # fmt: skip
+    out["collectors"] = cols
+    out["dream"] = {
+        "steps_per_s": q(f"sum(rate(dynaweb_dream_steps_total{{{R}}}[{W}]))"),
+        "steps": q(f"sum(dynaweb_dream_steps_total{{{R}}})"),
+        "policy_version": q(f'min(dynaweb_dream_model_version{{{R}, kind="policy"}})'),
+        "world_model_version": q(f'min(dynaweb_dream_model_version{{{R}, kind="world_model"}})'),
+        "success_rate": q(f"avg(dynaweb_dream_success_rate{{{R}}})"),
+        "rate_factor": q(f"min(dynaweb_dream_rate_factor{{{R}}})"),
+    }
+    out["real_steps"] = q(f"sum(dynaweb_collector_steps_total{{{R}}})")
+    out["trainer"] = {
+        "policy_steps_per_s": q(f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="policy"}}[{W}]))'),
+        "world_model_steps_per_s": q(f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="world_model"}}[{W}]))'),
+        "policy_steps": q(f'sum(dynaweb_trainer_steps_total{{{R}, model="policy"}})'),
+        "checkpoint_version": q(f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})'),
+        "checkpoint_age_s": q(f'time() - max(dynaweb_trainer_checkpoint_timestamp_seconds{{{R}, kind="policy"}})'),
+        "policy_loss": q(f'max(dynaweb_trainer_loss{{{R}, model="policy", term="total"}})'),
+        "world_model_loss": q(f'max(dynaweb_trainer_loss{{{R}, model="world_model", term="total"}})'),
+    }
+    out["fidelity"] = prom.by(f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})', "metric", at)
+    out["stream"] = {
+        "lag_batches": q(f"max(dynaweb_stream_lag_batches{{{R}}})"),
+        "batches_per_min": q(f"60 * sum(rate(dynaweb_stream_batches_total{{{R}}}[{W}]))"),
+        "expert_fraction": q(f"avg(dynaweb_stream_expert_fraction_ratio{{{R}}})"),
+        "stale_dropped_10m": q(f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[10m]))"),
+        "dead_letters_10m": q(f"sum(increase(dynaweb_stream_dead_letters_total{{{R}}}[10m]))"),
+    }
+    out["alerts"] = sorted({r["metric"].get("alertname", "?") for r in
+                            prom.query(f'ALERTS{{alertstate="firing", {R}}}', at)})  # fmt: skip
+    return out
+
+
+def _n(v: float | None, fmt: str = "{:.2f}", none: str = "-") -> str:
+    return none if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+def _pct(v: float | None) -> str:
+    return _n(None if v is None else 100 * v, "{:.0f}%")
+
+
+def render(s: dict) -> str:
+    lines = [f"DynaWeb run {s['run']}  ({s['prometheus']}, {time.strftime('%H:%M:%S', time.localtime(s['time']))})"]
+    comps = "  ".join(f"{k} {v['up']}/{v['total']}" for k, v in sorted(s["components"].items())) or "none registered"
+    lines.append(f"components  {comps}")
+    first = True
+    for name, c in s["collectors"].items():
+        lines.append(f"{'collectors' if first else '':11s} {name:28s} {c['policy'] or '?':7s} "
+                     f"{_n(c['steps_per_s'])} steps/s  episodes {_n(c['episodes'], '{:.0f}')}  "
+                     f"success {_pct(c['success_rate'])}  policy v{_n(c['policy_version'], '{:.0f}')}  "
+                     f"heartbeat {_n(c['heartbeat_age_s'], '{:.0f}')}s ago")  # fmt: skip
+        first = False
+    if first:
+        lines.append("collectors  none")
+    d, t, st = s["dream"], s["trainer"], s["stream"]
+    ratio = d["steps"] / s["real_steps"] if d["steps"] is not None and s["real_steps"] else None
+    lines.append(f"dream       {_n(d['steps_per_s'])} steps/s  dream/real {_n(ratio)}  policy v{_n(d['policy_version'], '{:.0f}')}"
+                 f" world model v{_n(d['world_model_version'], '{:.0f}')}  predicted success {_pct(d['success_rate'])}"
+                 f"  rate {_n(d['rate_factor'])}")  # fmt: skip
+    lines.append(f"trainer     policy {_n(t['policy_steps_per_s'], '{:.3f}')} steps/s ({_n(t['policy_steps'], '{:.0f}')} total)"
+                 f"  world model {_n(t['world_model_steps_per_s'], '{:.3f}')} steps/s  checkpoint "
+                 f"v{_n(t['checkpoint_version'], '{:.0f}')} ({_n(t['checkpoint_age_s'], '{:.0f}')}s ago)"
+                 f"  loss {_n(t['policy_loss'])} / wm {_n(t['world_model_loss'])}")  # fmt: skip
+    f = s["fidelity"]
+    lines.append("fidelity    " + ("  ".join(f"{k} {_n(f[k])}" for k in
+                 ("exact_match", "change_f1", "baseline_change_f1", "reward_bal_acc") if k in f) or "not reported yet"))  # fmt: skip
+    lines.append(f"stream      lag {_n(st['lag_batches'], '{:.0f}')} batches  {_n(st['batches_per_min'], '{:.1f}')} batches/min"
+                 f"  expert fraction {_pct(st['expert_fraction'])}  stale drops {_n(st['stale_dropped_10m'], '{:.0f}')}"
+                 f" / dead letters {_n(st['dead_letters_10m'], '{:.0f}')} (10 min)")  # fmt: skip
+    lines.append("alerts      " + (", ".join(s["alerts"]) if s["alerts"] else "none firing"))
+    return "\n".join(lines)
+
+
+def status(cfg: Config, url: str | None = None, run: str | None = None, as_json: bool = False,
+           at: float | None = None) -> int:  # fmt: skip
+    prom = Prom(prometheus_url(cfg, url))
+    name = pick_run(prom, run)
+    if name is None:
+        print(f"no DynaWeb component is registered in {prom.url}" if not as_json else json.dumps({"run": None}))
+        return 1
+    s = gather(prom, name, at)
+    print(json.dumps(s) if as_json else render(s))
+    return 0 if any(c["up"] for c in s["components"].values()) else 1
