@@ -176,9 +176,8 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
     import sys
 
-    from infra.status import Prom, PrometheusUnavailable, prometheus_url
-
     from infra.report import write_report
+    from infra.status import Prom, PrometheusUnavailable, prometheus_url
 
     try:
         res = write_report(Prom(prometheus_url(cfg, args.prometheus)), args.report_run or cfg.run_id, args.out)

@@ -25,7 +25,9 @@ def run_span(prom: Prom, run: str, lookback_s: float = 30 * 86400) -> tuple[floa
     now = time.time()
     ser = prom.series(f'up{{job="dynaweb", run="{run}"}}', now - lookback_s, now)
     if not ser:
-        raise ValueError(f"Prometheus has no data for run {run!r} (in the last {lookback_s / 86400:.0f} days)")
+        raise ValueError(
+            f"Prometheus has no data for run {run!r} (in the last {lookback_s / 86400:.0f} days)"
+        )
     start = min(float(s.get("registered_at") or now) for s in ser)
     step = max(1.0, (now - start) / 2000)
     res = prom.range(f'count(up{{job="dynaweb", run="{run}"}})', start, now, step)
@@ -37,7 +39,9 @@ def _grid(start: float, end: float, points: int = 300) -> float:
     return max(1.0, (end - start) / points)
 
 
-def series(prom: Prom, expr: str, start: float, end: float, step: float, by: str = "") -> dict[str, tuple[list, list]]:
+def series(
+    prom: Prom, expr: str, start: float, end: float, step: float, by: str = ""
+) -> dict[str, tuple[list, list]]:
     """label value of ``by`` (or the expression) -> (times, values)."""
     out: dict = {}
     for r in prom.range(expr, start, end, step):
@@ -49,7 +53,9 @@ def series(prom: Prom, expr: str, start: float, end: float, step: float, by: str
     return out
 
 
-def cumulative(prom: Prom, selector: str, start: float, end: float, step: float, by: str = "") -> dict[str, tuple]:
+def cumulative(
+    prom: Prom, selector: str, start: float, end: float, step: float, by: str = ""
+) -> dict[str, tuple]:
     """Sum of counter series grouped by ``by``, each series carried forward after it ends."""
     grid = [start + i * step for i in range(int((end - start) / step) + 1)]
     acc: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(grid))
@@ -93,7 +99,14 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
 
     # 1. success rate over real interactions (per policy), x = that policy's cumulative live steps
     steps = cumulative(prom, f"dynaweb_collector_steps_total{{{R}}}", start, end, step, by="policy")
-    succ = series(prom, f"avg by (policy) (dynaweb_collector_success_rate{{{R}}})", start, end, step, by="policy")
+    succ = series(
+        prom,
+        f"avg by (policy) (dynaweb_collector_success_rate{{{R}}})",
+        start,
+        end,
+        step,
+        by="policy",
+    )
     fig, ax = plt.subplots(figsize=(7, 4))
     for pol, (ts, vs) in sorted(succ.items()):
         g, cum = steps.get(pol, ([], []))
@@ -112,7 +125,11 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
         ax.plot(rel(g), cum, label=f"real ({pol})")
     for _k, (g, cum) in dream.items():
         ax.plot(rel(g), cum, label="dream", linestyle="--")
-    ax.set(xlabel="minutes since start", ylabel="cumulative steps", title=f"Dreamed vs real steps - run {run}")
+    ax.set(
+        xlabel="minutes since start",
+        ylabel="cumulative steps",
+        title=f"Dreamed vs real steps - run {run}",
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     files.append(_save(fig, out / PLOTS[1]))
@@ -121,7 +138,14 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     losses = {}
     for ax, model in zip(axes, ("policy", "world_model"), strict=True):
-        ls = series(prom, f'max by (term) (dynaweb_trainer_loss{{{R}, model="{model}"}})', start, end, step, by="term")
+        ls = series(
+            prom,
+            f'max by (term) (dynaweb_trainer_loss{{{R}, model="{model}"}})',
+            start,
+            end,
+            step,
+            by="term",
+        )
         losses[model] = {k: v[1][-1] for k, v in ls.items() if v[1]}
         for term, (ts, vs) in sorted(ls.items()):
             ax.plot(rel(ts), vs, label=term)
@@ -148,9 +172,17 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
     files.append(_save(fig, out / PLOTS[3]))
 
     # 5. staleness: version gaps and the stale-drop share
-    ck = series(prom, f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})', start, end, step)
+    ck = series(
+        prom, f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})', start, end, step
+    )
     dv = series(prom, f'min(dynaweb_dream_model_version{{{R}, kind="policy"}})', start, end, step)
-    cv = series(prom, f'min(dynaweb_collector_policy_version{{{R}, collector!~".*expert.*"}})', start, end, step)
+    cv = series(
+        prom,
+        f'min(dynaweb_collector_policy_version{{{R}, collector!~".*expert.*"}})',
+        start,
+        end,
+        step,
+    )
     w = f"{max(60, int(5 * step))}s"
     share = series(prom, f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[{w}])) / "
                          f'sum(increase(dynaweb_stream_trajectories_total{{{R}, source!="expert"}}[{w}]))',
@@ -159,9 +191,17 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
     for name, other in (("dream generators", dv), ("latest-policy collectors", cv)):
         if "" in ck and "" in other:
             ts, vs = other[""]
-            gap = [(_at(*ck[""], t) - v) for t, v in zip(ts, vs, strict=True) if _at(*ck[""], t) is not None]
-            a1.step(rel(ts[len(ts) - len(gap):]), gap, where="post", label=name)
-    a1.set(xlabel="minutes since start", ylabel="versions behind the trainer", title="Policy version gap")
+            gap = [
+                (_at(*ck[""], t) - v)
+                for t, v in zip(ts, vs, strict=True)
+                if _at(*ck[""], t) is not None
+            ]
+            a1.step(rel(ts[len(ts) - len(gap) :]), gap, where="post", label=name)
+    a1.set(
+        xlabel="minutes since start",
+        ylabel="versions behind the trainer",
+        title="Policy version gap",
+    )
     a1.grid(alpha=0.3)
     a1.legend(fontsize=8)
     for _k, (ts, vs) in share.items():
@@ -175,7 +215,13 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
     summary = _summary(prom, run, start, end, steps, dream, losses, fid)
     md = out / "summary.md"
     md.write_text(_markdown(summary))
-    return {"run": run, "start": start, "end": end, "files": [str(f) for f in files] + [str(md)], "summary": summary}
+    return {
+        "run": run,
+        "start": start,
+        "end": end,
+        "files": [str(f) for f in files] + [str(md)],
+        "summary": summary,
+    }
 
 
 def _save(fig, path: Path) -> Path:
@@ -191,14 +237,26 @@ def _last(d: dict) -> dict:
     return {k: v[1][-1] for k, v in d.items() if v[1]}
 
 
-def _summary(prom: Prom, run: str, start: float, end: float, steps: dict, dream: dict, losses: dict, fid: dict) -> dict:
+def _summary(
+    prom: Prom,
+    run: str,
+    start: float,
+    end: float,
+    steps: dict,
+    dream: dict,
+    losses: dict,
+    fid: dict,
+) -> dict:
     R = f'run="{run}"'
     span = f"{max(60, int(end - start) + 60)}s"
     tot = lambda sel, by="": prom.by(f"sum by ({by}) (max_over_time({sel}[{span}]))" if by else  # noqa: E731
                                      f"sum(max_over_time({sel}[{span}]))", by or "__none__", end)  # fmt: skip
     eps = tot(f"dynaweb_collector_episodes_total{{{R}}}", "outcome")
     eps_pol = defaultdict(lambda: {"episodes": 0.0, "success": 0.0})
-    for r in prom.query(f"sum by (policy, outcome) (max_over_time(dynaweb_collector_episodes_total{{{R}}}[{span}]))", end):
+    for r in prom.query(
+        f"sum by (policy, outcome) (max_over_time(dynaweb_collector_episodes_total{{{R}}}[{span}]))",
+        end,
+    ):
         p = eps_pol[r["metric"].get("policy", "?")]
         p["episodes"] += float(r["value"][1])
         if r["metric"].get("outcome") == "success":
@@ -253,7 +311,13 @@ def _markdown(s: dict) -> str:
         f"| dead letters | {_f(s['dead_letters'], '{:.0f}')} |",
         f"| max training-batch lag | {_f(s['max_lag_batches'], '{:.0f}')} |", "",
     ]  # fmt: skip
-    titles = ("Success over real interactions", "Dreamed vs real steps", "Losses", "World-model fidelity", "Staleness")
+    titles = (
+        "Success over real interactions",
+        "Dreamed vs real steps",
+        "Losses",
+        "World-model fidelity",
+        "Staleness",
+    )
     for title, f in zip(titles, PLOTS, strict=True):
         lines += [f"## {title}", "", f"![{title}]({f})", ""]
     return "\n".join(lines)

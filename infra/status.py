@@ -16,6 +16,8 @@ import urllib.parse
 import urllib.request
 
 from infra.config import Config
+
+
 class PrometheusUnavailable(RuntimeError):
     pass
 
@@ -79,7 +81,9 @@ class Prom:
                                                  "step": f"{max(step, 0.001):.3f}"})["result"]  # fmt: skip
 
     def series(self, match: str, start: float, end: float) -> list[dict]:
-        return self._get("/api/v1/series", [("match[]", match), ("start", f"{start:.3f}"), ("end", f"{end:.3f}")])
+        return self._get(
+            "/api/v1/series", [("match[]", match), ("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
+        )
 
 
 # --- the live view ----------------------------------------------------------------------
@@ -111,11 +115,17 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     cols = {}
     for r in prom.query(f"max by (collector, policy) (dynaweb_collector_success_rate{{{R}}})", at):
         cols.setdefault(r["metric"]["collector"], {})["policy"] = r["metric"].get("policy")
-    steps = prom.by(f"sum by (collector) (rate(dynaweb_collector_steps_total{{{R}}}[{W}]))", "collector", at)
+    steps = prom.by(
+        f"sum by (collector) (rate(dynaweb_collector_steps_total{{{R}}}[{W}]))", "collector", at
+    )
     succ = prom.by(f"avg by (collector) (dynaweb_collector_success_rate{{{R}}})", "collector", at)
     eps = prom.by(f"sum by (collector) (dynaweb_collector_episodes_total{{{R}}})", "collector", at)
     ver = prom.by(f"max by (collector) (dynaweb_collector_policy_version{{{R}}})", "collector", at)
-    hb = prom.by(f"time() - max by (collector) (dynaweb_collector_heartbeat_timestamp_seconds{{{R}}})", "collector", at)
+    hb = prom.by(
+        f"time() - max by (collector) (dynaweb_collector_heartbeat_timestamp_seconds{{{R}}})",
+        "collector",
+        at,
+    )
     pol = {}
     for r in prom.query(f"count by (collector, policy) (dynaweb_collector_steps_total{{{R}}})", at):
         pol[r["metric"]["collector"]] = r["metric"].get("policy")
@@ -134,20 +144,32 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     }
     out["real_steps"] = q(f"sum(dynaweb_collector_steps_total{{{R}}})")
     out["trainer"] = {
-        "policy_steps_per_s": q(f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="policy"}}[{W}]))'),
-        "world_model_steps_per_s": q(f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="world_model"}}[{W}]))'),
+        "policy_steps_per_s": q(
+            f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="policy"}}[{W}]))'
+        ),
+        "world_model_steps_per_s": q(
+            f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="world_model"}}[{W}]))'
+        ),
         "policy_steps": q(f'sum(dynaweb_trainer_steps_total{{{R}, model="policy"}})'),
         "checkpoint_version": q(f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})'),
-        "checkpoint_age_s": q(f'time() - max(dynaweb_trainer_checkpoint_timestamp_seconds{{{R}, kind="policy"}})'),
+        "checkpoint_age_s": q(
+            f'time() - max(dynaweb_trainer_checkpoint_timestamp_seconds{{{R}, kind="policy"}})'
+        ),
         "policy_loss": q(f'max(dynaweb_trainer_loss{{{R}, model="policy", term="total"}})'),
-        "world_model_loss": q(f'max(dynaweb_trainer_loss{{{R}, model="world_model", term="total"}})'),
+        "world_model_loss": q(
+            f'max(dynaweb_trainer_loss{{{R}, model="world_model", term="total"}})'
+        ),
     }
-    out["fidelity"] = prom.by(f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})', "metric", at)
+    out["fidelity"] = prom.by(
+        f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})', "metric", at
+    )
     out["stream"] = {
         "lag_batches": q(f"max(dynaweb_stream_lag_batches{{{R}}})"),
         "batches_per_min": q(f"60 * sum(rate(dynaweb_stream_batches_total{{{R}}}[{W}]))"),
         "expert_fraction": q(f"avg(dynaweb_stream_expert_fraction_ratio{{{R}}})"),
-        "stale_dropped_10m": q(f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[10m]))"),
+        "stale_dropped_10m": q(
+            f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[10m]))"
+        ),
         "dead_letters_10m": q(f"sum(increase(dynaweb_stream_dead_letters_total{{{R}}}[10m]))"),
     }
     out["alerts"] = sorted({r["metric"].get("alertname", "?") for r in
@@ -164,8 +186,13 @@ def _pct(v: float | None) -> str:
 
 
 def render(s: dict) -> str:
-    lines = [f"DynaWeb run {s['run']}  ({s['prometheus']}, {time.strftime('%H:%M:%S', time.localtime(s['time']))})"]
-    comps = "  ".join(f"{k} {v['up']}/{v['total']}" for k, v in sorted(s["components"].items())) or "none registered"
+    lines = [
+        f"DynaWeb run {s['run']}  ({s['prometheus']}, {time.strftime('%H:%M:%S', time.localtime(s['time']))})"
+    ]
+    comps = (
+        "  ".join(f"{k} {v['up']}/{v['total']}" for k, v in sorted(s["components"].items()))
+        or "none registered"
+    )
     lines.append(f"components  {comps}")
     first = True
     for name, c in s["collectors"].items():
@@ -200,7 +227,11 @@ def status(cfg: Config, url: str | None = None, run: str | None = None, as_json:
     prom = Prom(prometheus_url(cfg, url))
     name = pick_run(prom, run)
     if name is None:
-        print(f"no DynaWeb component is registered in {prom.url}" if not as_json else json.dumps({"run": None}))
+        print(
+            f"no DynaWeb component is registered in {prom.url}"
+            if not as_json
+            else json.dumps({"run": None})
+        )
         return 1
     s = gather(prom, name, at)
     print(json.dumps(s) if as_json else render(s))

@@ -22,6 +22,7 @@ streams.state.StreamState, this module wires it to Faust.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from pathlib import Path
@@ -100,6 +101,8 @@ class Runner:
         self._committed_at = 0.0
         self._ready = False
         self.on_caught_up = None
+        self.state_file = ready_file.with_name("state.json") if ready_file is not None else None
+        self._state_at = 0.0
 
     def process(self, events) -> None:
         if self.frozen:
@@ -132,6 +135,9 @@ class Runner:
         if not self.frozen and not self.app.rebalancing and now - self._committed_at >= _COMMIT_S:
             self._committed_at = now
             await self.commit()
+        if self.state_file is not None and now - self._state_at >= 1.0:
+            self._state_at = now  # for operators and tests: what this worker holds now
+            self.state_file.write_text(json.dumps({**st.snapshot(), **st.side_snapshot()}))
         if not self._ready and self.assigned_once and (self.side is None or self.side.caught_up.is_set()):
             self._ready = True
             if self.ready_file is not None:

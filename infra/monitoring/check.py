@@ -63,7 +63,12 @@ def dashboard_queries(path: Path) -> list[tuple[str, str]]:
     for p in iter_panels(d):
         for t in p.get("targets", []):
             if t.get("expr"):
-                out.append((f"{Path(path).name}: panel {p.get('title')!r} ({t.get('refId', '?')})", t["expr"]))
+                out.append(
+                    (
+                        f"{Path(path).name}: panel {p.get('title')!r} ({t.get('refId', '?')})",
+                        t["expr"],
+                    )
+                )
     return out
 
 
@@ -96,7 +101,9 @@ def rule_expressions(rules_dir: Path = RULES) -> list[tuple[str, str]]:
         for g in (yaml.safe_load(f.read_text()) or {}).get("groups", []):
             for r in g.get("rules", []):
                 name = r.get("alert") or r.get("record")
-                out.append((f"{f.name}: {'alert' if 'alert' in r else 'record'} {name}", str(r["expr"])))
+                out.append(
+                    (f"{f.name}: {'alert' if 'alert' in r else 'record'} {name}", str(r["expr"]))
+                )
     return out
 
 
@@ -260,7 +267,9 @@ def _check_one(prom_url: str, where: str, expr: str, run: str | None, at: float 
         if run is not None:
             res = [r for r in res if r["metric"].get("run") == run]
         if not res:
-            problems.append(f"{where}: selector {sel} has no series" + (f" for run {run!r}" if run else ""))
+            problems.append(
+                f"{where}: selector {sel} has no series" + (f" for run {run!r}" if run else "")
+            )
     return problems
 
 
@@ -289,7 +298,9 @@ def check_queries(prom_url: str, variables: dict, at: float | None = None,
             vals = {r["metric"].get(label) for r in res}
             name = where.rsplit("$", 1)[1]
             if not vals or (name in variables and str(variables[name]) not in vals):
-                problems.append(f"{where}: label_values({selector}, {label}) gives {sorted(map(str, vals))}")
+                problems.append(
+                    f"{where}: label_values({selector}, {label}) gives {sorted(map(str, vals))}"
+                )
         for where, expr in dashboard_queries(f):
             try:
                 e = expand(expr, variables, defaults)
@@ -298,15 +309,39 @@ def check_queries(prom_url: str, variables: dict, at: float | None = None,
                 continue
             problems += _check_one(prom_url, where, e, run, at, need_series=True)
     for where, expr in rule_expressions(rules_dir):
-        problems += _check_one(prom_url, where, expr, run, at, need_series=where.split(": ", 1)[1].startswith("record"))
+        problems += _check_one(
+            prom_url, where, expr, run, at, need_series=where.split(": ", 1)[1].startswith("record")
+        )
     return problems
+
+
+def wait_for_queries(prom_url: str, variables: dict, timeout_s: float = 60.0, interval_s: float = 5.0,
+                     **kw) -> list[str]:  # fmt: skip
+    """``check_queries`` until it finds no problem or ``timeout_s`` passes; the last problems.
+
+    For a young run: some series (world-model fidelity, hot reloads) appear only after the
+    first checkpoints. Invalid queries are returned at once (waiting cannot fix them)."""
+    import time
+
+    deadline = time.time() + timeout_s
+    while True:
+        problems = check_queries(prom_url, variables, **kw)
+        if (
+            not problems
+            or time.time() >= deadline
+            or any("invalid" in p or "padded" in p for p in problems)
+        ):
+            return problems
+        time.sleep(interval_s)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", default="http://127.0.0.1:9090", help="Prometheus base URL")
     ap.add_argument("--run", required=True, help="run id ($run)")
-    ap.add_argument("--var", action="append", default=[], metavar="NAME=VALUE", help="more template variables")
+    ap.add_argument(
+        "--var", action="append", default=[], metavar="NAME=VALUE", help="more template variables"
+    )
     ap.add_argument("--at", type=float, help="evaluation time (unix seconds; default now)")
     a = ap.parse_args(argv)
     variables = {"run": a.run, **dict(kv.split("=", 1) for kv in a.var)}
@@ -314,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         print(p)
     n = sum(len(dashboard_queries(f)) for f in sorted(DASHBOARDS.glob("*.json")))
-    print(f"{n} panel queries, {len(rule_expressions())} rule expressions: {len(problems)} problems")
+    print(
+        f"{n} panel queries, {len(rule_expressions())} rule expressions: {len(problems)} problems"
+    )
     return 1 if problems else 0
 
 

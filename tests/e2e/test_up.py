@@ -16,6 +16,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.config import Config
+from infra.monitoring.check import wait_for_queries
 from infra.s3 import make_client
 from models.checkpoint import CheckpointStore
 from streams import records
@@ -76,17 +77,25 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "up", "--no-stack", "--duration", str(DURATION),
                              "--json"], env=env, stdout=open(out_path, "w"), stderr=subprocess.STDOUT)  # fmt: skip
     samples = []  # (process start time, policy version in use) of every dream generator, over time
+    dashboard_problems = None
+    started = time.time()
     try:
         while proc.poll() is None:
             for vals in _scrape(run_cfg, "dream"):
                 samples.append((_get(vals, "process_start_time_seconds"),
                                 _get(vals, "dynaweb_dream_model_version", kind="policy")))  # fmt: skip
+            if dashboard_problems is None and time.time() - started > DURATION - 65:
+                # every dashboard panel and alert expression against the live Prometheus, mid-run
+                prom = f"http://127.0.0.1:{run_cfg.stack.prometheus_port}"
+                dashboard_problems = wait_for_queries(prom, {"run": run_cfg.run_id}, timeout_s=45)
             time.sleep(2)
         assert proc.returncode == 0, out_path.read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
     out = out_path.read_text()
+    assert dashboard_problems == [], "dashboard/alert queries without data or invalid:\n" + "\n".join(
+        dashboard_problems or ["(never checked: the run ended early)"])
     summary = json.loads(out.strip().splitlines()[-1])
     topics = Topics(run_cfg.run_id)
 

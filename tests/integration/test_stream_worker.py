@@ -136,10 +136,26 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.log = home / f"worker-{run_id}.log"
 
+    def rename(self, worker_id: str) -> Worker:
+        """Another worker of the same run (same consumer group)."""
+        self.worker_id = self.env["DYNAWEB_STREAM__WORKER_ID"] = worker_id
+        self.dir = self.home / "streams" / self.run_id / worker_id
+        self.log = self.home / f"worker-{self.run_id}-{worker_id}.log"
+        return self
+
+    def state(self) -> dict | None:
+        try:
+            return json.loads((self.dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def topics_name(self, key: str) -> str:
+        return Topics(self.run_id).name(key)
+
     def start(self, timeout: float = 60) -> Worker:
         (self.dir / "ready").unlink(missing_ok=True)
         self._fh = open(self.log, "ab")
-        self.proc = subprocess.Popen([sys.executable, *(os.environ.get("DYNAWEB_WORKER_CMD", "-m streams.worker").split()), "--loglevel", "warning"],
+        self.proc = subprocess.Popen([sys.executable, *(os.environ.get("DYNAWEB_WORKER_CMD", "-m streams.worker").split()), "--loglevel", os.environ.get("DYNAWEB_TEST_WORKER_LOGLEVEL", "warning")],
                                      cwd=ROOT, env=self.env, stdout=self._fh, stderr=subprocess.STDOUT)  # fmt: skip
 
         def ready():

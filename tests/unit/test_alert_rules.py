@@ -24,7 +24,9 @@ def _promtool() -> str:
     found = shutil.which("promtool")
     if not found:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("promtool is not installed (apt-get install -y --no-install-recommends prometheus)")
+            pytest.fail(
+                "promtool is not installed (apt-get install -y --no-install-recommends prometheus)"
+            )
         pytest.skip("promtool is not installed")
     return found
 
@@ -44,7 +46,9 @@ def test_required_alerts_exist_with_labels_and_summary() -> None:
     assert ALERTS <= set(alerts), ALERTS - set(alerts)
     for name, r in alerts.items():
         assert r["labels"]["severity"] in ("warning", "critical"), name
-        assert "run" in r["annotations"]["summary"] or "$labels" in r["annotations"]["summary"], name
+        assert "run" in r["annotations"]["summary"] or "$labels" in r["annotations"]["summary"], (
+            name
+        )
         assert "vector(" not in r["expr"], f"{name}: padded expression"
 
 
@@ -59,7 +63,12 @@ def test_every_alert_has_a_unit_test() -> None:
 
 
 def test_promtool_check_rules() -> None:
-    p = subprocess.run([_promtool(), "check", "rules", *map(str, RULES)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [_promtool(), "check", "rules", *map(str, RULES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 

@@ -46,12 +46,21 @@ def provisioned_uid() -> str:
 def test_declared_names_follow_the_convention() -> None:
     names = declared_series()
     assert names
-    assert all(re.fullmatch(r"dynaweb_(trainer|dream|collector|stream|client)_[a-z0-9_]+", n) for n in names), names
+    assert all(
+        re.fullmatch(r"dynaweb_(trainer|dream|collector|stream|client)_[a-z0-9_]+", n)
+        for n in names
+    ), names
 
 
 def test_one_overview_and_one_dashboard_per_component() -> None:
     uids = {json.loads(f.read_text())["uid"] for f in DASHBOARDS}
-    assert {"dynaweb-overview", "dynaweb-collectors", "dynaweb-streams", "dynaweb-trainer", "dynaweb-dream"} <= uids
+    assert {
+        "dynaweb-overview",
+        "dynaweb-collectors",
+        "dynaweb-streams",
+        "dynaweb-trainer",
+        "dynaweb-dream",
+    } <= uids
 
 
 def test_dashboard_provider_points_at_the_mounted_dashboards() -> None:
@@ -60,7 +69,9 @@ def test_dashboard_provider_points_at_the_mounted_dashboards() -> None:
     assert prov["type"] == "file" and prov["options"]["path"]
     compose = yaml.safe_load((MON.parent / "deploy" / "docker-compose.yml").read_text())
     mounts = compose["services"]["grafana"]["volumes"]
-    assert any(m.startswith("../monitoring/dashboards:" + prov["options"]["path"]) for m in mounts), mounts
+    assert any(
+        m.startswith("../monitoring/dashboards:" + prov["options"]["path"]) for m in mounts
+    ), mounts
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
@@ -92,17 +103,29 @@ def test_dashboard(path: Path) -> None:
             for s in sels:
                 name = check.metric_name(s)
                 assert name in known, f"{where}: {name} is not a declared metric"
-                if name.startswith("dynaweb_") or name in ("up", "process_resident_memory_bytes", "process_cpu_seconds_total"):
+                if name.startswith("dynaweb_") or name in (
+                    "up",
+                    "process_resident_memory_bytes",
+                    "process_cpu_seconds_total",
+                ):
                     assert re.search(r'\brun="\$run"', s), f"{where}: {s} is not restricted to $run"
 
 
 def test_selector_scanner() -> None:
-    expr = ('sum by (run) (rate(a_total{x="1"}[5m] offset 1m)) / on (run) group_left(k) max(b) > 0.3 '
-            'and time() - c{q=~"a|b"} < 30 or histogram_quantile(0.95, sum by (le) (rate(d_bucket[1m])))')
+    expr = (
+        'sum by (run) (rate(a_total{x="1"}[5m] offset 1m)) / on (run) group_left(k) max(b) > 0.3 '
+        'and time() - c{q=~"a|b"} < 30 or histogram_quantile(0.95, sum by (le) (rate(d_bucket[1m])))'
+    )
     assert check.selectors(expr) == ['a_total{x="1"}', "b", 'c{q=~"a|b"}', "d_bucket"]
-    assert check.padded("sum(x) or vector(0)") and check.padded("absent(up)") and not check.padded("sum(x)")
-    assert check.expand('x{run="$run", c=~"${c}"}[$__rate_interval]', {"run": "r"}, {"c": ".*"}) == \
-        'x{run="r", c=~".*"}[1m]'
+    assert (
+        check.padded("sum(x) or vector(0)")
+        and check.padded("absent(up)")
+        and not check.padded("sum(x)")
+    )
+    assert (
+        check.expand('x{run="$run", c=~"${c}"}[$__rate_interval]', {"run": "r"}, {"c": ".*"})
+        == 'x{run="r", c=~".*"}[1m]'
+    )
 
 
 def test_rule_selectors_use_declared_metrics() -> None:

@@ -55,7 +55,9 @@ def test_components_run_the_cli_with_the_project_image() -> None:
     for name in COMPONENTS:
         svc = COMPOSE["services"][name]
         assert svc["build"]["dockerfile"] == "infra/deploy/Dockerfile", name
-        assert (ROOT / svc["build"]["context"].replace("../..", ".") / svc["build"]["dockerfile"]).exists()
+        assert (
+            ROOT / svc["build"]["context"].replace("../..", ".") / svc["build"]["dockerfile"]
+        ).exists()
         cmd = svc["command"]
         assert cmd[0] == "dynaweb", name
         from infra.cli import build_parser
@@ -71,24 +73,34 @@ def test_env_keys_are_config_keys_and_reach_the_config() -> None:
         assert keys, name
         cfg = load_config(env=env)  # raises ValueError on an unknown key
         assert cfg.kafka.bootstrap == "kafka:9092" and cfg.s3.endpoint == "minio:9000", name
-        assert cfg.stack.bind == "0.0.0.0" and cfg.home == "/dynaweb" and cfg.run_id == env["DYNAWEB_RUN_ID"]
+        assert (
+            cfg.stack.bind == "0.0.0.0"
+            and cfg.home == "/dynaweb"
+            and cfg.run_id == env["DYNAWEB_RUN_ID"]
+        )
         assert cfg.s3.access_key and cfg.s3.secret_key, f"{name}: S3 keys come from the environment"
         for k in keys:
             if "__" in k:
-                sec, field = k[len("DYNAWEB_"):].lower().split("__", 1)
+                sec, field = k[len("DYNAWEB_") :].lower().split("__", 1)
                 val = getattr(getattr(cfg, sec), field)
                 if isinstance(val, int | float) and not isinstance(val, bool):
                     assert val == float(env[k]), k
                 else:
                     assert str(val).lower() == env[k].lower(), k
             else:
-                assert k in ("DYNAWEB_HOME", "DYNAWEB_RUN_ID", "DYNAWEB_CONFIG"), f"{k}: not read by load_config"
+                assert k in ("DYNAWEB_HOME", "DYNAWEB_RUN_ID", "DYNAWEB_CONFIG"), (
+                    f"{k}: not read by load_config"
+                )
 
 
 def test_no_secret_in_committed_env_files() -> None:
     for f in DEPLOY.glob("*.env"):
         env = read_env_file(f)
-        for k in ("DYNAWEB_S3__SECRET_KEY", "DYNAWEB_S3__ACCESS_KEY", "DYNAWEB_KAFKA__SASL_PASSWORD"):
+        for k in (
+            "DYNAWEB_S3__SECRET_KEY",
+            "DYNAWEB_S3__ACCESS_KEY",
+            "DYNAWEB_KAFKA__SASL_PASSWORD",
+        ):
             assert k not in env, f"{f.name}: {k} belongs in .env / the shell"
 
 
@@ -102,8 +114,12 @@ def test_mounted_monitoring_files_exist_and_prometheus_reads_the_shared_targets(
     (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "dynaweb"]
     (files,) = [c["files"] for c in job["file_sd_configs"]]
     home = service_env("trainer")["DYNAWEB_HOME"]
-    assert files == [f"{home}/prometheus/targets/*.json"]  # where infra.metrics.MetricsEndpoint writes
-    assert any(v.startswith("dynaweb-home:" + home) for v in COMPOSE["services"]["prometheus"]["volumes"])
+    assert files == [
+        f"{home}/prometheus/targets/*.json"
+    ]  # where infra.metrics.MetricsEndpoint writes
+    assert any(
+        v.startswith("dynaweb-home:" + home) for v in COMPOSE["services"]["prometheus"]["volumes"]
+    )
     assert prom["rule_files"] == ["/etc/prometheus/rules/*.yml"]
 
 
