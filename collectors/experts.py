@@ -432,15 +432,46 @@ def choose_list(instr, nodes, obs, history):
 
 
 def navigate_tree(instr, nodes, obs, history):
+    """Depth-first search over the folders, collapsing each explored one (keeps the tree small)."""
     q = quoted(instr)
     if not q:
         return None
-    target = first(nodes, role=("text", "listitem", "generic", "link"), name=q[0])
+    target = first(nodes, role=("text", "listitem", "generic", "link"), name=q[0],
+                   pred=lambda n: n.role != "generic" or n.has("clickable"))  # fmt: skip
     if target:
         return Action.click(target.id)
-    for n in find(nodes, role="generic", pred=lambda n: "expandable-hitarea" in n.classes):
-        return Action.click(n.id)
+    explored = set()
+    for ob, a in history:  # folders we collapsed before are done
+        if a.kind == "click":
+            ns = parse_tree(ob.tree)
+            hit = [n for n in ns if n.id == a.element]
+            if hit and "colla" in (hit[0].props.get("class") or ""):
+                explored.add(_folder_name(ns, hit[0]))
+
+    def hitarea(n: Node) -> Node | None:
+        for i in n.children:
+            if nodes[i].role == "generic" and "hitarea" in (nodes[i].props.get("class") or ""):
+                return nodes[i]
+        return None
+
+    folders = [(n, hitarea(n)) for n in nodes if n.role == "listitem" and hitarea(n) is not None]
+    expanded = [(f, h) for f, h in folders if "colla" in (h.props.get("class") or "")]
+    # the deepest open folder: open its next unexplored sub-folder, else close it
+    for f, h in sorted(expanded, key=lambda fh: -fh[0].depth):
+        subs = [(g, gh) for g, gh in folders if g.parent == f.index]
+        for g, gh in subs:
+            if "expan" in (gh.props.get("class") or "") and _folder_name(nodes, gh) not in explored:
+                return Action.click(gh.id)
+        return Action.click(h.id)
+    for f, h in folders:
+        if f.depth == 0 and "expan" in (h.props.get("class") or "") and _folder_name(nodes, h) not in explored:
+            return Action.click(h.id)
     return None
+
+
+def _folder_name(nodes: list[Node], hit: Node) -> str:
+    nxt = nodes[hit.index + 1] if hit.index + 1 < len(nodes) else None
+    return nxt.name if nxt is not None else ""
 
 
 def click_collapsible(instr, nodes, obs, history):
@@ -550,7 +581,9 @@ def click_widget(instr, nodes, obs, history):
             "button": "button", "textarea": "textbox"}.get(kind, kind)  # fmt: skip
     cands = find(nodes, role=role)
     if kind == "textarea":
-        cands = [c for c in cands if c.props.get("type") is None]
+        cands = [c for c in cands if c.has("multiline")]
+    elif kind in ("text", "textfield"):
+        cands = [c for c in cands if not c.has("multiline")]
     return Action.click(cands[0].id) if cands else None
 
 
@@ -936,6 +969,8 @@ def email_inbox(instr, nodes, obs, history):
     if search is not None:
         if search.value != by:
             return Action.type(search.id, by)
+        if history and history[-1][1].kind == "type":
+            return Action.press("Enter")  # the inbox searches on key events, not on input
         return None
     opener = first(nodes, role="generic", pred=lambda n: n.props.get("id") == "open-search")
     return Action.click(opener.id) if opener else None
@@ -1082,12 +1117,82 @@ _TABLE: dict[str, Callable] = {
 
 ALL_EXPERTS: dict[str, Expert] = {f"miniwob/{k}": _f(v, f"miniwob/{k}") for k, v in _TABLE.items()}
 
-# Experts that passed the bar (>= 95% over 100 consecutive seeds, see VERIFIED below);
-# only these are registered (``has_expert`` in the task registry).  The others stay
-# in ALL_EXPERTS for development.
-VERIFIED: dict[str, float] = {}
+# Success over seeds 0-99 (``python -m collectors.experts --tasks all --seeds 0:100``,
+# default observation budget of 512 bytes).  Only experts at >= 95% are registered
+# in EXPERTS (and so marked ``has_expert``); the others (click-menu-2: the "item with
+# the icon" variant is not in the text tree; social-media*: the posts' authors do
+# not fit the 512-byte budget) stay in ALL_EXPERTS for development.
+VERIFIED: dict[str, float] = {
+    "miniwob/buy-ticket": 1.00,
+    "miniwob/choose-list": 1.00,
+    "miniwob/click-button": 1.00,
+    "miniwob/click-button-sequence": 0.98,
+    "miniwob/click-checkboxes": 1.00,
+    "miniwob/click-checkboxes-large": 1.00,
+    "miniwob/click-checkboxes-transfer": 1.00,
+    "miniwob/click-collapsible": 1.00,
+    "miniwob/click-collapsible-2": 1.00,
+    "miniwob/click-collapsible-2-nodelay": 1.00,
+    "miniwob/click-collapsible-nodelay": 1.00,
+    "miniwob/click-dialog": 1.00,
+    "miniwob/click-dialog-2": 1.00,
+    "miniwob/click-link": 1.00,
+    "miniwob/click-option": 1.00,
+    "miniwob/click-scroll-list": 1.00,
+    "miniwob/click-tab": 1.00,
+    "miniwob/click-tab-2": 1.00,
+    "miniwob/click-tab-2-easy": 1.00,
+    "miniwob/click-tab-2-hard": 1.00,
+    "miniwob/click-tab-2-medium": 1.00,
+    "miniwob/click-test": 1.00,
+    "miniwob/click-test-2": 0.98,
+    "miniwob/click-test-transfer": 0.98,
+    "miniwob/click-widget": 1.00,
+    "miniwob/copy-paste": 1.00,
+    "miniwob/copy-paste-2": 1.00,
+    "miniwob/email-inbox": 1.00,
+    "miniwob/email-inbox-delete": 1.00,
+    "miniwob/email-inbox-forward": 1.00,
+    "miniwob/email-inbox-forward-nl": 1.00,
+    "miniwob/email-inbox-forward-nl-turk": 1.00,
+    "miniwob/email-inbox-important": 1.00,
+    "miniwob/email-inbox-nl-turk": 1.00,
+    "miniwob/email-inbox-noscroll": 1.00,
+    "miniwob/email-inbox-reply": 1.00,
+    "miniwob/email-inbox-star-reply": 1.00,
+    "miniwob/enter-date": 1.00,
+    "miniwob/enter-password": 1.00,
+    "miniwob/enter-text": 1.00,
+    "miniwob/enter-text-2": 1.00,
+    "miniwob/enter-text-dynamic": 1.00,
+    "miniwob/enter-time": 1.00,
+    "miniwob/find-greatest": 1.00,
+    "miniwob/find-word": 1.00,
+    "miniwob/focus-text": 1.00,
+    "miniwob/focus-text-2": 1.00,
+    "miniwob/form-sequence-2": 1.00,
+    "miniwob/form-sequence-3": 1.00,
+    "miniwob/generate-number": 1.00,
+    "miniwob/guess-number": 1.00,
+    "miniwob/login-user": 1.00,
+    "miniwob/login-user-popup": 1.00,
+    "miniwob/multi-layouts": 1.00,
+    "miniwob/multi-orderings": 1.00,
+    "miniwob/navigate-tree": 0.99,
+    "miniwob/odd-or-even": 1.00,
+    "miniwob/read-table": 1.00,
+    "miniwob/read-table-2": 1.00,
+    "miniwob/search-engine": 1.00,
+    "miniwob/simple-algebra": 1.00,
+    "miniwob/simple-arithmetic": 1.00,
+    "miniwob/text-transform": 1.00,
+    "miniwob/unicode-test": 1.00,
+    "miniwob/use-autocomplete": 0.99,
+    "miniwob/use-autocomplete-nodelay": 0.99,
+    "miniwob/use-spinner": 1.00,
+}  # fmt: skip
 
-EXPERTS: dict[str, Expert] = dict(ALL_EXPERTS)
+EXPERTS: dict[str, Expert] = {k: v for k, v in ALL_EXPERTS.items() if VERIFIED.get(k, 0.0) >= 0.95}
 
 
 # --- measuring ---------------------------------------------------------------------

@@ -194,6 +194,9 @@ class Dreamer:
                 self.pub.send(self.topics.dream, rec, key=ro.group_id)
                 n += 1
             successes += int(ro.steps[-1]["reward"] > 0)
+            bad = sum(1 for st in ro.steps if not st.get("ok", True))
+            if bad:
+                M.DREAM_WM_INVALID.labels(self.run, "repaired_or_rejected").inc(bad)
             M.DREAM_ROLLOUT_LEN.labels(self.run).observe(len(ro.steps))
         M.DREAM_STEPS.labels(self.run).inc(n)
         M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))

@@ -253,6 +253,9 @@ class Trainer:
         M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
         M.TRAINER_LOSS.labels(self.run, "policy", "total").set(float(loss.detach()))
         _export_stats(self.run, stats)
+        share = nonzero_advantage_share(trajs)
+        if share is not None:
+            M.TRAINER_NONZERO_ADV.labels(self.run).set(share)
         M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
         M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
         self.batches_consumed += 1
@@ -344,6 +347,17 @@ class Trainer:
         finally:
             self.pub.close()
             shutil.rmtree(self.work, ignore_errors=True)
+
+
+def nonzero_advantage_share(trajs: list[records.Trajectory]) -> float | None:
+    """Share of GSPO groups (non-expert, by group id) whose rewards differ (a nonzero advantage)."""
+    groups: dict[str, set] = {}
+    for t in trajs:
+        if t.source != "expert" and t.group_id:
+            groups.setdefault(t.group_id, set()).add(round(float(t.reward), 6))
+    if not groups:
+        return None
+    return sum(len(r) > 1 for r in groups.values()) / len(groups)
 
 
 def _export_stats(run: str, stats: dict) -> None:

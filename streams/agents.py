@@ -97,6 +97,7 @@ class Runner:
         self.sender = _Sender(app, on_error=lambda _e: state.m(M.publish_errors).inc())
         state.attach(self.sender)
         self.frozen = True  # until the first assignment was prepared
+        self.early: list = []
         self.assigned_once = False
         self._committed_at = 0.0
         self._ready = False
@@ -105,8 +106,9 @@ class Runner:
         self._state_at = 0.0
 
     def process(self, events) -> None:
-        if self.frozen:
-            return  # fetched before/while rebalancing: the owner after it re-reads them
+        if self.frozen:  # rebalancing: kept until the new assignment is prepared
+            self.early.extend(events)
+            return
         gen = self.app.consumer_generation_id
         on = self.state.on_transition
         for ev in events:
@@ -172,9 +174,12 @@ class Runner:
         info.update(self.state.reset(emitted))
         info["assigned"] = sorted(f"{tp.topic.rsplit('.', 1)[-1]}[{tp.partition}]" for tp in tps)
         self.last_assignment = info
+        info["faust_acks"] = [self.app.topics.acks_enabled_for(t) for t in self.topics.transitions]
         log.info("assignment prepared: %s", info)
         self.assigned_once = True
         self.frozen = False
+        early, self.early = self.early, []
+        self.process(early)  # those of an earlier generation are skipped: they are re-read
 
 
 def register(app: faust.App, cfg: Config, topics: Topics, state: StreamState | None = None,

@@ -125,7 +125,7 @@ def emitted_since(kc: KafkaConfig, run_id: str, topic: str, since_ms: float,
                         if m.offset >= ends[tp]:
                             done = True
                             break
-                        if m.value and b'"training_batch"' in m.value[:400]:
+                        if m.value and b'"training_batch"' in m.value[-200:]:
                             info["batches"] += 1
                             ids.update(_non_expert_ids(m.value))
         info.update(episodes=len(ids), seconds=round(time.time() - t0, 3))

@@ -101,6 +101,8 @@ class StreamState:
         self.window: deque = deque()  # (time, experts, trajectories) of recent mixed batches
         self.counts: Counter = Counter()  # transitions, duplicates, forwarded, skipped, ...
         self.side_info = Counter()
+        self.first_at: float | None = None  # wall time of the first / last message processed
+        self.last_at: float | None = None
 
     def attach(self, sender) -> None:
         self.out = sender
@@ -113,6 +115,9 @@ class StreamState:
                       now: float | None = None) -> bool:  # fmt: skip
         """Process one message of partition ``tp``; True when it is held (its
         partition's commit point waits until its episode has left the pipeline)."""
+        self.last_at = time.time()
+        if self.first_at is None:
+            self.first_at = self.last_at
         if tp is not None:
             nxt = self.positions.get(tp)
             if nxt is None or offset + 1 > nxt:
@@ -390,4 +395,6 @@ class StreamState:
             "duplicates": self.dedupe.duplicates, "drops": dict(mx.drops), "groups": dict(self.groups.stats),
             "reuse": mx.realised_reuse, "mixed_fraction": mx.realised_mixed_fraction,
             "dead_letters": self.dead.count if self.dead else 0, "held": len(self.held),
+            "processed": sum(self.counts[k] for k in ("t_real", "t_expert", "t_dream", "invalid"))
+            + self.dedupe.duplicates, "first_at": self.first_at, "last_at": self.last_at,
         }  # fmt: skip
