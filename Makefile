@@ -34,7 +34,7 @@ $(VENV)/.installed: pyproject.toml
 
 lint: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+
 
 clean:
 	rm -rf $(VENV) .dynaweb .pytest_cache

@@ -171,7 +171,10 @@ class Browser:
             asyncio.ensure_future(_close_quietly(p))
 
         ctx.on("page", on_page)
-        page.on("download", lambda d: (allow.block("download", d.url), asyncio.ensure_future(d.cancel())))
+        page.on(
+            "download",
+            lambda d: (allow.block("download", d.url), asyncio.ensure_future(d.cancel())),
+        )
         return ctx, page, allow
 
     async def close(self) -> None:

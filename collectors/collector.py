@@ -85,10 +85,12 @@ class ExpertAgent:
     def _task_of(self, obs: Observation) -> str | None:
         path = (obs.url or "").split("?")[0].lstrip("/")
         if path.endswith(".html") and path.startswith("miniwob/"):
-            return "miniwob/" + path[len("miniwob/"):-5]
+            return "miniwob/" + path[len("miniwob/") : -5]
         return None
 
-    async def act(self, obs_list: list[Observation], histories: list[list], tasks: list[str] | None = None) -> list:
+    async def act(
+        self, obs_list: list[Observation], histories: list[list], tasks: list[str] | None = None
+    ) -> list:
         out = []
         wait = 0.0
         for i, (obs, hist) in enumerate(zip(obs_list, histories, strict=False)):
@@ -165,8 +167,10 @@ class CollectorStats:
 
     def snapshot(self) -> dict:
         lat = sorted(self.step_latency_s)
+
         def q(p):
-            return (lat[min(len(lat) - 1, int(p * len(lat)))] if lat else 0.0)
+            return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else 0.0
+
         return {
             "collector_id": self.collector_id, "steps": self.steps, "episodes": self.episodes,
             "successes": self.successes, "success_rate": round(self.success_rate(), 4),
@@ -196,8 +200,10 @@ def _call(metrics: Any, name: str, *args: Any) -> None:
 class _Acting:
     """Calls the agent: directly, or batched over the contexts that wait together."""
 
-    def __init__(self, agent: Any, slots: int):
+    def __init__(self, agent: Any, slots: int, max_steps_per_s: float = 0.0):
         self.agent = agent
+        self.min_interval = 1.0 / max_steps_per_s if max_steps_per_s > 0 else 0.0
+        self._next_at = 0.0
         self.wait = float(getattr(agent, "batch_wait_s", 0.0) or 0.0)
         self.slots = slots
         self.wants_tasks = bool(getattr(agent, "wants_tasks", False))
@@ -207,7 +213,9 @@ class _Acting:
         self.active = slots
 
     def versions(self) -> tuple[int, int]:
-        return int(getattr(self.agent, "policy_version", 0) or 0), int(getattr(self.agent, "world_model_version", 0) or 0)
+        return int(getattr(self.agent, "policy_version", 0) or 0), int(
+            getattr(self.agent, "world_model_version", 0) or 0
+        )
 
     async def _call(self, obs_list: list, hists: list, tasks: list) -> list:
         kw = {"tasks": tasks} if self.wants_tasks else {}
@@ -219,10 +227,22 @@ class _Acting:
             raise RuntimeError(f"agent returned {len(r)} actions for {len(obs_list)} observations")
         return [_norm(x) for x in r]
 
+    async def _pace(self) -> None:
+        """Rate limit over all contexts (``collector.max_steps_per_s``; 0 = unlimited)."""
+        if not self.min_interval:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        at = max(now, self._next_at)
+        self._next_at = at + self.min_interval
+        if at > now:
+            await asyncio.sleep(at - now)
+
     async def act(self, obs: Observation, hist: list, task: str) -> tuple:
+        await self._pace()
         if self.wait <= 0:
             pv, wv = self.versions()
-            (a, lp, nt), = await self._call([obs], [hist], [task])
+            ((a, lp, nt),) = await self._call([obs], [hist], [task])
             return a, lp, nt, pv, wv
         fut = asyncio.get_running_loop().create_future()
         self.pending.append((obs, hist, task, fut))
@@ -244,7 +264,9 @@ class _Acting:
             batch, self.pending = self.pending, []
             pv, wv = self.versions()
             try:
-                res = await self._call([b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch])
+                res = await self._call(
+                    [b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch]
+                )
             except Exception as e:  # noqa: BLE001 - deliver the failure to every waiter
                 for b in batch:
                     if not b[3].done():
@@ -343,7 +365,9 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
     if not tasks:
         raise ValueError("no tasks to collect on (collector.tasks is empty or has no experts)")
     offset = seed_offset if seed_offset is not None else zlib.crc32(collector_id.encode())
-    schedule = _Schedule(tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length)
+    schedule = _Schedule(
+        tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length
+    )
 
     server = None
     if base_url is None:
@@ -367,7 +391,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
         await browser.start()
     else:
         browser.on_block = browser.on_block or on_block
-    acting = _Acting(agent, int(cc.contexts))
+    acting = _Acting(agent, int(cc.contexts), float(getattr(cc, "max_steps_per_s", 0.0) or 0.0))
     run_id = cfg.run_id
 
     def publish(rec: Any, key: str) -> None:
@@ -392,7 +416,9 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                 except Exception as e:  # noqa: BLE001 - one bad page must not stop the collector
                     stats.reset_errors += 1
                     failures += 1
-                    log.warning("[%s/%d] reset %s seed %s failed: %s", collector_id, i, spec.name, seed, e)
+                    log.warning(
+                        "[%s/%d] reset %s seed %s failed: %s", collector_id, i, spec.name, seed, e
+                    )
                     if failures >= 5:
                         raise
                     await _restart(env)

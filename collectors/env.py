@@ -50,7 +50,17 @@ from collectors.tasks import TaskSpec, get_task
 
 log = logging.getLogger(__name__)
 
-EXTRA_KEYS = ("ArrowLeft", "ArrowRight", "Delete", "Home", "End", "PageUp", "PageDown", "Shift", "Control")
+EXTRA_KEYS = (
+    "ArrowLeft",
+    "ArrowRight",
+    "Delete",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+    "Shift",
+    "Control",
+)
 SCROLL_PX = 120
 
 # Seeds Math.random before any page script runs (so load-time randomness is fixed too).
@@ -252,14 +262,21 @@ class WebEnv:
         page = self.page
         url = spec.url(self.base_url)
         s = self.settings
-        if (s.reload_each_episode or spec.reload_each_episode or self._loaded != url
-                or page.url.split("?")[0] != url or (s.reload_every and self._since_load >= s.reload_every)):
+        if (
+            s.reload_each_episode
+            or spec.reload_each_episode
+            or self._loaded != url
+            or page.url.split("?")[0] != url
+            or (s.reload_every and self._since_load >= s.reload_every)
+        ):
             await page.goto(f"{url}?dw_seed={seed}", wait_until="load")
             self._loaded = url
             self._since_load = 0
             self.page_loads += 1
         self._since_load += 1
-        r = await page.evaluate(START_JS, {"seed": seed, "maxTime": int(self.settings.time_limit_ms)})
+        r = await page.evaluate(
+            START_JS, {"seed": seed, "maxTime": int(self.settings.time_limit_ms)}
+        )
         if r.get("miniwob") and not r.get("ready", True):
             for _ in range(40):  # some tasks load data first (up to 2 s)
                 await asyncio.sleep(0.05)
@@ -272,7 +289,11 @@ class WebEnv:
         if self.obs is None:
             raise EpisodeOver("call reset() first")
         self.steps += 1
-        info: dict = {"task": self.task.name if self.task else "", "seed": self.seed, "step": self.steps}
+        info: dict = {
+            "task": self.task.name if self.task else "",
+            "seed": self.seed,
+            "step": self.steps,
+        }
         error = ""
         if isinstance(action, str):
             try:
@@ -316,7 +337,9 @@ class WebEnv:
             obs = Observation(prev.instruction, prev.url, prev.tree, prev.focused,
                               "the page crashed", prev.next_id, list(prev.element_ids))  # fmt: skip
             self.obs = obs
-            info.update(crashed=True, error="the page crashed", timeout=False, raw_reward=0.0, reason=None)
+            info.update(
+                crashed=True, error="the page crashed", timeout=False, raw_reward=0.0, reason=None
+            )
             return obs, 0.0, False, True, info
         self.obs, self.state = obs, st
         terminated = truncated = False
@@ -366,7 +389,11 @@ class WebEnv:
                     # a multi-select list: select toggles one option and keeps the others
                     current = await loc.evaluate(SELECTED_JS, timeout=t)
                     if current is not None:
-                        want = [x for x in current if x != a.text] if a.text in current else current + [a.text]
+                        want = (
+                            [x for x in current if x != a.text]
+                            if a.text in current
+                            else current + [a.text]
+                        )
                         await loc.select_option(label=want, timeout=t)
                     else:
                         try:
@@ -386,7 +413,9 @@ class WebEnv:
         if a.kind == "press":
             key = a.text or ""
             if not (key in KEYS or key in EXTRA_KEYS or len(key) == 1):
-                return f"unknown key {key!r}; known: {', '.join(KEYS + EXTRA_KEYS)} or one character"
+                return (
+                    f"unknown key {key!r}; known: {', '.join(KEYS + EXTRA_KEYS)} or one character"
+                )
             await page.keyboard.press(key)
             return ""
         if a.kind == "scroll":

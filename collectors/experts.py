@@ -85,14 +85,21 @@ def parse_tree(tree: str) -> list[Node]:
             key = km.group(1)
             i += len(key)
             val = None
-            if rest[i:i + 2] == '="':
+            if rest[i : i + 2] == '="':
                 try:
                     val, end = _DEC.raw_decode(rest, i + 1)
                     i = end
                 except ValueError:
                     break
             props[key] = val
-        n = Node(len(nodes), depth, int(m.group("id")) if m.group("id") else None, m.group("role"), name, props)
+        n = Node(
+            len(nodes),
+            depth,
+            int(m.group("id")) if m.group("id") else None,
+            m.group("role"),
+            name,
+            props,
+        )
         while stack and stack[-1].depth >= depth:
             stack.pop()
         if stack:
@@ -192,7 +199,9 @@ class Expert:
             waits += 1
         return Action.stop() if waits >= self.max_waits else WAIT
 
-    def decide(self, instr: str, nodes: list[Node], obs: Observation, history: list) -> Action | None:
+    def decide(
+        self, instr: str, nodes: list[Node], obs: Observation, history: list
+    ) -> Action | None:
         raise NotImplementedError
 
 
@@ -210,7 +219,10 @@ def _click_named(nodes: list[Node], name: str, roles=None) -> Action | None:
     return Action.click(n.id) if n else None
 
 
-def _submit(nodes: list[Node], label: str | tuple = ("Submit", "submit", "Search", "Login", "Go!", "OK", "Ok")) -> Action | None:
+def _submit(
+    nodes: list[Node],
+    label: str | tuple = ("Submit", "submit", "Search", "Login", "Go!", "OK", "Ok"),
+) -> Action | None:
     labels = (label,) if isinstance(label, str) else label
     for lb in labels:
         n = first(nodes, role=("button",), name=lb)
@@ -227,7 +239,9 @@ def _textboxes(nodes: list[Node]) -> list[Node]:
     return find(nodes, role=TEXTBOX, pred=lambda n: not n.has("disabled"))
 
 
-def _fill_then(nodes: list[Node], pairs: list[tuple[Node, str]], then: Action | None) -> Action | None:
+def _fill_then(
+    nodes: list[Node], pairs: list[tuple[Node, str]], then: Action | None
+) -> Action | None:
     for box, text in pairs:
         if box.value != text:
             return Action.type(box.id, text)
@@ -282,7 +296,9 @@ def enter_text_2(instr, nodes, obs, history):
     boxes = _textboxes(nodes)
     if not q or not boxes:
         return None
-    want = q[0].lower() if "lower case" in instr else q[0].upper() if "upper case" in instr else q[0]
+    want = (
+        q[0].lower() if "lower case" in instr else q[0].upper() if "upper case" in instr else q[0]
+    )
     return _fill_then(nodes, [(boxes[0], want)], _submit(nodes))
 
 
@@ -329,7 +345,12 @@ def click_tab_2(instr, nodes, obs, history):
         return None
     panel = first(nodes, role="tabpanel", with_id=False)
     scope = descendants(nodes, panel) if panel else nodes
-    hit = first(scope, role=("link", "text", "generic"), name=q[0], pred=lambda n: n.has("clickable") or n.role == "link")
+    hit = first(
+        scope,
+        role=("link", "text", "generic"),
+        name=q[0],
+        pred=lambda n: n.has("clickable") or n.role == "link",
+    )
     if hit:
         return Action.click(hit.id)
     tabs = find(nodes, role="tab")
@@ -406,7 +427,11 @@ def login_user(instr, nodes, obs, history):
         pw = boxes[1]
     if user is None or pw is None:
         return None
-    login = _submit(nodes, ("Login", "OK", "Submit")) if first(nodes, role="button", name="Login") or True else None
+    login = (
+        _submit(nodes, ("Login", "OK", "Submit"))
+        if first(nodes, role="button", name="Login") or True
+        else None
+    )
     return _fill_then(nodes, [(user, q[0]), (pw, q[1])], login)
 
 
@@ -420,7 +445,11 @@ def choose_list(instr, nodes, obs, history):
     opts = [nodes[i] for i in box.children if nodes[i].role == "option"]
     names = {o.name for o in opts}
     target = m.group(1).strip()
-    want = [target] if target in names or box.role == "combobox" else [w.strip() for w in target.split(",")]
+    want = (
+        [target]
+        if target in names or box.role == "combobox"
+        else [w.strip() for w in target.split(",")]
+    )
     if box.role == "combobox":
         if box.value != want[0]:
             return Action.select(box.id, want[0])
@@ -459,12 +488,16 @@ def navigate_tree(instr, nodes, obs, history):
     # the deepest open folder: open its next unexplored sub-folder, else close it
     for f, h in sorted(expanded, key=lambda fh: -fh[0].depth):
         subs = [(g, gh) for g, gh in folders if g.parent == f.index]
-        for g, gh in subs:
+        for _g, gh in subs:
             if "expan" in (gh.props.get("class") or "") and _folder_name(nodes, gh) not in explored:
                 return Action.click(gh.id)
         return Action.click(h.id)
     for f, h in folders:
-        if f.depth == 0 and "expan" in (h.props.get("class") or "") and _folder_name(nodes, h) not in explored:
+        if (
+            f.depth == 0
+            and "expan" in (h.props.get("class") or "")
+            and _folder_name(nodes, h) not in explored
+        ):
             return Action.click(h.id)
     return None
 
@@ -489,7 +522,12 @@ def click_collapsible_2(instr, nodes, obs, history):
     q = quoted(instr)
     if not q:
         return None
-    hit = first(nodes, role=("link", "text", "generic"), name=q[0], pred=lambda n: n.has("clickable") or n.role == "link")
+    hit = first(
+        nodes,
+        role=("link", "text", "generic"),
+        name=q[0],
+        pred=lambda n: n.has("clickable") or n.role == "link",
+    )
     if hit:
         return Action.click(hit.id)
     opened = {a.element for _, a in history if a.kind == "click"}
@@ -511,7 +549,9 @@ def use_autocomplete(instr, nodes, obs, history):
     v = box.value
     if v.startswith(start) and v.endswith(end) and len(v) > len(start):
         if find(nodes, role=("listitem", "menuitem", "option"), pred=lambda n: n.has("clickable")):
-            return Action.press("Tab")  # close the suggestion menu (it may cover Submit); Escape would undo
+            return Action.press(
+                "Tab"
+            )  # close the suggestion menu (it may cover Submit); Escape would undo
         return _submit(nodes)
     items = find(nodes, role=("menuitem", "option", "listitem", "text", "generic"),
                  pred=lambda n: n.name.startswith(start) and n.name.endswith(end) and n.name != start and n.id != box.id)  # fmt: skip
@@ -536,7 +576,9 @@ def search_engine(instr, nodes, obs, history):
         if box is not None and box.value != q[0]:
             return Action.type(box.id, q[0])
         return _submit(nodes, ("Search",))
-    results = [n for n in find(nodes, role="link") if not re.fullmatch(r"\d+|<|>|Prev|Next|«|»", n.name)]
+    results = [
+        n for n in find(nodes, role="link") if not re.fullmatch(r"\d+|<|>|Prev|Next|«|»", n.name)
+    ]
     pages = [n for n in find(nodes, role="link") if re.fullmatch(r"\d+", n.name)]
     per_page = 3
     page_needed = (k - 1) // per_page + 1
@@ -602,7 +644,11 @@ def simple_arithmetic(instr, nodes, obs, history):
 
 def simple_algebra(instr, nodes, obs, history):
     box = first(nodes, role=TEXTBOX)
-    eq = first(nodes, role="text", pred=lambda n: "x" in n.name and "=" in n.name and n.name.strip() != "x =")
+    eq = first(
+        nodes,
+        role="text",
+        pred=lambda n: "x" in n.name and "=" in n.name and n.name.strip() != "x =",
+    )
     if box is None or eq is None:
         return None
     m = re.fullmatch(r"\s*(-?\d+|x)\s*([-+])\s*(-?\d+|x)\s*=\s*(-?\d+)\s*", eq.name)
@@ -702,7 +748,10 @@ def enter_time(instr, nodes, obs, history):
 
 
 def form_sequence_2(instr, nodes, obs, history):
-    m = re.search(r"Check the (\w+) radio button and enter the number \"(-?\d+)\" into the (\w+) textbox", instr)
+    m = re.search(
+        r"Check the (\w+) radio button and enter the number \"(-?\d+)\" into the (\w+) textbox",
+        instr,
+    )
     if not m:
         return None
     ri, val, ti = ordinal(m.group(1)), m.group(2), ordinal(m.group(3))
@@ -759,48 +808,27 @@ def _label_after(nodes: list[Node], n: Node) -> str:
 
 
 def guess_number(instr, nodes, obs, history):
+    """Binary search on 0-9 using the feedback line ("higher" / "lower") after each guess."""
     box = first(nodes, role=TEXTBOX)
     if box is None:
         return None
+    if history and history[-1][1].kind == "type":
+        return _submit(nodes)  # submit the guess just typed
     lo, hi = 0, 9
-    for ob, a in history:
-        pass
-    # read the feedback of every submitted guess from the observation that followed it
-    guesses = []
-    for _i, (ob, a) in enumerate(history):
+    guess = None
+    for i, (_ob, a) in enumerate(history):
         if a.kind == "type":
-            guesses.append(a.text)
-    fb = first(nodes, role="text", pred=lambda n: "number" in n.name.lower() or "waiting" in n.name.lower())
-    # bounds from the history of (guess, feedback) pairs
-    seq = history + [(obs, None)]
-    last_guess = None
-    for ob, a in seq:
-        ns = parse_tree(ob.tree)
-        f = first(ns, role="text", pred=lambda n: "higher" in n.name.lower() or "lower" in n.name.lower())
-        if last_guess is not None and f is not None and ob is not None:
-            g = int(last_guess)
-            if "higher" in f.name.lower():
-                lo = max(lo, g + 1)
-            elif "lower" in f.name.lower():
-                hi = min(hi, g - 1)
-        if a is not None and a.kind == "click" and last_typed(history, a) is not None:
-            last_guess = last_typed(history, a)
-    guess = str((lo + hi) // 2)
-    pending_type = history and history[-1][1].kind == "type"
-    if pending_type:
-        return _submit(nodes)
-    _ = fb, guesses
-    return Action.type(box.id, guess)
-
-
-def last_typed(history: list, click: Action) -> str | None:
-    val = None
-    for _, a in history:
-        if a is click:
-            return val
-        if a.kind == "type":
-            val = a.text
-    return val
+            guess = int(a.text)
+        elif a.kind == "click" and guess is not None:
+            after = history[i + 1][0] if i + 1 < len(history) else obs
+            fb = first(parse_tree(after.tree), role="text",
+                       pred=lambda n: "higher" in n.name.lower() or "lower" in n.name.lower())  # fmt: skip
+            if fb is not None and "higher" in fb.name.lower():
+                lo = max(lo, guess + 1)
+            elif fb is not None and "lower" in fb.name.lower():
+                hi = min(hi, guess - 1)
+            guess = None
+    return Action.type(box.id, str((lo + hi) // 2))
 
 
 def odd_or_even(instr, nodes, obs, history):
@@ -825,22 +853,30 @@ def buy_ticket(instr, nodes, obs, history):
     if not books:
         return None
     cheap = "cheap" in instr
+
     def key(n):
-        return (int(re.sub(r"\D", "", n.name)))
+        return int(re.sub(r"\D", "", n.name))
+
     if "cost" in instr:
         b = min(books, key=key) if cheap else max(books, key=key)
         return Action.click(b.id)
+
     # duration: the text line before each button
     def dur(b: Node) -> int:
         t = _label_before(nodes, b)
         m = re.match(r"(\d+)h (\d+)m", t)
         return int(m.group(1)) * 60 + int(m.group(2)) if m else 10**9
+
     b = min(books, key=dur) if ("shortest" in instr or "least" in instr) else max(books, key=dur)
     return Action.click(b.id)
 
 
 def find_greatest(instr, nodes, obs, history):
-    cards = find(nodes, role=("text", "generic"), pred=lambda n: n.has("clickable") and re.fullmatch(r"-?\d+", n.name or ""))
+    cards = find(
+        nodes,
+        role=("text", "generic"),
+        pred=lambda n: n.has("clickable") and re.fullmatch(r"-?\d+", n.name or ""),
+    )
     if not cards:
         return None
     clicked = {a.element for _, a in history if a.kind == "click"}
@@ -854,14 +890,21 @@ def click_menu_2(instr, nodes, obs, history):
     q = quoted(instr)
     if len(q) < 2:
         return None
-    item = first(nodes, role=("menuitem", "link", "text", "listitem"), name=q[1], pred=lambda n: not n.has("disabled"))
+    item = first(
+        nodes,
+        role=("menuitem", "link", "text", "listitem"),
+        name=q[1],
+        pred=lambda n: not n.has("disabled"),
+    )
     if item:
         return Action.click(item.id)
     menu = first(nodes, role="menu")
     if menu is None:
         return _click_named(nodes, q[0], ("button",))
     tried = {a.element for _, a in history if a.kind == "click"}
-    for n in find(nodes, role="menuitem", pred=lambda n: n.has("haspopup") and not n.has("disabled")):
+    for n in find(
+        nodes, role="menuitem", pred=lambda n: n.has("haspopup") and not n.has("disabled")
+    ):
         if n.id not in tried:
             return Action.click(n.id)  # opens its submenu
     return None
@@ -889,7 +932,11 @@ def social_media(instr, nodes, obs, history):
 
 
 def _post_of(nodes: list[Node], user: str, skip: int = 0) -> Node | None:
-    hits = [n for n in nodes if n.role == "text" and re.search(rf"(?:^|\s){re.escape(user)}(?:\s|$)", n.name)]
+    hits = [
+        n
+        for n in nodes
+        if n.role == "text" and re.search(rf"(?:^|\s){re.escape(user)}(?:\s|$)", n.name)
+    ]
     return hits[skip] if len(hits) > skip else None
 
 
@@ -904,12 +951,18 @@ def _post_button(nodes: list[Node], post: Node, cls: str) -> Node | None:
 
 
 def social_media_all(instr, nodes, obs, history):
-    m = re.search(r"Click the \"(.+?)\" button on (all|\d+) posts by (@\S+) and then click Submit", instr)
+    m = re.search(
+        r"Click the \"(.+?)\" button on (all|\d+) posts by (@\S+) and then click Submit", instr
+    )
     if not m:
         return None
     what, count, user = m.group(1), m.group(2), m.group(3)
     cls = {"Reply": "reply", "Retweet": "retweet", "Like": "like"}.get(what, what.lower())
-    posts = [n for n in nodes if n.role == "text" and re.search(rf"(?:^|\s){re.escape(user)}(?:\s|$)", n.name)]
+    posts = [
+        n
+        for n in nodes
+        if n.role == "text" and re.search(rf"(?:^|\s){re.escape(user)}(?:\s|$)", n.name)
+    ]
     clicked = {a.element for _, a in history if a.kind == "click"}
     need = len(posts) if count == "all" else int(count)
     done = 0
@@ -931,10 +984,14 @@ def email_inbox(instr, nodes, obs, history):
     if fields is None:
         return None
     task, by = fields.get("task"), fields.get("by")
-    send = first(nodes, role="generic", pred=lambda n: n.props.get("id") in ("send-reply", "send-forward"))
+    send = first(
+        nodes, role="generic", pred=lambda n: n.props.get("id") in ("send-reply", "send-forward")
+    )
     if send is not None:  # the reply / forward form is open
         if send.props.get("id") == "send-reply":
-            body = [b for b in find(nodes, role="textbox") if b.has("multiline")] or find(nodes, role="textbox")
+            body = [b for b in find(nodes, role="textbox") if b.has("multiline")] or find(
+                nodes, role="textbox"
+            )
             if body and body[-1].value != fields.get("message", ""):
                 return Action.type(body[-1].id, fields.get("message", ""))
         else:
@@ -947,15 +1004,21 @@ def email_inbox(instr, nodes, obs, history):
         if task == "reply":
             return Action.click(reply.id)
         if task == "forward":
-            fw = first(nodes, role=CLICKABLE_TEXT, name="Forward", pred=lambda n: n.has("clickable"))
+            fw = first(
+                nodes, role=CLICKABLE_TEXT, name="Forward", pred=lambda n: n.has("clickable")
+            )
             return Action.click(fw.id) if fw else None
         cls = "star" if task == "star" else "trash"
         b = first(nodes, role="generic", pred=lambda n: cls in n.classes)
         return Action.click(b.id) if b else None
     # the inbox list: find the sender's thread (its name starts with the sender; may be cut short)
-    for th in find(nodes, role=("generic", "text"), pred=lambda n: n.has("clickable") and bool(n.name)):
+    for th in find(
+        nodes, role=("generic", "text"), pred=lambda n: n.has("clickable") and bool(n.name)
+    ):
         nm = th.name.rstrip("…")
-        if not (nm == by or nm.startswith(by + " ") or (th.name.endswith("…") and by.startswith(nm))):
+        if not (
+            nm == by or nm.startswith(by + " ") or (th.name.endswith("…") and by.startswith(nm))
+        ):
             continue
         kids = [nodes[i] for i in th.children]
         if task in ("star", "delete"):
@@ -990,7 +1053,10 @@ def _email_fields(instr: str) -> dict | None:
         elif "message" in f:
             f.setdefault("task", "reply")
         return f
-    m = re.search(r"Find the email by (.+?) and (click the star icon|click the trash icon|reply to them with the text \"(.*)\"|forward that email to (.+?)\.$)", instr)
+    m = re.search(
+        r"Find the email by (.+?) and (click the star icon|click the trash icon|reply to them with the text \"(.*)\"|forward that email to (.+?)\.$)",
+        instr,
+    )
     if not m:
         return None
     by = m.group(1)
@@ -1013,7 +1079,10 @@ def use_spinner(instr, nodes, obs, history):
 
 
 def generate_number(instr, nodes, obs, history):
-    m = re.search(r"Generate (?:a|an) (?:number )?(less than|greater than|more than|even|odd)(?: (-?\d+))?", instr)
+    m = re.search(
+        r"Generate (?:a|an) (?:number )?(less than|greater than|more than|even|odd)(?: (-?\d+))?",
+        instr,
+    )
     if not m:
         return None
     kind = m.group(1)
@@ -1250,12 +1319,26 @@ async def expert_table_async(tasks: list[str], seeds: list[int], contexts: int =
                             return
                         ex = experts.get(t)
                         if ex is None:
-                            results[t].append({"task": t, "seed": s, "reward": 0.0, "steps": 0, "error": "no expert"})
+                            results[t].append(
+                                {
+                                    "task": t,
+                                    "seed": s,
+                                    "reward": 0.0,
+                                    "steps": 0,
+                                    "error": "no expert",
+                                }
+                            )
                             continue
                         try:
                             r = await run_episode(env, ex, t, s)
                         except Exception as e:  # noqa: BLE001 - a row, not a crash
-                            r = {"task": t, "seed": s, "reward": 0.0, "steps": 0, "error": str(e)[:200]}
+                            r = {
+                                "task": t,
+                                "seed": s,
+                                "reward": 0.0,
+                                "steps": 0,
+                                "error": str(e)[:200],
+                            }
                             await env.restart()
                         results[t].append(r)
                 finally:
@@ -1290,7 +1373,9 @@ def format_table(rows: list[dict]) -> str:
     w = max([len(r["task"]) for r in rows] + [4])
     out = [f"{'task':<{w}}  {'episodes':>8}  {'success':>7}  {'rate':>6}  {'steps':>5}"]
     for r in rows:
-        out.append(f"{r['task']:<{w}}  {r['episodes']:>8}  {r['successes']:>7}  {r['success_rate']:>6.1%}  {r['mean_steps']:>5.1f}")
+        out.append(
+            f"{r['task']:<{w}}  {r['episodes']:>8}  {r['successes']:>7}  {r['success_rate']:>6.1%}  {r['mean_steps']:>5.1f}"
+        )
     return "\n".join(out)
 
 
@@ -1306,16 +1391,26 @@ def parse_seeds(spec: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m collectors.experts", description="Per-task success of the scripted experts.")
-    ap.add_argument("--tasks", default="all", help="comma-separated task names, or 'all' (every expert)")
+    ap = argparse.ArgumentParser(
+        prog="python -m collectors.experts", description="Per-task success of the scripted experts."
+    )
+    ap.add_argument(
+        "--tasks", default="all", help="comma-separated task names, or 'all' (every expert)"
+    )
     ap.add_argument("--seeds", default="0:100", help="seeds, e.g. 0:100 or 1,2,5")
     ap.add_argument("--contexts", type=int, default=2, help="browser contexts run concurrently")
     ap.add_argument("--base-url", default=None, help="task server (default: start one in-process)")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     args = ap.parse_args(argv)
-    tasks = sorted(ALL_EXPERTS) if args.tasks == "all" else [t if "/" in t else f"miniwob/{t}" for t in args.tasks.split(",") if t]
+    tasks = (
+        sorted(ALL_EXPERTS)
+        if args.tasks == "all"
+        else [t if "/" in t else f"miniwob/{t}" for t in args.tasks.split(",") if t]
+    )
     t0 = time.time()
-    rows = expert_table(tasks, parse_seeds(args.seeds), contexts=args.contexts, base_url=args.base_url)
+    rows = expert_table(
+        tasks, parse_seeds(args.seeds), contexts=args.contexts, base_url=args.base_url
+    )
     if args.json:
         print(json.dumps(rows, indent=1))
     else:

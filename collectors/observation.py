@@ -119,7 +119,9 @@ def byte_len(s: str) -> int:
     return len(s.encode())
 
 
-def render_lines(lines: list[Line], limit: int | None = MAX_STRING, text_limit: int | None = None) -> str:
+def render_lines(
+    lines: list[Line], limit: int | None = MAX_STRING, text_limit: int | None = None
+) -> str:
     return "\n".join(ln.text(limit, text_limit) for ln in lines)
 
 
@@ -131,7 +133,13 @@ def truncate_lines(lines: list[Line], budget: int | None = DEFAULT_BUDGET,
     (byte cap used in step 2, or None), ``dropped_tail`` (lines cut in step 3),
     ``truncated`` (bool).
     """
-    info = {"shortened_text": False, "dropped_text": 0, "shortened_to": None, "dropped_tail": 0, "truncated": False}
+    info = {
+        "shortened_text": False,
+        "dropped_text": 0,
+        "shortened_to": None,
+        "dropped_tail": 0,
+        "truncated": False,
+    }
     text = render_lines(lines, MAX_STRING)
     if budget is None or measure(text) <= budget:
         return text, info
@@ -483,7 +491,7 @@ class ObservationBuilder:
     def url_form(self, url: str) -> str:
         """Page URL without the task server's origin (stable across ports) or our seed parameter."""
         if self.strip_origin and url.startswith(self.strip_origin):
-            url = url[len(self.strip_origin):] or "/"
+            url = url[len(self.strip_origin) :] or "/"
         if "dw_seed=" in url:
             base, _, q = url.partition("?")
             rest, frag = (q.split("#", 1) + [""])[:2] if "#" in q else (q, "")
@@ -510,7 +518,9 @@ class ObservationBuilder:
         )  # fmt: skip
         return obs, st
 
-    async def observe(self, page: Any, reset: bool = False, error: str = "") -> tuple[Observation, PageState]:
+    async def observe(
+        self, page: Any, reset: bool = False, error: str = ""
+    ) -> tuple[Observation, PageState]:
         if reset:
             self.next_id = 1
         raw = await page.evaluate(OBSERVE_JS, {"reset": bool(reset), "nextId": self.next_id})

@@ -33,7 +33,9 @@ def valid_actions(obs: Observation, max_per_kind: int = 50) -> list[Action]:
         if n.role in TEXTBOX:
             acts += [Action.type(n.id, w) for w in words[:5]]
         if n.role in ("combobox", "listbox"):
-            opts = [nodes[i].name for i in n.children if nodes[i].role == "option" and nodes[i].name]
+            opts = [
+                nodes[i].name for i in n.children if nodes[i].role == "option" and nodes[i].name
+            ]
             acts += [Action.select(n.id, o) for o in opts[:max_per_kind]]
     acts += [Action.press(k) for k in KEYS]
     acts += [Action.scroll("up"), Action.scroll("down"), Action.go_back(), Action.stop()]
@@ -72,7 +74,9 @@ class RandomPolicy:
             if n.role in TEXTBOX and "disabled" not in n.props:
                 types.append(n)
             if n.role in ("combobox", "listbox"):
-                opts = [nodes[i].name for i in n.children if nodes[i].role == "option" and nodes[i].name]
+                opts = [
+                    nodes[i].name for i in n.children if nodes[i].role == "option" and nodes[i].name
+                ]
                 if opts:
                     selects.append((n, opts))
             if n.role in ACTIONABLE_ROLES or "clickable" in n.props:

@@ -50,6 +50,9 @@ class PromMetrics:
         r = self.recent[task]
         M.SUCCESS_RATE.labels(self.run, self.collector, self.policy, task).set(sum(r) / len(r))
 
+    def on_timeout(self, task: str) -> None:
+        M.TIMEOUTS.labels(self.run, self.collector, task).inc()
+
     def on_blocked(self, kind: str) -> None:
         M.BLOCKED.labels(self.run, self.collector).inc()
 

@@ -87,7 +87,11 @@ class MiniWoBSuite:
         for f in sorted((miniwob_html_dir() / "miniwob").glob("*.html")):
             t = f.stem
             note = MINIWOB_UNSOLVABLE.get(t, "")
-            out.append(TaskSpec(f"miniwob/{t}", f"miniwob/{f.name}", self.name, solvable=not note, note=note))
+            out.append(
+                TaskSpec(
+                    f"miniwob/{t}", f"miniwob/{f.name}", self.name, solvable=not note, note=note
+                )
+            )
         return out
 
 
@@ -131,7 +135,9 @@ def get_task(name: str) -> TaskSpec:
     if "/" not in name and f"miniwob/{name}" in _REGISTRY:
         return _REGISTRY[f"miniwob/{name}"]
     near = [n for n in _REGISTRY if name.split("/")[-1] in n][:5]
-    raise KeyError(f"unknown task {name!r}" + (f"; did you mean: {', '.join(near)}" if near else ""))
+    raise KeyError(
+        f"unknown task {name!r}" + (f"; did you mean: {', '.join(near)}" if near else "")
+    )
 
 
 def list_tasks(suite: str | None = None, solvable: bool | None = None,

@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", dest="report_run", help="run id (default: --run-id / the config's)")
     p.add_argument("--out", default="report", help="output directory (default ./report)")
     p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
+
+    p = add("bench", "benchmarks on a broker of their own (streams: worker vs a raw consumer, latency)")
+    p.add_argument("target", choices=["streams"])
+    p.add_argument("--storage", choices=["memory", "s3"], default="memory", help="broker storage")
+    p.add_argument("--n", type=int, default=20_000, help="transitions to push")
+    p.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
+    p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
     return ap
 
 

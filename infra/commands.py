@@ -189,10 +189,18 @@ def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:  # noqa: ARG001 - the bench makes its own
+    from streams.bench import main
+
+    argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]
+    return main(argv + (["--json"] if args.json else []))
+
+
 COMMANDS = {
     "infra": cmd_infra, "collect": cmd_collect, "stream-worker": cmd_stream_worker, "train": cmd_train,
     "dream": cmd_dream, "up": cmd_up, "tasks": cmd_tasks, "experts": cmd_experts,
     "checkpoint": cmd_checkpoint, "config": cmd_config, "status": cmd_status, "report": cmd_report,
+    "bench": cmd_bench,
 }  # fmt: skip
 
 

@@ -80,6 +80,7 @@ class CollectorConfig:
     obs_token_budget: int = _f(512, "Observation budget in policy tokens (bytes for the byte tokenizer).")
     heartbeat_s: float = _f(2.0, "Heartbeat period (s).")
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
+    max_steps_per_s: float = _f(0.0, "Rate limit over all contexts of this collector (0 = unlimited).")
 
 
 @dataclass
@@ -143,6 +144,8 @@ class DreamConfig:
 @dataclass
 class UpConfig:
     expert_contexts: int = _f(2, "Browser contexts of the expert collector started by `up`.")
+    expert_steps_per_s: float = _f(4.0, "Rate limit of that collector: real data is meant to be scarce, and "
+                                   "CPU left to the trainer is worth more than surplus expert steps.")
     policy_collectors: int = _f(1, "Collectors acting with the latest policy started by `up` (1 context each).")
     dreamers: int = _f(1, "Dream generators started by `up`.")
     progress_every_s: float = _f(5.0, "Progress line period (s).")

@@ -26,7 +26,9 @@ def miniwob_html_dir() -> Path:
     try:
         import miniwob
     except ImportError as e:  # pragma: no cover - dependency of the project
-        raise RuntimeError("the `miniwob` package is not installed: pip install miniwob==1.1.0") from e
+        raise RuntimeError(
+            "the `miniwob` package is not installed: pip install miniwob==1.1.0"
+        ) from e
     path = Path(os.path.dirname(miniwob.__file__)) / "html"
     if not (path / "miniwob").is_dir():
         raise RuntimeError(f"miniwob task pages not found under {path}")
@@ -86,7 +88,9 @@ def serve(host: str = "127.0.0.1", port: int = 0, directory: str | os.PathLike |
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m infra.taskserver", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m infra.taskserver", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8765, help="port (0 = pick a free one)")
     ap.add_argument("--dir", default=None, help="folder to serve (default: miniwob's html/)")

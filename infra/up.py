@@ -43,7 +43,8 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
     for i in range(cfg.up.dreamers):
         comps[f"dream-{i}"] = ["dream"]
     comps["collector-expert"] = ["collect", "--policy", "expert", "--contexts", str(cfg.up.expert_contexts),
-                                 "--id", f"collector-expert-{cfg.run_id}"]  # fmt: skip
+                                 "--id", f"collector-expert-{cfg.run_id}",
+                                 "--set", f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}"]  # fmt: skip
     for i in range(cfg.up.policy_collectors):
         comps[f"collector-latest-{i}"] = ["collect", "--policy", "latest", "--contexts", "1",
                                           "--id", f"collector-latest-{i}-{cfg.run_id}"]  # fmt: skip

@@ -36,10 +36,14 @@ class BrowserLoop:
 
         self.server, _, self.base_url = serve()
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="browser-loop", daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="browser-loop", daemon=True
+        )
         self.thread.start()
         self.blocked: list = []
-        self.browser = Browser(allowed_origins=[self.base_url], on_block=lambda k, u: self.blocked.append((k, u)))
+        self.browser = Browser(
+            allowed_origins=[self.base_url], on_block=lambda k, u: self.blocked.append((k, u))
+        )
         self.run(self.browser.start())
 
     def run(self, coro: Any, timeout: float = 300.0) -> Any:

@@ -49,6 +49,7 @@ def test_every_registered_task_loads_and_starts(bl) -> None:  # noqa: F811
 
     n = 3
     t0 = time.time()
+
     async def all_chunks() -> None:
         await asyncio.gather(*(worker(tasks[i::n]) for i in range(n)))
 
@@ -165,8 +166,11 @@ def test_allowlist_blocks_other_origins(bl) -> None:  # noqa: F811
                 "async (u) => { try { const r = await fetch(u); return r.status; } catch (e) { return -1; } }",
                 bl.base_url + "core/core.css")  # fmt: skip
             blocked = await env.page.evaluate(
-                "async () => { try { await fetch('http://127.0.0.2:1/x'); return 'reached'; } catch (e) { return 'failed'; } }")
-            await env.page.evaluate("() => { const i = new Image(); i.src = 'http://example.invalid/p.png'; document.body.appendChild(i); }")
+                "async () => { try { await fetch('http://127.0.0.2:1/x'); return 'reached'; } catch (e) { return 'failed'; } }"
+            )
+            await env.page.evaluate(
+                "() => { const i = new Image(); i.src = 'http://example.invalid/p.png'; document.body.appendChild(i); }"
+            )
             await env.page.evaluate("() => { window.open('http://127.0.0.2:1/popup'); }")
             try:
                 await env.page.goto("http://127.0.0.2:1/", timeout=5000)

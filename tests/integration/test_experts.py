@@ -87,10 +87,14 @@ def test_collector_publishes_valid_expert_transitions(bl) -> None:  # noqa: F811
 
     st = bl.run(go())
     assert st is stats and st.episodes == 8 and st.successes == 8
-    trans = [(t, k, records.decode(raw, expect="transition")) for t, k, raw in pub.sent if t == topics.expert]
+    trans = [
+        (t, k, records.decode(raw, expect="transition"))
+        for t, k, raw in pub.sent
+        if t == topics.expert
+    ]
     assert len(trans) == st.steps == st.published
     eps: dict = {}
-    for topic, key, rec in trans:
+    for _topic, key, rec in trans:
         assert key == rec.episode_id and len(rec.episode_id) == 32 and rec.source == "expert"
         assert rec.producer_id == "c-test" and rec.run_id == cfg.run_id and rec.task in REQUIRED
         parse_action(rec.action)
@@ -100,7 +104,7 @@ def test_collector_publishes_valid_expert_transitions(bl) -> None:  # noqa: F811
     for steps in eps.values():
         assert [r.step for r in steps] == list(range(len(steps)))
         assert steps[-1].done and steps[-1].reward == 1.0 and not any(r.done for r in steps[:-1])
-        for a, b in zip(steps, steps[1:]):
+        for a, b in zip(steps, steps[1:], strict=False):
             assert a.next_obs == b.obs
     # seeds walk per task from seed_start (offset 0)
     seeds = sorted({(r.task, r.seed) for _, _, r in trans})
@@ -131,7 +135,11 @@ def test_collector_random_policy_goes_to_real_topic_with_an_async_agent(bl) -> N
     trans = [records.decode(raw) for t, _, raw in pub.sent if t == topics.real]
     assert st.episodes == 6 and len(trans) == st.steps
     assert all(r.source == "real" and r.policy_version == 7 for r in trans)
-    assert all(r.done or r.truncated for r in trans if r.step == max(x.step for x in trans if x.episode_id == r.episode_id))
+    assert all(
+        r.done or r.truncated
+        for r in trans
+        if r.step == max(x.step for x in trans if x.episode_id == r.episode_id)
+    )
 
 
 def test_random_policy_draws_only_valid_actions(bl) -> None:  # noqa: F811

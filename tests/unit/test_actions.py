@@ -7,9 +7,25 @@ import pytest
 from collectors.spaces import Action, ActionParseError, parse_action
 
 TEXTS = [
-    "", "hello world", 'say "hi"', "back\\slash", "tab\tand\nnewline", "Cancél", "日本語テキスト",
-    "emoji 🙂👍", "comma, inside", "paren ) inside (", "  leading and trailing  ", "'single'",
-    "\"", "\\\"", "a" * 500, "null\u0000byte", "\u2028line sep", "click(3)", "type(1, \"x\")",
+    "",
+    "hello world",
+    'say "hi"',
+    "back\\slash",
+    "tab\tand\nnewline",
+    "Cancél",
+    "日本語テキスト",
+    "emoji 🙂👍",
+    "comma, inside",
+    "paren ) inside (",
+    "  leading and trailing  ",
+    "'single'",
+    '"',
+    '\\"',
+    "a" * 500,
+    "null\u0000byte",
+    "\u2028line sep",
+    "click(3)",
+    'type(1, "x")',
 ]
 
 

@@ -48,7 +48,9 @@ def test_text_form_lines_and_indentation() -> None:
     assert obs.element_ids == [1, 2, 3, 4, 5] == ids_in_tree(obs.tree)
     assert obs.url == "/miniwob/click-button.html"  # no origin/port, no seed parameter
     assert st.all_ids == {1, 2, 3, 4, 5}
-    assert "Focused: [4]" in obs.render() and obs.render().startswith('Task: Click on the "Ok" button.')
+    assert "Focused: [4]" in obs.render() and obs.render().startswith(
+        'Task: Click on the "Ok" button.'
+    )
     assert "ref" not in obs.tree
 
 
@@ -89,7 +91,9 @@ def test_truncation_drops_non_actionable_text_first() -> None:
     text, info = truncate_lines(lines, 200)
     assert len(text.encode()) <= 200
     assert info["truncated"] and info["dropped_text"] > 0 and info["dropped_tail"] == 0
-    assert all(f'button "Button number {j}"' in text for j in range(5))  # every actionable line kept
+    assert all(
+        f'button "Button number {j}"' in text for j in range(5)
+    )  # every actionable line kept
 
 
 def test_truncation_then_shortens_long_strings() -> None:

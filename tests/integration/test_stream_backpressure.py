@@ -1,0 +1,121 @@
+"""Back-pressure end to end: the real stream worker and a real dream generator
+(``dynaweb dream``, tiny models hot-loaded from S3), with a stand-in trainer
+that reports consumed batches on the control topic and then pauses. The lag
+(produced - consumed) passes the bound, the worker asks the generators to slow
+down, and the rate of dreamed transitions falls.
+
+Runs on the session's embedded stack (S3 + broker; tests/conftest.py). The
+version-0 checkpoints come from ``Trainer.setup`` (no training step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from infra.config import Config
+from models.trainer import Trainer
+from streams import kafka as sk
+from streams import records
+from streams.records import Control
+from tests.integration.test_stream_worker import ROOT, Reader, Worker, transition, wait_for
+from tests.support import env_for
+
+pytestmark = pytest.mark.integration
+
+SMALL = {"DYNAWEB_MODEL__LAYERS": "1", "DYNAWEB_MODEL__D_MODEL": "32", "DYNAWEB_MODEL__HEADS": "2",
+         "DYNAWEB_DREAM__GROUP_SIZE": "2", "DYNAWEB_DREAM__HORIZON": "2", "DYNAWEB_DREAM__BATCH": "4",
+         "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "12", "DYNAWEB_THREADS": "1"}  # fmt: skip
+
+
+def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
+    cfg = run_cfg
+    cfg.model.layers, cfg.model.d_model, cfg.model.heads = 1, 32, 2
+    topics = sk.ensure_topics(cfg)
+    tr = Trainer(cfg)
+    try:
+        tr.setup()  # publishes the version-0 policy and world model to S3
+    finally:
+        tr.close()
+    w = Worker(cfg.kafka.bootstrap, tmp_path, cfg.run_id, group_size=2, batch_trajectories=4,
+               expert_fraction=0.5, samples_per_insert=0, cold_start_batch_s=3600, lag_bound=3,
+               group_timeout_s=20)  # fmt: skip
+    w.start()
+    p = sk.make_producer(cfg.kafka, linger_ms=0)
+    for i in range(6):  # experts: start states for the dreamer and the worker's pool
+        ep = f"expert-{uuid.uuid4().hex[:10]}"
+        for s in range(2):
+            t = transition(cfg.run_id, ep, s, "expert", s == 1, seed=i)
+            p.send(topics.expert, value=records.encode(t), key=ep.encode())
+    p.flush()
+    env = env_for(cfg, **SMALL, PYTHONPATH=str(ROOT))
+    log = open(tmp_path / "dream.log", "wb")
+    dreamer = subprocess.Popen([sys.executable, "-m", "infra.cli", "dream"], cwd=ROOT, env=env,
+                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    dreams = Reader(cfg.kafka.bootstrap, topics.dream)
+    batches = Reader(cfg.kafka.bootstrap, topics.policy_batches)
+    control = Reader(cfg.kafka.bootstrap, topics.control)
+    trainer_on = threading.Event()
+    trainer_on.set()
+    stop = threading.Event()
+
+    def stand_in_trainer():  # consumes every batch at once while "on"
+        prod = sk.make_producer(cfg.kafka, linger_ms=0)
+        mine = Reader(cfg.kafka.bootstrap, topics.policy_batches)  # a consumer per thread
+        while not stop.is_set():
+            if trainer_on.is_set():
+                n = len({json.loads(m.value)["batch_id"] for m in mine.poll()})
+                prod.send(topics.control, value=records.encode(Control(cfg.run_id, "consumed", "trainer", float(n))))
+                prod.flush()
+            stop.wait(0.3)
+        prod.close()
+        mine.close()
+
+    th = threading.Thread(target=stand_in_trainer, daemon=True)
+    th.start()
+
+    def rate(since: float) -> float:
+        ts = [json.loads(m.value)["created_at"] for m in dreams.poll()]
+        ts = [t for t in ts if t >= since]
+        return len(ts) / max(1e-6, time.time() - since)
+
+    try:
+        wait_for(lambda: dreamer.poll() is None and len(dreams.poll()) >= 8, 120,
+                 "dreams to flow", every=0.5)  # fmt: skip
+        t1 = time.time()
+        wait_for(lambda: time.time() - t1 > 12, 20, "a while at full speed", every=0.5)
+        full = rate(t1)
+        assert len(batches.poll()) >= 1, "the worker made batches from the dreams"
+        trainer_on.clear()  # the trainer pauses: consumed counts stop
+        bp = []
+
+        def throttled():
+            bp[:] = [json.loads(m.value) for m in control.poll() if b'"backpressure"' in m.value]
+            return any(d["value"] < 0.5 for d in bp)
+
+        wait_for(throttled, 60, "a back-pressure message below 0.5", every=0.5)
+        t2 = time.time()
+        wait_for(lambda: time.time() - t2 > 12, 20, "a while throttled", every=0.5)
+        slow = rate(t2)
+        assert slow < 0.6 * full, f"dream rate {full:.2f}/s -> {slow:.2f}/s under back-pressure {bp[-1]}"
+        assert bp[-1]["info"]["lag"] > 3 and bp[-1]["sender"] == w.worker_id
+    finally:
+        stop.set()
+        dreamer.terminate()
+        try:
+            dreamer.wait(20)
+        except subprocess.TimeoutExpired:
+            dreamer.kill()
+        log.close()
+        for r in (dreams, batches, control):
+            r.close()
+        w.stop()
+        if os.environ.get("DYNAWEB_TEST_KEEP_LOGS"):
+            print((tmp_path / "dream.log").read_text()[-3000:])
