@@ -27,7 +27,8 @@ Episode end:
     ``info["timeout"]``), or the page/browser crashed (``info["crashed"]``; call
     ``restart()`` — ``reset`` does it by itself).
 
-Actions are Playwright calls only (click -> ``locator.click``, type ->
+Actions are Playwright calls only (click -> ``page.mouse.click`` on an uncovered
+point of the element when one is in view (else ``locator.click``), type ->
 ``locator.fill`` (replaces the content), select -> ``select_option`` by label
 then value (on a multi-select list it toggles that one option), press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
 ``page.go_back``); no code string is ever built from an action.  A failed
@@ -101,6 +102,26 @@ VISIBLE_POINT_JS = r"""
   for (const fy of [0.5, 0.25, 0.75, 0.1, 0.9]) for (const fx of [0.5, 0.25, 0.75, 0.1, 0.9]) {
     const x = r.left + r.width * fx, y = r.top + r.height * fy;
     if (x >= 0 && y >= 0 && x < innerWidth && y < innerHeight && hit(x, y)) return {x: x - r.left, y: y - r.top};
+  }
+  return null;
+}
+"""
+# The same, as viewport coordinates for ``page.mouse.click`` (one evaluate, then
+# the trusted input events: ~14 ms instead of ~45 ms for ``locator.click``,
+# whose actionability checks wait for animation frames).  ``null`` (not in the
+# viewport, covered, zero-sized, disabled, or a link that may navigate): the
+# caller falls back to ``locator.click``, which scrolls, waits and reports.
+CLICK_POINT_JS = r"""
+(el) => {
+  if (el.disabled) return null;
+  const a = el.closest('a[href]');
+  if (a) { const h = a.getAttribute('href') || ''; if (h && h !== '#' && !h.startsWith('#') && !/^javascript:/i.test(h)) return null; }
+  const r = el.getBoundingClientRect();
+  if (!r.width || !r.height) return null;
+  const hit = (x, y) => { const h = document.elementFromPoint(x, y); return !!h && (h === el || el.contains(h)); };
+  for (const fy of [0.5, 0.25, 0.75, 0.1, 0.9]) for (const fx of [0.5, 0.25, 0.75, 0.1, 0.9]) {
+    const x = r.left + r.width * fx, y = r.top + r.height * fy;
+    if (x >= 0 && y >= 0 && x < innerWidth && y < innerHeight && hit(x, y)) return {x, y};
   }
   return null;
 }
@@ -378,11 +399,13 @@ class WebEnv:
             try:
                 if a.kind == "click":
                     # click where the element is not covered (MiniWoB places elements at random)
-                    point = await loc.evaluate(VISIBLE_POINT_JS, timeout=t)
-                    if isinstance(point, dict):
-                        await loc.click(timeout=t, position={"x": point["x"], "y": point["y"]})
+                    point = await loc.evaluate(CLICK_POINT_JS, timeout=t)
+                    if point is not None:
+                        await page.mouse.click(point["x"], point["y"])
                     else:
-                        await loc.click(timeout=t)
+                        point = await loc.evaluate(VISIBLE_POINT_JS, timeout=t)
+                        pos = {"x": point["x"], "y": point["y"]} if isinstance(point, dict) else None
+                        await loc.click(timeout=t, **({"position": pos} if pos else {}))
                 elif a.kind == "type":
                     await loc.fill(a.text, timeout=t)
                 else:

@@ -85,12 +85,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="report", help="output directory (default ./report)")
     p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
 
-    p = add("bench", "benchmarks on a broker of their own (streams: worker vs a raw consumer, latency)")
-    p.add_argument("target", choices=["streams"])
+    p = add("bench", "benchmarks on a broker of their own (collect: expert steps/s for 1 and 4 contexts; "
+                     "streams: worker vs a raw consumer, latency)")
+    p.add_argument("target", choices=["collect", "dream", "train", "streams"])
+    p.add_argument("--tasks", nargs="*", help="collect: task names, space or comma separated")
+    p.add_argument("--seconds", type=float, default=10.0, help="collect: measured seconds per run")
     p.add_argument("--storage", choices=["memory", "s3"], default="memory", help="broker storage")
     p.add_argument("--n", type=int, default=20_000, help="transitions to push")
     p.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
+    p.add_argument("--starts", help="dream/train: JSONL of start observations (default: live expert-task pages, cached)")
+    p.add_argument("--rounds", type=int, default=1, help="dream/train: measured rounds (more = steadier figures)")
+    p.add_argument("--wm-tokens", type=int, default=48, help="dream: world-model tokens generated per step")
     p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
+
+    p = add("eval", "evaluate a checkpoint: world-model fidelity on held-out real transitions, or the policy "
+                    "in the live browser on evaluation seeds")
+    p.add_argument("target", choices=["world-model", "policy"])
+    p.add_argument("--checkpoint", default="latest", help="VERSION, 'latest', or a local HF directory")
+    p.add_argument("--data", help="world-model: JSONL of transitions instead of the run's eval topic")
+    p.add_argument("--split", choices=["heldout", "all"], default="heldout",
+                   help="world-model --data: keep only the held-out episodes (the stream worker's split) or all")
+    p.add_argument("--limit", type=int, default=0, help="world-model: at most N transitions (0 = all)")
+    p.add_argument("--tasks", help="policy: comma separated task names (default: collector.tasks)")
+    p.add_argument("--seeds", help="policy: A:B evaluation seeds (must lie outside the training seeds)")
+    p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=True,
+                   help="policy: argmax action (default) or --no-greedy to sample")
+    p.add_argument("--temperature", type=float, default=1.0, help="policy: sampling temperature (--no-greedy)")
+    p.add_argument("--contexts", type=int, default=1, help="policy: browser contexts")
+    p.add_argument("--dreams", action=argparse.BooleanOptionalAction, default=True,
+                   help="policy: also report dreamed success of the same version from the dream topic")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to read a topic to its sentinel")
+    p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
+    p = add("demos", "import a JSONL demonstration file onto the expert topic, or export the topic to JSONL")
+    p.add_argument("action", choices=["import", "export"])
+    p.add_argument("file", help="JSONL file (one Transition per line, see docs/demonstrations.md)")
+    p.add_argument("--skip-invalid", action="store_true", help="import: publish the valid lines anyway")
+    p.add_argument("--timeout", type=float, default=60.0, help="export: seconds to read the topic")
+    p.add_argument("--json", action="store_true")
     return ap
 
 

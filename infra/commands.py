@@ -189,18 +189,35 @@ def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:  # noqa: ARG001 - the bench makes its own
+def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
+    import importlib
+
+    if args.target in ("collect", "dream", "train"):
+        module = {"collect": "collectors.bench", "dream": "models.bench", "train": "models.bench"}[args.target]
+        return importlib.import_module(module).main(args, cfg) or 0
     from streams.bench import main
 
     argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]
     return main(argv + (["--json"] if args.json else []))
 
 
+def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
+    from models.evaluate import main
+
+    return main(args, cfg) or 0
+
+
+def cmd_demos(args: argparse.Namespace, cfg: Config) -> int:
+    from collectors.demos import main
+
+    return main(args, cfg)
+
+
 COMMANDS = {
     "infra": cmd_infra, "collect": cmd_collect, "stream-worker": cmd_stream_worker, "train": cmd_train,
     "dream": cmd_dream, "up": cmd_up, "tasks": cmd_tasks, "experts": cmd_experts,
     "checkpoint": cmd_checkpoint, "config": cmd_config, "status": cmd_status, "report": cmd_report,
-    "bench": cmd_bench,
+    "bench": cmd_bench, "demos": cmd_demos, "eval": cmd_eval,
 }  # fmt: skip
 
 

@@ -177,6 +177,7 @@ class Dreamer:
                                       temperature=cfg.temperature)  # fmt: skip
         n = 0
         successes = 0
+        per_task: dict[str, list[int]] = {}
         for ro in rollouts:
             start = starts[ro.start_index]
             ep = records.new_id()
@@ -194,6 +195,9 @@ class Dreamer:
                 self.pub.send(self.topics.dream, rec, key=ro.group_id)
                 n += 1
             successes += int(ro.steps[-1]["reward"] > 0)
+            by_task = per_task.setdefault(start.task, [0, 0])
+            by_task[0] += int(ro.steps[-1]["reward"] > 0)
+            by_task[1] += 1
             bad = sum(1 for st in ro.steps if not st.get("ok", True))
             if bad:
                 M.DREAM_WM_INVALID.labels(self.run, "repaired_or_rejected").inc(bad)
@@ -202,6 +206,8 @@ class Dreamer:
         M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
         if rollouts:
             M.DREAM_SUCCESS.labels(self.run).set(successes / len(rollouts))
+        for task, (k, total) in per_task.items():
+            M.DREAM_TASK_SUCCESS.labels(self.run, task or "unknown").set(k / total)
         self.steps_published += n
         elapsed = time.time() - t0
         limit = cfg.rate_limit_per_s * self.rate_factor if cfg.rate_limit_per_s else 0.0

@@ -45,6 +45,9 @@ DREAM_WM_INVALID = Counter("dynaweb_dream_world_model_invalid_total", "World-mod
                            ["run", "outcome"])  # fmt: skip
 DREAM_START_STATES = Gauge("dynaweb_dream_start_states", "Real start states available.", ["run"])
 DREAM_SUCCESS = Gauge("dynaweb_dream_success_rate", "Share of dreamed rollouts with predicted success.", ["run"])
+DREAM_TASK_SUCCESS = Gauge("dynaweb_dream_task_success_rate", "Share of the last round's dreamed rollouts of a "
+                           "task with predicted success (policy version: dynaweb_dream_model_version).",
+                           ["run", "task"])  # fmt: skip
 
 # --- clients -----------------------------------------------------------------
 CLIENT_ERRORS = Counter("dynaweb_client_errors_total", "Broker and S3 client errors.", ["run", "component", "service"])

@@ -8,12 +8,16 @@ Acting (``PolicyRunner.act``): for every observation the valid actions are
 enumerated (``candidate_actions``), every candidate's tokens (action text + eos)
 are scored as a continuation of the prompt, and one candidate is drawn from
 ``softmax(score / temperature)`` (or the argmax).  Scoring is batched: the
-prompts of all observations run once (left padded) into a KV cache; then all
-candidates of an observation are *packed* into one row after its prompt, with a
-4D attention mask (each candidate sees the prompt and its own earlier tokens) and
-position ids that restart at the prompt length, so the cache is shared, never
-copied.  Rows that do not fit ``max_positions`` are split into rounds (the cache
-is cropped back to the prompt between rounds).
+prompts of all *distinct* observations run once (left padded) into a KV cache
+(the G rollouts of a group share their first page: scored once, sampled G
+times); then the candidates of an observation are packed after its prompt as a
+*token trie* (``_trie_rounds``: ``click(1``, ``click(12`` ... share the nodes of
+their common prefix, so every distinct prefix is computed once -- on MiniWoB
+pages that is 2-3x fewer candidate tokens than one segment per candidate), with
+a 4D attention mask (a node sees the prompt and its ancestors) and position ids
+= prompt length + depth, so the prompt cache is shared, never copied.  Tries
+that do not fit ``max_positions`` are split into rounds (the cache is cropped
+back to the prompt between rounds).
 
 The recorded behaviour log-probability is the *unconstrained* sequence
 log-probability: the sum over the action's tokens (text + eos) of log softmax
@@ -201,89 +205,131 @@ def candidate_actions(obs: Observation, max_candidates: int = MAX_CANDIDATES) ->
 # --- batched scoring ---------------------------------------------------------------
 
 
+MIN_SHARED = 32  # prompts sharing at least this many leading tokens share one prefix pass
+
+
+def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED) -> list[tuple[int, list[int]]]:
+    """Prompts -> ``[(prefix length L, member indices)]``.
+
+    Prompts whose common prefix has at least ``min_shared`` tokens form one group
+    (the pages of a dream group's rollouts, the same page under different
+    histories); ``L`` is that common prefix, at most ``len(shortest) - 1``, so
+    every member keeps at least one token of its own.  Deterministic.
+    """
+    import os.path
+
+    groups: list[tuple[int, list[int]]] = []
+    for i in sorted(range(len(prompts)), key=lambda k: prompts[k]):
+        p = prompts[i]
+        if groups:
+            L, mem = groups[-1]
+            shared = min(L, len(os.path.commonprefix([prompts[mem[-1]], p])), len(p) - 1)
+            if shared >= min_shared:
+                groups[-1] = (shared, mem + [i])
+                continue
+        groups.append((max(0, len(p) - 1), [i]))
+    return groups
+
+
+def _trie_rounds(seqs: list[list[int]], starts: list[int], room: int) -> list[tuple[list[int], list[int], list[tuple]]]:
+    """Sequences -> rounds of (node tokens, node parents, labels) within ``room`` nodes.
+
+    The nodes of a round are the distinct proper prefixes of its sequences (the
+    node for prefix ``s[:i+1]`` carries token ``s[i]``; parents precede children);
+    ``labels`` lists (sequence, node predicting the token, token) for every token
+    of sequence ``k`` from index ``starts[k] >= 1`` on.  A sequence that does not
+    fit a round with others starts a new one (and brings its own prefix nodes).
+    """
+    rounds, nodes, toks, parents, labels = [], {}, [], [], []
+    for k, t in enumerate(seqs):
+        new = sum(1 for i in range(len(t) - 1) if tuple(t[: i + 1]) not in nodes)
+        if toks and len(toks) + new > room:
+            rounds.append((toks, parents, labels))
+            nodes, toks, parents, labels = {}, [], [], []
+        for i in range(len(t) - 1):
+            key = tuple(t[: i + 1])
+            if key not in nodes:
+                nodes[key] = len(toks)
+                toks.append(t[i])
+                parents.append(nodes[key[:-1]] if i else -1)
+            if i + 1 >= starts[k]:
+                labels.append((k, nodes[key], t[i + 1]))
+    if toks:
+        rounds.append((toks, parents, labels))
+    return rounds
+
+
+def _tree_mask(parents: list[int], prefix: int, neg: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(additive mask (1, 1, Q, prefix + Q), depth (Q,)): a node sees the prefix and its ancestors."""
+    Q = len(parents)
+    chains: list[list[int]] = []
+    rows, cols = [], []
+    for i, par in enumerate(parents):
+        ch = (chains[par] if par >= 0 else []) + [i]
+        chains.append(ch)
+        rows += [i] * len(ch)
+        cols += ch
+    allowed = torch.zeros(Q, prefix + Q, dtype=torch.bool)
+    allowed[:, :prefix] = True
+    allowed[rows, [prefix + c for c in cols]] = True
+    depth = torch.tensor([len(ch) - 1 for ch in chains], dtype=torch.long)
+    return torch.where(allowed, 0.0, neg)[None, None], depth
+
+
 @torch.no_grad()
 def score_continuations(
-    model: Any, prompts: list[list[int]], conts: list[list[list[int]]], max_positions: int, pad: int
+    model: Any, prompts: list[list[int]], conts: list[list[list[int]]], max_positions: int, pad: int,
+    stats: dict | None = None,
 ) -> list[torch.Tensor]:
     """Summed log-probs of each continuation given its prompt (see module doc).
 
     ``prompts[b]``: token ids; ``conts[b][c]``: ids of candidate c (>= 1 token).
     Returns one float tensor (len(conts[b]),) per prompt.
+
+    Per ``prefix_groups`` group: one forward pass of the shared prefix into a KV
+    cache, then the members' own prompt tails *and* their candidates go in as one
+    token trie (``_trie_rounds``; shared tails and candidate prefixes computed once)
+    with a tree mask and position ids = prefix length + depth; rounds that do not
+    fit ``max_positions`` crop the cache back to the prefix.  ``pad`` is unused
+    (no padding is needed).  ``stats["tokens"]`` (if given) is increased by the
+    tokens run through the model (prefixes + trie nodes).
     """
     model.eval()
-    B = len(prompts)
-    P = max(len(p) for p in prompts)
     dev = next(model.parameters()).device
     neg = torch.finfo(torch.float32).min
-    ids = torch.full((B, P), pad, dtype=torch.long)
-    keep = torch.zeros(B, P, dtype=torch.bool)
-    for b, p in enumerate(prompts):
-        ids[b, P - len(p) :] = torch.tensor(p)
-        keep[b, P - len(p) :] = True
-    pos = (keep.long().cumsum(-1) - 1).clamp(min=0)
-    causal = torch.ones(P, P, dtype=torch.bool).tril()
-    allowed = causal[None] & keep[:, None, :]
-    allowed |= torch.eye(P, dtype=torch.bool)[None]  # pad rows see themselves: no NaN
-    mask = torch.where(allowed, 0.0, neg)[:, None]
-    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True)
-    cache = out.past_key_values
-    first = torch.log_softmax(out.logits[:, -1].float(), -1).cpu()
-    scores = [torch.tensor([float(first[b, c[0]]) for c in conts[b]]) for b in range(B)]
-    room = max(1, max_positions - P)
-    plans = []  # per prompt: list of rounds, each a list of candidate indices
-    for b in range(B):
-        rounds, cur, used = [], [], 0
-        for c, toks in enumerate(conts[b]):
-            need = len(toks) - 1
-            if need == 0:
-                continue
-            if cur and used + need > room:
-                rounds.append(cur)
-                cur, used = [], 0
-            cur.append(c)
-            used += need
-        if cur:
-            rounds.append(cur)
-        plans.append(rounds)
-    for r in range(max((len(p) for p in plans), default=0)):
-        rows = []
-        for b in range(B):
-            inp, lab, seg, off = [], [], [], []
-            for c in plans[b][r] if r < len(plans[b]) else []:
-                t = conts[b][c]
-                inp += t[:-1]
-                lab += t[1:]
-                seg += [c] * (len(t) - 1)
-                off += list(range(len(t) - 1))
-            rows.append((inp, lab, seg, off))
-        Q = max(1, max(len(x[0]) for x in rows))
-        q_ids = torch.full((B, Q), pad, dtype=torch.long)
-        q_lab = torch.zeros(B, Q, dtype=torch.long)
-        q_seg = torch.full((B, Q), -1, dtype=torch.long)
-        q_off = torch.zeros(B, Q, dtype=torch.long)
-        for b, (inp, lab, seg, off) in enumerate(rows):
-            n = len(inp)
-            if n:
-                q_ids[b, :n] = torch.tensor(inp)
-                q_lab[b, :n] = torch.tensor(lab)
-                q_seg[b, :n] = torch.tensor(seg)
-                q_off[b, :n] = torch.tensor(off)
-        q_pos = keep.sum(-1, keepdim=True) + q_off
-        real = q_seg >= 0
-        own = (q_seg[:, :, None] == q_seg[:, None, :]) & (q_off[:, None, :] <= q_off[:, :, None])
-        own &= real[:, :, None]
-        own |= torch.eye(Q, dtype=torch.bool)[None]
-        to_prompt = keep[:, None, :] & real[:, :, None]
-        allowed = torch.cat([to_prompt.expand(B, Q, P), own], dim=-1)
-        mask = torch.where(allowed, 0.0, neg)[:, None]
-        o = model(input_ids=q_ids.to(dev), attention_mask=mask.to(dev), position_ids=q_pos.to(dev),
-                  past_key_values=cache, use_cache=True)  # fmt: skip
-        lp = torch.log_softmax(o.logits.float(), -1).gather(-1, q_lab.to(dev)[..., None])[..., 0].cpu()
-        for b in range(B):
-            sel = real[b]
-            if sel.any():
-                scores[b].index_add_(0, q_seg[b][sel], lp[b][sel])
-        cache.crop(-Q)  # drop this round's candidate keys, keep the prompt
+    scores = [torch.zeros(len(c)) for c in conts]
+    used = 0
+    for L, members in prefix_groups(prompts):
+        seqs, starts, owner = [], [], []
+        for m in members:
+            tail = prompts[m][L:]
+            for c, toks in enumerate(conts[m]):
+                seqs.append(tail + list(toks))
+                starts.append(len(tail))
+                owner.append((m, c))
+        cache = None
+        if L:
+            out = model(input_ids=torch.tensor([prompts[members[0]][:L]], device=dev), use_cache=True)
+            cache = out.past_key_values
+            used += L
+        for toks, parents, labels in _trie_rounds(seqs, starts, max(1, max_positions - L)):
+            mask, depth = _tree_mask(parents, L, neg)
+            o = model(input_ids=torch.tensor([toks], device=dev), attention_mask=mask.to(dev),
+                      position_ids=(L + depth)[None].to(dev), past_key_values=cache, use_cache=True)  # fmt: skip
+            lsm = torch.log_softmax(o.logits[0].float(), -1).cpu()
+            lab = torch.tensor(labels)  # (k, 3): sequence, node, token
+            vals = lsm[lab[:, 1], lab[:, 2]]
+            for (k, _, _), v in zip(labels, vals.tolist(), strict=True):
+                m, c = owner[k]
+                scores[m][c] += v
+            used += len(toks)
+            cache = o.past_key_values
+            if L:
+                cache.crop(-len(toks))  # keep the prefix only
+            else:
+                cache = None
+    if stats is not None:
+        stats["tokens"] = stats.get("tokens", 0) + used
     return scores
 
 
@@ -298,6 +344,7 @@ class PolicyRunner:
         self.max_positions = int(getattr(cfg, "max_positions", 1024))
         self.max_candidates = max_candidates
         self.policy_version = policy_version
+        self.stats: dict = {"tokens": 0}  # tokens run through the model (prompts + candidate tries)
         self.generator = torch.Generator()
         self.generator.manual_seed(getattr(cfg, "seed", 0) if seed is None else seed)
 
@@ -327,7 +374,8 @@ class PolicyRunner:
                 cands.append(acts)
                 cand_ids.append([action_ids(self.tokenizer, a.to_text()) for a in acts])
             which.append(keys[key])
-        scores = score_continuations(self.model, prompts, cand_ids, self.max_positions, pad_id(self.tokenizer))
+        scores = score_continuations(self.model, prompts, cand_ids, self.max_positions, pad_id(self.tokenizer),
+                                     stats=self.stats)
         out = []
         for u in which:
             acts, ids, s = cands[u], cand_ids[u], scores[u]

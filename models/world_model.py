@@ -105,6 +105,83 @@ def _try_parse(text: str) -> Action | None:
         return None
 
 
+class PreallocatedLayer:
+    """A KV-cache layer written in place into buffers of a fixed capacity (grows by doubling)."""
+
+    is_sliding = False
+    is_croppable = True
+    is_compileable = False
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, int(capacity))
+        self.n = 0
+        self.is_initialized = False
+        self.keys = self.values = None
+
+    def lazy_initialization(self, k: torch.Tensor, v: torch.Tensor, *args: Any) -> None:
+        shape = (k.shape[0], k.shape[1], max(self.capacity, k.shape[-2]), k.shape[-1])
+        self._k, self._v = k.new_empty(shape), v.new_empty((*shape[:3], v.shape[-1]))
+        self.dtype, self.device = k.dtype, k.device
+        self.is_initialized = True
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[..., : self.n, :], self._v[..., : self.n, :]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
+        if not self.is_initialized:
+            self.lazy_initialization(k, v)
+        t = k.shape[-2]
+        if self.n + t > self._k.shape[-2]:
+            cap = max(2 * self._k.shape[-2], self.n + t)
+            k2, v2 = self._k.new_empty((*self._k.shape[:2], cap, self._k.shape[-1])), self._v.new_empty(
+                (*self._v.shape[:2], cap, self._v.shape[-1]))  # fmt: skip
+            k2[..., : self.n, :], v2[..., : self.n, :] = self._k[..., : self.n, :], self._v[..., : self.n, :]
+            self._k, self._v = k2, v2
+        self._k[..., self.n : self.n + t, :] = k
+        self._v[..., self.n : self.n + t, :] = v
+        self.n += t
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.n
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.n + query_length, 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:  # legacy: absolute length
+            tokens_to_remove = tokens_to_remove - self.n if tokens_to_remove < self.n else 0
+        self.n = max(0, self.n - abs(tokens_to_remove))
+        if self.is_initialized:
+            self._views()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._views()
+
+    def reset(self) -> None:
+        self.n = 0
+        if self.is_initialized:
+            self._views()
+
+
+def preallocated_cache(capacity: int) -> Any:
+    """A ``DynamicCache`` whose layers are ``PreallocatedLayer(capacity)``."""
+    import functools
+
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = []
+    cache.layer_class_to_replicate = functools.partial(PreallocatedLayer, capacity)
+    return cache
+
+
 class WorldModelRunner:
     """Batched prediction with KV-cached generation (left padded)."""
 
@@ -119,6 +196,7 @@ class WorldModelRunner:
         )
         self.max_change_tokens = int(max_change_tokens or getattr(dream, "max_change_tokens", 160))
         self.world_model_version = world_model_version
+        self.ignore_eos = False  # benchmarks only: always generate max_change_tokens
 
     def prompt_ids(self, obs: Observation, action_text: str) -> list[int]:
         return world_model_prompt_ids(
@@ -127,25 +205,64 @@ class WorldModelRunner:
 
     @torch.no_grad()
     def generate_texts(self, prompts: list[list[int]], sample: bool = False, temperature: float = 1.0) -> list[str]:
+        """Greedy (or sampled, top_k = 0) continuation of each prompt up to eos.
+
+        A plain decoding loop instead of ``model.generate``: the KV cache is
+        preallocated (``preallocated_cache``: written in place, no copy of the whole
+        cache per token as ``DynamicCache``'s concatenation does), the 4D mask is
+        built from one boolean row mask, and rows that reached eos are dropped from
+        the batch once they are at least half of it.  Same model, same argmax.
+        """
         self.model.eval()
         B, P = len(prompts), max(len(p) for p in prompts)
-        pad = pad_id(self.tokenizer)
-        ids = torch.full((B, P), pad, dtype=torch.long)
-        att = torch.zeros(B, P, dtype=torch.long)
-        for b, p in enumerate(prompts):
-            ids[b, P - len(p) :] = torch.tensor(p)
-            att[b, P - len(p) :] = 1
+        pad, eos = pad_id(self.tokenizer), eos_id(self.tokenizer)
         dev = next(self.model.parameters()).device
         new = max(1, min(self.max_change_tokens, self.max_positions - P))
-        kw = {"do_sample": True, "temperature": temperature, "top_k": 0} if sample else {"do_sample": False}
-        out = self.model.generate(
-            input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=new,
-            eos_token_id=eos_id(self.tokenizer), pad_token_id=pad, use_cache=True, **kw,
-        )  # fmt: skip
+        neg = torch.finfo(torch.float32).min
+        ids = torch.full((B, P), pad, dtype=torch.long)
+        keep = torch.zeros(B, P + new, dtype=torch.bool)
+        for b, p in enumerate(prompts):
+            ids[b, P - len(p) :] = torch.tensor(p)
+            keep[b, P - len(p) : P] = True
+        plen = keep.sum(-1)
+        causal = torch.ones(P, P, dtype=torch.bool).tril()
+        allowed = (causal[None] & keep[:, None, :P]) | torch.eye(P, dtype=torch.bool)[None]
+        cache = preallocated_cache(P + new)
+        out = self.model(input_ids=ids.to(dev), attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+                         position_ids=((keep[:, :P].long().cumsum(-1) - 1).clamp(min=0)).to(dev),
+                         past_key_values=cache, use_cache=True)  # fmt: skip
+        logits = out.logits[:, -1]
+        rows = torch.arange(B)  # original row of each active batch row
+        gen: list[list[int]] = [[] for _ in range(B)]
+        done = torch.zeros(B, dtype=torch.bool)
+        for t in range(new):
+            if sample:
+                probs = torch.softmax(logits.float() / max(temperature, 1e-6), -1)
+                nxt = torch.multinomial(probs, 1)[:, 0].cpu()
+            else:
+                nxt = logits.argmax(-1).cpu()
+            for r, tok in zip(rows.tolist(), nxt.tolist(), strict=True):
+                if not done[r]:
+                    gen[r].append(tok)
+            if not self.ignore_eos:
+                done[rows[nxt == eos]] = True
+            if t == new - 1 or bool(done[rows].all()):
+                break
+            act = ~done[rows]
+            if int(act.sum()) * 2 <= len(rows) and new - t > 8:  # compact: drop finished rows
+                idx = act.nonzero()[:, 0]
+                cache.batch_select_indices(idx.to(dev))
+                rows, nxt = rows[idx], nxt[idx]
+            keep[rows, P + t] = True
+            L = P + t + 1
+            mask = torch.where(keep[rows, :L], 0.0, neg)[:, None, None, :]
+            out = self.model(input_ids=nxt[:, None].to(dev), attention_mask=mask.to(dev),
+                             position_ids=(plen[rows] + t)[:, None].to(dev), past_key_values=cache,
+                             use_cache=True)  # fmt: skip
+            logits = out.logits[:, -1]
         texts = []
-        eos = eos_id(self.tokenizer)
-        for row in out[:, P:].tolist():
-            if eos in row:
+        for row in gen:
+            if eos in row and not self.ignore_eos:
                 row = row[: row.index(eos)]
             texts.append(decode(self.tokenizer, row))
         return texts

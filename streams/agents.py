@@ -32,8 +32,7 @@ import faust
 
 from infra.config import Config
 from streams import metrics as M
-from streams import records
-from streams import recovery
+from streams import records, recovery
 from streams.app import app_id
 from streams.side import SideReader
 from streams.state import StreamState
@@ -61,7 +60,9 @@ class _Sender:
         self.errors = 0
         self._on_error = on_error
 
-    def send(self, topic: str, rec: Any, key: str | bytes | None = None, headers: list | None = None) -> None:
+    def send(
+        self, topic: str, rec: Any, key: str | bytes | None = None, headers: list | None = None
+    ) -> None:
         value = rec if isinstance(rec, bytes) else records.encode(rec)
         if isinstance(key, str):
             key = key.encode()
@@ -140,7 +141,11 @@ class Runner:
         if self.state_file is not None and now - self._state_at >= 1.0:
             self._state_at = now  # for operators and tests: what this worker holds now
             self.state_file.write_text(json.dumps({**st.snapshot(), **st.side_snapshot()}))
-        if not self._ready and self.assigned_once and (self.side is None or self.side.caught_up.is_set()):
+        if (
+            not self._ready
+            and self.assigned_once
+            and (self.side is None or self.side.caught_up.is_set())
+        ):
             self._ready = True
             if self.ready_file is not None:
                 self.ready_file.write_text(st.worker_id)
@@ -161,7 +166,9 @@ class Runner:
 
     async def on_assigned(self, assigned) -> None:
         src = set(self.topics.transitions) - {self.topics.expert}
-        tps = [recovery.TopicPartition(tp.topic, tp.partition) for tp in assigned if tp.topic in src]
+        tps = [
+            recovery.TopicPartition(tp.topic, tp.partition) for tp in assigned if tp.topic in src
+        ]
         kc, run = self.cfg.kafka, self.cfg.run_id
         loop = asyncio.get_running_loop()
 

@@ -60,7 +60,10 @@ def _port_block(n: int) -> list[int]:
     for _ in range(200):
         base = random.randint(20000, 29000)
         block = [base + i for i in range(n)]
-        if all(not _open(p) and not _open(p + 10000) and _bindable(p) and _bindable(p + 10000) for p in block):
+        if all(
+            not _open(p) and not _open(p + 10000) and _bindable(p) and _bindable(p + 10000)
+            for p in block
+        ):
             return block
     raise RuntimeError("no free port block found")
 
@@ -102,7 +105,9 @@ class Broker:
             self.proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", url,
                                           "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
                                          stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-            cfg = load_config(env={}, overrides={"home": str(self.home), "kafka.bootstrap": f"127.0.0.1:{port}"})
+            cfg = load_config(
+                env={}, overrides={"home": str(self.home), "kafka.bootstrap": f"127.0.0.1:{port}"}
+            )
             _wait(lambda: _open(port), 20, "the broker port")
             return cfg
         from infra.stack import Stack
@@ -145,7 +150,7 @@ def episodes(run: str, n_transitions: int, obs_bytes: int, rng: random.Random,
     per_group = G * STEPS
     counts = {s: max(1, round(n_transitions * f / per_group)) for s, f in MIX.items()}
     for source, n_groups in counts.items():
-        for g in range(n_groups):
+        for _g in range(n_groups):
             gid = f"g-{uuid.uuid4().hex[:10]}" if source == "dream" else ""
             seed = rng.randrange(1 << 30)
             for _ in range(G):
@@ -165,7 +170,7 @@ def produce(cfg: Config, topics: Topics, eps: list, rate: float = 0.0) -> int:
     n, t0 = 0, time.time()
     try:
         for k in range(0, len(eps), G):
-            group = eps[k:k + G]
+            group = eps[k : k + G]
             for i in range(STEPS):
                 for ep in group:
                     t = ep[i]
@@ -209,7 +214,11 @@ def raw_aiokafka(cfg: Config, topics: list[str], n: int) -> float:
                              auto_offset_reset="earliest", max_partition_fetch_bytes=cfg.kafka.max_message_bytes)  # fmt: skip
         await c.start()
         try:
-            tps = [TopicPartition(t, p) for t in topics for p in sorted(c.partitions_for_topic(t) or {0})]
+            tps = [
+                TopicPartition(t, p)
+                for t in topics
+                for p in sorted(c.partitions_for_topic(t) or {0})
+            ]
             c.assign(tps)
             await c.seek_to_beginning(*tps)
             got, t0 = 0, time.time()
@@ -233,7 +242,9 @@ class WorkerProc:
                     "DYNAWEB_STREAM__BATCH_TRAJECTORIES": str(2 * G), "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0",
                     "DYNAWEB_STREAM__COLD_START_BATCH_S": "3600", "DYNAWEB_STREAM__LAG_BOUND": "1000000000"})  # fmt: skip
         self.log = open(home / "worker.log", "wb")
-        cmd = os.environ.get("DYNAWEB_BENCH_WORKER_CMD", "-m streams.worker").split()  # e.g. under cProfile
+        cmd = os.environ.get(
+            "DYNAWEB_BENCH_WORKER_CMD", "-m streams.worker"
+        ).split()  # e.g. under cProfile
         self.proc = subprocess.Popen([sys.executable, *cmd, "--loglevel", "warning"],
                                      cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
 
@@ -302,17 +313,26 @@ def run_bench(storage: str = "memory", n: int = 20_000, obs_bytes: int = 1024, l
         n = produce(cfg, topics, eps)
         produce_tps = n / (time.time() - t0)
         msg_bytes = len(records.encode(eps[0][0]))
-        log(f"produced {n} transitions ({msg_bytes} B each) at {produce_tps:,.0f}/s on {storage} storage")
+        log(
+            f"produced {n} transitions ({msg_bytes} B each) at {produce_tps:,.0f}/s on {storage} storage"
+        )
         raw = raw_kafka_python(cfg, topics.transitions, n)
         raw_aio = raw_aiokafka(cfg, topics.transitions, n)
         log(f"raw kafka-python consumer {raw:,.0f}/s, raw aiokafka consumer {raw_aio:,.0f}/s")
         t_start = time.time()
         worker = WorkerProc(cfg, home)
-        st = _wait(lambda: (s := worker.state()) and s.get("processed", 0) >= n and s, 900, "the worker to process everything", 0.2)
+        st = _wait(
+            lambda: (s := worker.state()) and s.get("processed", 0) >= n and s,
+            900,
+            "the worker to process everything",
+            0.2,
+        )
         span = max(1e-6, st["last_at"] - st["first_at"])
         worker_tps = n / span
-        log(f"worker {worker_tps:,.0f}/s ({span:.1f}s between its first and last message; "
-            f"{time.time() - t_start:.1f}s including start-up)")
+        log(
+            f"worker {worker_tps:,.0f}/s ({span:.1f}s between its first and last message; "
+            f"{time.time() - t_start:.1f}s including start-up)"
+        )
         # latency at half the worker's rate
         rate = worker_tps / 2
         lat_eps = episodes(cfg.run_id, int(rate * latency_s), obs_bytes, rng, prefix="L")
@@ -320,7 +340,9 @@ def run_bench(storage: str = "memory", n: int = 20_000, obs_bytes: int = 1024, l
         want = sum(1 for e in lat_eps[::G])
         produce(cfg, topics, lat_eps, rate=rate)
         lats = latencies(cfg, topics.policy_batches, want, timeout=60 + latency_s)
-        log(f"latency over {len(lats)} batches at {rate:,.0f} transitions/s: p50 {_pct(lats, 0.5)}s p95 {_pct(lats, 0.95)}s")
+        log(
+            f"latency over {len(lats)} batches at {rate:,.0f} transitions/s: p50 {_pct(lats, 0.5)}s p95 {_pct(lats, 0.95)}s"
+        )
         final = worker.state() or st
         return {
             "storage": storage, "n": n, "msg_bytes": msg_bytes, "obs_bytes": obs_bytes, "input_mix": mix,

@@ -1,7 +1,10 @@
 """Prometheus metrics of the stream worker, declared once (default registry).
 
 Names follow ``dynaweb_stream_<what>_<unit>``; every series carries the labels
-``run`` and ``worker``. Counters are exposed with the ``_total`` suffix that
+``run`` and ``worker``. Consumer lag is measured in training batches
+(``lag_batches``: produced - consumed by the trainer) and in held source
+messages (``held_messages``); a lag in records would need the broker's
+high-water mark, which Tansu reports wrongly (stack.md, defect 1). Counters are exposed with the ``_total`` suffix that
 prometheus_client appends.
 """
 
@@ -13,8 +16,19 @@ from prometheus_client import Counter, Gauge, Histogram
 
 L = ("run", "worker")
 # ``streams.records.RecordError`` reasons, initialised at 0 (others still count when they occur)
-DEAD_LETTER_REASONS = ("not_json", "empty", "oversize", "schema_version", "missing_field", "wrong_type",
-                       "bad_value", "unknown_type", "unexpected_type", "source_mismatch", "wrong_run")
+DEAD_LETTER_REASONS = (
+    "not_json",
+    "empty",
+    "oversize",
+    "schema_version",
+    "missing_field",
+    "wrong_type",
+    "bad_value",
+    "unknown_type",
+    "unexpected_type",
+    "source_mismatch",
+    "wrong_run",
+)
 
 transitions = Counter(
     "dynaweb_stream_transitions", "Valid transitions consumed, by source.", L + ("source",)
@@ -145,7 +159,13 @@ class Bound:
     def init_series(self) -> None:
         """Create the error/drop counters at 0 so dashboards and alerts see series before
         the first increment (a counter without children exports nothing)."""
-        for metric in (duplicates, stale_dropped, publish_errors, backpressure_msgs, reuse_over_bound):
+        for metric in (
+            duplicates,
+            stale_dropped,
+            publish_errors,
+            backpressure_msgs,
+            reuse_over_bound,
+        ):
             self(metric)
         for reason in DEAD_LETTER_REASONS:
             self(dead_letters, reason=reason)
@@ -193,3 +213,34 @@ class _ReasonCounter:
 
     def labels(self, reason: str):
         return self.b(dead_letters, reason=reason)
+
+
+def sync_state(st, now: float, window_s: float) -> None:
+    """Export a ``streams.state.StreamState`` (counters are synced by delta)."""
+    mx, m, c = st.mixer, st.m, st.counts
+    for src in ("real", "expert", "dream"):
+        m.sync_value(transitions, c["t_" + src], tag=src, source=src)
+    m.sync_value(duplicates, st.dedupe.duplicates)
+    m.sync_value(forwarded, c["fwd_train"], tag="train", dest="train")
+    m.sync_value(forwarded, c["fwd_eval"], tag="eval", dest="eval")
+    m.sync(dropped, mx.drops, label="reason")
+    m.sync_value(stale_dropped, mx.drops["stale"])
+    m.sync(groups, st.groups.stats, label="outcome")
+    m.sync(episodes, st.episodes.stats, label="outcome")
+    m.sync(batch_trajectories, mx.emitted_by_source, label="source")
+    m.sync_value(reuse_over_bound, mx.stats["reuse_over_bound"])
+    m.sync_value(recovery_skipped, st.dedupe.late)
+    closed = sum(st.groups.stats.values())
+    m(group_completeness).set(st.groups.stats["complete"] / closed if closed else 1.0)
+    m(expert_fraction).set(mx.realised_mixed_fraction)
+    while st.window and now - st.window[0][0] > window_s:
+        st.window.popleft()
+    n = sum(x[2] for x in st.window)
+    m(expert_fraction_window).set(sum(x[1] for x in st.window) / n if n else 0.0)
+    m(pool_size).set(len(mx.pool))
+    m(reuse).set(mx.realised_reuse)
+    m(pending).set(mx.pending_trajectories)
+    m(open_episodes).set(len(st.episodes))
+    m(open_groups).set(len(st.groups))
+    m(held).set(sum(len(v) for v in st.held.values()))
+    m(latest_version).set(mx.latest_version)

@@ -205,7 +205,11 @@ class StreamState:
         self.committed.clear()
         old = self.dedupe
         self.dedupe = Deduper(capacity=s.dedupe_capacity)
-        self.dedupe.closed, self.dedupe.duplicates, self.dedupe.late = old.closed, old.duplicates, old.late
+        self.dedupe.closed, self.dedupe.duplicates, self.dedupe.late = (
+            old.closed,
+            old.duplicates,
+            old.late,
+        )
         for eid in emitted:
             self.dedupe.close(eid)
         stats, gstats = self.episodes.stats, self.groups.stats
@@ -269,7 +273,9 @@ class StreamState:
             by_worker = info.get("by_worker")
             if isinstance(by_worker, dict) and self.worker_id in by_worker:
                 try:
-                    self.consumed_mine = max(self.consumed_mine or 0, int(by_worker[self.worker_id]))
+                    self.consumed_mine = max(
+                        self.consumed_mine or 0, int(by_worker[self.worker_id])
+                    )
                 except (TypeError, ValueError):
                     pass
 
@@ -329,7 +335,9 @@ class StreamState:
 
     def backpressure(self, now: float) -> None:
         mine = self.produced_prior + self.produced
-        if (mine != self._reported and now - self._reported_at >= _REPORT_S) or now - self._reported_at >= 30:
+        if (
+            mine != self._reported and now - self._reported_at >= _REPORT_S
+        ) or now - self._reported_at >= 30:
             self._reported_at, self._reported = now, mine
             self.out.send(self.topics.control, Control(run_id=self.run_id, kind="produced", sender=self.worker_id,
                           value=float(mine), info={"incarnation": self.incarnation}), key=self.worker_id)  # fmt: skip
@@ -354,37 +362,12 @@ class StreamState:
         self.out.send(self.topics.control, msg, key=self.worker_id)
         self.m(M.backpressure_msgs).inc()
         self.m(M.rate_factor).set(rate)
-        log.info("back-pressure: lag %d (bound %d) -> rate %.3f", lag, self.cfg.stream.lag_bound, rate)
+        log.info(
+            "back-pressure: lag %d (bound %d) -> rate %.3f", lag, self.cfg.stream.lag_bound, rate
+        )
 
     def sync_metrics(self, now: float | None = None) -> None:
-        mx, m, c = self.mixer, self.m, self.counts
-        for src in ("real", "expert", "dream"):
-            m.sync_value(M.transitions, c["t_" + src], tag=src, source=src)
-        m.sync_value(M.duplicates, self.dedupe.duplicates)
-        m.sync_value(M.forwarded, c["fwd_train"], tag="train", dest="train")
-        m.sync_value(M.forwarded, c["fwd_eval"], tag="eval", dest="eval")
-        m.sync(M.dropped, mx.drops, label="reason")
-        m.sync_value(M.stale_dropped, mx.drops["stale"])
-        m.sync(M.groups, self.groups.stats, label="outcome")
-        m.sync(M.episodes, self.episodes.stats, label="outcome")
-        m.sync(M.batch_trajectories, mx.emitted_by_source, label="source")
-        m.sync_value(M.reuse_over_bound, mx.stats["reuse_over_bound"])
-        m.sync_value(M.recovery_skipped, self.dedupe.late)
-        closed = sum(self.groups.stats.values())
-        m(M.group_completeness).set(self.groups.stats["complete"] / closed if closed else 1.0)
-        m(M.expert_fraction).set(mx.realised_mixed_fraction)
-        now = self.clock() if now is None else now
-        while self.window and now - self.window[0][0] > _WINDOW_S:
-            self.window.popleft()
-        n = sum(x[2] for x in self.window)
-        m(M.expert_fraction_window).set(sum(x[1] for x in self.window) / n if n else 0.0)
-        m(M.pool_size).set(len(mx.pool))
-        m(M.reuse).set(mx.realised_reuse)
-        m(M.pending).set(mx.pending_trajectories)
-        m(M.open_episodes).set(len(self.episodes))
-        m(M.open_groups).set(len(self.groups))
-        m(M.held).set(sum(len(v) for v in self.held.values()))
-        m(M.latest_version).set(mx.latest_version)
+        M.sync_state(self, self.clock() if now is None else now, _WINDOW_S)
 
     def snapshot(self) -> dict:
         mx = self.mixer

@@ -26,9 +26,9 @@ import faust
 from infra.config import Config, load_config
 from streams import kafka as sk
 from streams.agents import Runner, register
+from streams.app import datadir, make_app, worker_id
 from streams.side import SideReader
 from streams.state import StreamState
-from streams.app import datadir, make_app, worker_id
 
 log = logging.getLogger("dynaweb.stream_worker")
 
@@ -61,7 +61,9 @@ def build(cfg: Config, side: bool = True) -> tuple[faust.App, StreamState, Runne
     state = StreamState(cfg, topics)
     reader = None
     if side:
-        reader = SideReader(cfg.kafka, [topics.expert, topics.checkpoints, topics.control], cfg.run_id)
+        reader = SideReader(
+            cfg.kafka, [topics.expert, topics.checkpoints, topics.control], cfg.run_id
+        )
     state.sync_metrics()
     app = make_app(cfg)
     ready = datadir(cfg) / "ready"

@@ -18,6 +18,7 @@ import pytest
 
 from streams import records
 from streams.records import Transition
+from tests.integration.test_stream_worker import Producer as _Producer
 from tests.integration.test_stream_worker import (  # noqa: F401 - bootstrap is a fixture
     Reader,
     Worker,
@@ -25,7 +26,6 @@ from tests.integration.test_stream_worker import (  # noqa: F401 - bootstrap is 
     transition,
     wait_for,
 )
-from tests.integration.test_stream_worker import Producer as _Producer
 
 pytestmark = pytest.mark.integration
 
@@ -117,8 +117,12 @@ def test_sigkill_mid_stream_loses_nothing_and_emits_nothing_twice(bootstrap, run
             for t in ep:
                 p.send_t(t)
         p.p.flush()
-        wait_for(lambda: w.metric("dynaweb_stream_expert_pool_trajectories") == 12, 30, "pool of 12")
-        before = wait_for(lambda: (s := w.state()) and s["expert_pool"] == 12 and s, 10, "state.json")
+        wait_for(
+            lambda: w.metric("dynaweb_stream_expert_pool_trajectories") == 12, 30, "pool of 12"
+        )
+        before = wait_for(
+            lambda: (s := w.state()) and s["expert_pool"] == 12 and s, 10, "state.json"
+        )
         groups = groups_of(run_id, "dream", 16, 100) + groups_of(run_id, "real", 4, 500)
         # first half: every episode gets its steps 0 and part of 1; some groups are completed
         half, resume = threading.Event(), threading.Event()
@@ -143,11 +147,19 @@ def test_sigkill_mid_stream_loses_nothing_and_emits_nothing_twice(bootstrap, run
         assert after["expert_pool"] == before["expert_pool"] == 12  # rebuilt before ready
         assert after["expert_pool_sha1"] == before["expert_pool_sha1"]  # the same expert pool
         want = len(groups)
-        wait_for(lambda: len({b.batch_id for b in batches(br)}) >= want, 90, f"{want} distinct batches")
+        wait_for(
+            lambda: len({b.batch_id for b in batches(br)}) >= want, 90, f"{want} distinct batches"
+        )
         check_batches(batches(br), groups)
         # no real transition lost on its way to the world model (dedupe by key downstream)
         wm = Reader(bootstrap, w.topics_name("world_model"))
-        real = {(ep[0].episode_id, i) for g in groups if g[0][0].source == "real" for ep in g for i in range(STEPS)}
+        real = {
+            (ep[0].episode_id, i)
+            for g in groups
+            if g[0][0].source == "real"
+            for ep in g
+            for i in range(STEPS)
+        }
 
         def keys():
             return {(d["episode_id"], d["step"]) for d in (json.loads(m.value) for m in wm.poll())}
@@ -161,7 +173,11 @@ def test_sigkill_mid_stream_loses_nothing_and_emits_nothing_twice(bootstrap, run
         w.stop()
 
 
-def test_two_workers_split_the_stream_and_each_batch_keeps_the_fraction(bootstrap, run_id, tmp_path):  # noqa: F811
+def test_two_workers_split_the_stream_and_each_batch_keeps_the_fraction(
+    bootstrap,  # noqa: F811
+    run_id,
+    tmp_path,
+):
     w1 = Worker(bootstrap, tmp_path, run_id, **CFG)
     w2 = Worker(bootstrap, tmp_path, run_id, **CFG)
     w2.rename(w1.worker_id + "b")
@@ -179,14 +195,20 @@ def test_two_workers_split_the_stream_and_each_batch_keeps_the_fraction(bootstra
         second = groups_of(run_id, "dream", 16, 200)
         p.round_robin(second)
         for w in (w1, w2):  # both see every expert (read outside the group)
-            wait_for(lambda w=w: w.metric("dynaweb_stream_expert_pool_trajectories") == 12, 30, "pools")
+            wait_for(
+                lambda w=w: w.metric("dynaweb_stream_expert_pool_trajectories") == 12, 30, "pools"
+            )
         br = Reader(bootstrap, w1.topics_name("policy_batches"))
         want = len(first) + len(second)
-        wait_for(lambda: len({b.batch_id for b in batches(br)}) >= want, 90, f"{want} distinct batches")
+        wait_for(
+            lambda: len({b.batch_id for b in batches(br)}) >= want, 90, f"{want} distinct batches"
+        )
         makers = check_batches(batches(br), first + second)
         late = {b.batch_id for b in batches(br) if any(t["group_id"] in {g[0][0].group_id for g in second}
                                                        for t in b.trajectories)}  # fmt: skip
-        assert {makers[b] for b in late} == {w1.worker_id, w2.worker_id}, "both workers made batches"
+        assert {makers[b] for b in late} == {w1.worker_id, w2.worker_id}, (
+            "both workers made batches"
+        )
     finally:
         if br is not None:
             br.close()

@@ -110,3 +110,31 @@ def test_balanced_accuracy_and_fidelity_baseline():
     same = Prediction(A, 0.0, False, True, "", "why: nothing changes\nsame", A.tree)
     f = fidelity([same], [A], [0.0], [False])
     assert f["exact_match"] == 1.0 == f["baseline_exact_match"] and f["ok_rate"] == 1.0
+
+
+def test_decoding_loop_matches_hf_generate_and_cache_ops():
+    from models.tokenizer import decode, eos_id
+    from models.world_model import PreallocatedLayer
+
+    model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
+    r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
+    prompts = [list(range(3, 3 + n)) for n in (50, 80, 20)]
+    P = 80
+    ids = torch.zeros(3, P, dtype=torch.long)
+    att = torch.zeros(3, P, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, P - len(p) :], att[b, P - len(p) :] = torch.tensor(p), 1
+    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=40, do_sample=False,
+                         eos_token_id=eos_id(tok), pad_token_id=0)  # fmt: skip
+    ref = [decode(tok, row[: row.index(1)] if 1 in row else row) for row in out[:, P:].tolist()]
+    assert r.generate_texts(prompts) == ref
+    assert [r.generate_texts([p])[0] for p in prompts] == ref  # batch-independent (left padding)
+    # the preallocated layer: in-place writes, growth, crop and row selection
+    layer = PreallocatedLayer(2)
+    k = torch.randn(3, 2, 3, 4)
+    keys, _ = layer.update(k, k)
+    keys, _ = layer.update(k[..., :1, :], k[..., :1, :])
+    assert layer.get_seq_length() == 4 and torch.equal(keys, torch.cat([k, k[..., :1, :]], -2))
+    layer.crop(-1)
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(layer.keys, k[[2, 0]])

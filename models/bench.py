@@ -1,0 +1,300 @@
+"""``dynaweb bench dream`` and ``dynaweb bench train``: throughput of the learning core.
+
+dream
+    Start states are the real first pages of *every* task that has a scripted
+    expert (``collectors.experts.ALL_EXPERTS``), produced by ``collectors.env.WebEnv``
+    at ``reset`` (seed = ``CollectorConfig.seed_stop``, i.e. outside the training
+    range) and cached in ``<home>/bench/start_states.jsonl`` (``--starts FILE``
+    reads any JSONL of observation dicts instead).  Models are the from-config
+    ones (``ModelConfig``; the weights do not change the cost, only the lengths of
+    what the world model writes, see below).  Figures:
+
+    * ``dream_steps_per_s_b1``: ``dream_rollouts`` with ``batch=1`` (one rollout
+      stepped at a time), G = ``DreamConfig.group_size`` rollouts per start;
+    * ``dream_steps_per_s_b16``: the same rollouts advanced 16 at a time (what the
+      dream generator does: ``batch // group_size`` start states per round);
+    * ``policy_tokens_per_s``: prompt + candidate tokens that ``PolicyRunner.act``
+      scores per second, acting alone on 16 *distinct* start pages;
+    * ``prompt_tokens_p95``: 95th percentile of the policy prompt length (tokens).
+
+    The world model is from config (untrained) so that what it writes has no
+    meaning; to make b1 and b16 comparable both runs use the same fixed
+    generation length (``--wm-tokens``, default 48, ~ the length of a typical
+    small change) by ignoring eos, and greedy decoding.
+
+train
+    ``policy_batch_loss`` + DeepSpeed step (``models.engine``) on batches of the
+    stream worker's shape (``StreamConfig.batch_trajectories`` trajectories, half
+    expert, half one dream group with behaviour log-probs, horizon steps each) and
+    ``world_model_batch_loss`` + step on ``TrainerConfig.wm_batch`` transitions.
+    Figures: trajectories/s, transitions/s, and peak RSS of the process (MiB).
+
+Both print a table (or nothing but the JSON with ``--json``) and one JSON object
+on the last line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from collectors.spaces import Observation
+
+
+def _p95(xs: list[int]) -> int:
+    if not xs:
+        return 0
+    s = sorted(xs)
+    return int(s[min(len(s) - 1, math.ceil(0.95 * len(s)) - 1)])
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# --- start states --------------------------------------------------------------
+
+
+def live_start_states(cfg: Any, tasks: list[str] | None = None, seed: int | None = None) -> list[dict]:
+    """First observation (at ``reset``) of each task, from the live browser env."""
+    import asyncio
+
+    from collectors.browser import Browser
+    from collectors.env import WebEnv
+    from collectors.experts import ALL_EXPERTS
+    from infra.taskserver import serve
+
+    tasks = tasks or sorted(ALL_EXPERTS)
+    seed = cfg.collector.seed_stop if seed is None else seed
+    server, _, base = serve()
+
+    async def go() -> list[dict]:
+        out = []
+        async with Browser(allowed_origins=[base]) as browser:
+            env = WebEnv(browser, base, cfg.collector)
+            await env.open()
+            try:
+                for t in tasks:
+                    obs, _ = await env.reset(t, seed)
+                    out.append({"task": t, "seed": seed, "obs": obs.to_dict()})
+            finally:
+                await env.close()
+        return out
+
+    try:
+        return asyncio.run(go())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def start_states(cfg: Any, path: str | None = None) -> list[dict]:
+    """``[{task, seed, obs}]`` from ``path`` (JSONL), else the cached live start pages."""
+    if path:
+        rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+        return [r if "obs" in r else {"task": r.get("task", ""), "seed": 0, "obs": r} for r in rows]
+    cache = Path(cfg.home) / "bench" / "start_states.jsonl"
+    if cache.exists():
+        return start_states(cfg, str(cache))
+    rows = live_start_states(cfg)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+# --- dream ---------------------------------------------------------------------
+
+
+class FixedLengthWM:
+    """A ``WorldModelRunner`` whose generation always runs ``n`` tokens (eos ignored)."""
+
+    def __init__(self, runner: Any, n: int):
+        self.runner, self.n = runner, n
+
+    def predict(self, obs_list, actions, sample=False, temperature=1.0):
+        r = self.runner
+        old = r.max_change_tokens, r.ignore_eos
+        r.max_change_tokens, r.ignore_eos = self.n, True
+        try:
+            return r.predict(obs_list, actions, sample=sample, temperature=temperature)
+        finally:
+            r.max_change_tokens, r.ignore_eos = old
+
+
+def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int = 1) -> dict:
+    from models.dream_env import dream_rollouts
+    from models.policy import PolicyRunner, make_policy
+    from models.prompts import policy_prompt_ids
+    from models.world_model import WorldModelRunner, make_world_model
+
+    torch.set_num_threads(cfg.threads)
+    obs = [Observation.from_dict(s["obs"]) for s in starts]
+    pol, ptok = make_policy(cfg.model)
+    wm, wtok = make_world_model(cfg.model)
+    pr = PolicyRunner(pol, ptok, cfg.model, seed=0)
+    wr = FixedLengthWM(WorldModelRunner(wm, wtok, cfg), wm_tokens)
+    G, H = cfg.dream.group_size, cfg.dream.horizon
+    per_round = max(1, 16 // G)
+    lens = [len(policy_prompt_ids(ptok, o, [], cfg.model.max_positions)) for o in obs]
+
+    def run(batch: int, k0: int) -> tuple[int, float]:
+        sel = [obs[(k0 + i) % len(obs)] for i in range(per_round)]
+        t0 = time.perf_counter()
+        ros = dream_rollouts(pr, wr, sel, G, H, temperature=cfg.dream.temperature, batch=batch)
+        return sum(len(r) for r in ros), time.perf_counter() - t0
+
+    run(16, 0)  # warm-up (allocator, first-call overheads)
+    res = {}
+    for b in (1, 16):
+        steps, secs = 0, 0.0
+        for r in range(rounds):
+            s, t = run(b, r * per_round)
+            steps, secs = steps + s, secs + t
+        res[b] = (steps, secs)
+    # policy alone: 16 distinct pages, first step
+    pages = [obs[i % len(obs)] for i in range(16)]
+    pr.stats = {"tokens": 0}
+    t0 = time.perf_counter()
+    pr.act(pages, [[] for _ in pages], temperature=1.0)
+    pt = time.perf_counter() - t0
+    b1 = res[1][0] / res[1][1]
+    b16 = res[16][0] / res[16][1]
+    return {
+        "dream_steps_per_s_b1": round(b1, 3), "dream_steps_per_s_b16": round(b16, 3),
+        "b16_over_b1": round(b16 / b1, 3), "policy_tokens_per_s": round(pr.stats["tokens"] / pt, 1),
+        "policy_ms_per_page": round(1000 * pt / len(pages), 1),
+        "prompt_tokens_p95": _p95(lens), "start_states": len(obs), "group_size": G, "horizon": H,
+        "wm_tokens": wm_tokens, "rounds": rounds, "threads": cfg.threads,
+        "model": f"{cfg.model.layers}x{cfg.model.d_model}", "load_avg_1m": round(os.getloadavg()[0], 2),
+    }  # fmt: skip
+
+
+# --- train ---------------------------------------------------------------------
+
+
+def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, list]:
+    """(trajectories, world-model transitions) shaped like the stream worker's."""
+    from models.policy import candidate_actions
+    from streams.records import Trajectory, Transition
+
+    n = cfg.stream.batch_trajectories
+    G, H = cfg.stream.group_size, cfg.dream.horizon
+    n_exp = int(round(n * cfg.stream.expert_fraction))
+
+    def traj(o: Observation, source: str, ep: str, gid: str, reward: float, j: int) -> Any:
+        cands = candidate_actions(o)
+        steps = []
+        for s in range(H):
+            a = cands[(j + s) % len(cands)].to_text()
+            nxt = {**o.to_dict(), "tree": o.tree + f'\n[{o.next_id + s}] text "step {s}"'}
+            steps.append(Transition(
+                run_id="bench", episode_id=ep, step=s, task="t", seed=0, source=source, policy_version=0,
+                world_model_version=0, obs=o.to_dict(), action=a, next_obs=nxt, reward=reward if s == H - 1 else 0.0,
+                done=s == H - 1, group_id=gid, behaviour_logprob=None if source == "expert" else -12.0,
+                action_tokens=len(a) + 1))  # fmt: skip
+        return Trajectory.from_transitions(steps), steps
+
+    trajs, trans = [], []
+    for i in range(n_exp):
+        t, st = traj(obs[(k + i) % len(obs)], "expert", f"e{k}-{i}", "", 1.0, i)
+        trajs.append(t)
+        trans += st
+    start = obs[(k + n_exp) % len(obs)]
+    for i in range(n - n_exp):
+        g = f"g{k}-{i // G}"
+        t, _ = traj(start, "dream", f"d{k}-{i}", g, float(i % 2), i)
+        trajs.append(t)
+    return trajs, trans[: cfg.trainer.wm_batch]
+
+
+def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
+    from models.engine import engine_step, make_engine
+    from models.learner import policy_batch_loss, world_model_batch_loss
+    from models.policy import make_policy
+    from models.world_model import make_world_model
+
+    torch.set_num_threads(cfg.threads)
+    obs = [Observation.from_dict(s["obs"]) for s in starts]
+    embedder = None
+    if cfg.trainer.infonce_weight > 0:
+        from models.embedder import default_embedder
+
+        embedder = default_embedder()
+    rss0 = _peak_rss_mib()
+    pol, tok = make_policy(cfg.model)
+    wm, wtok = make_world_model(cfg.model)
+    pe = make_engine(pol, cfg.trainer.lr, cfg.trainer.zero_stage, cfg.trainer.grad_clip)
+    we = make_engine(wm, cfg.trainer.wm_lr, cfg.trainer.zero_stage, cfg.trainer.grad_clip)
+    batches = [_synthetic_batch(cfg, obs, k * 7) for k in range(steps + 1)]
+
+    def p_step(trajs: list) -> None:
+        pe.train()
+        loss, _ = policy_batch_loss(pe.module, tok, trajs, cfg.trainer, cfg.model)
+        engine_step(pe, loss)
+
+    def w_step(trans: list) -> None:
+        we.train()
+        loss, _ = world_model_batch_loss(we.module, wtok, trans, cfg.trainer, embedder, cfg.dream.max_change_tokens)
+        engine_step(we, loss)
+
+    p_step(batches[0][0])  # warm-up
+    w_step(batches[0][1])
+    t0 = time.perf_counter()
+    n_traj = n_steps = 0
+    for trajs, _ in batches[1:]:
+        p_step(trajs)
+        n_traj += len(trajs)
+        n_steps += sum(len(t.steps()) for t in trajs)
+    tp = time.perf_counter() - t0
+    rss_p = _peak_rss_mib()
+    t0 = time.perf_counter()
+    n_tr = 0
+    for _, trans in batches[1:]:
+        w_step(trans)
+        n_tr += len(trans)
+    tw = time.perf_counter() - t0
+    return {
+        "policy_trajectories_per_s": round(n_traj / tp, 3), "policy_steps_per_s": round(n_steps / tp, 3),
+        "policy_s_per_batch": round(tp / steps, 3), "world_model_transitions_per_s": round(n_tr / tw, 3),
+        "world_model_s_per_batch": round(tw / steps, 3), "peak_rss_mib": round(_peak_rss_mib(), 1),
+        "peak_rss_mib_before_models": round(rss0, 1), "peak_rss_mib_after_policy": round(rss_p, 1),
+        "batch_trajectories": cfg.stream.batch_trajectories, "wm_batch": cfg.trainer.wm_batch,
+        "horizon": cfg.dream.horizon, "zero_stage": cfg.trainer.zero_stage, "steps": steps,
+        "threads": cfg.threads, "model": f"{cfg.model.layers}x{cfg.model.d_model}",
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }  # fmt: skip
+
+
+# --- entry point ------------------------------------------------------------------
+
+
+def _print(res: dict, as_json: bool, title: str) -> None:
+    if not as_json:
+        print(title)
+        for k, v in res.items():
+            print(f"  {k:32s} {v}")
+    print(json.dumps(res))
+
+
+def main(args: Any, cfg: Any) -> int:
+    """``dynaweb bench dream|train`` (``args``: the CLI namespace; options read with defaults)."""
+    starts = start_states(cfg, getattr(args, "starts", None))
+    if not starts:
+        raise ValueError("no start states")
+    rounds = max(1, int(getattr(args, "rounds", None) or 1))
+    if args.target == "dream":
+        res = bench_dream(cfg, starts, int(getattr(args, "wm_tokens", None) or 48), rounds)
+        _print(res, args.json, "dream throughput (from-config models, CPU)")
+    elif args.target == "train":
+        res = bench_train(cfg, starts, steps=max(1, rounds * 3))
+        _print(res, args.json, "trainer throughput (DeepSpeed on CPU)")
+    else:
+        raise ValueError(f"models.bench does not run {args.target!r}")
+    return 0

@@ -1,0 +1,87 @@
+"""StreamState without Kafka: held messages, commit points, reset after a
+rebalance, per-worker / per-run lag."""
+
+from __future__ import annotations
+
+from infra.config import load_config
+from streams import records
+from streams.records import Control, Transition
+from streams.state import StreamState
+from streams.topics import Topics
+
+
+class Out:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, topic, rec, key=None, headers=None):
+        self.sent.append((topic, rec))
+
+
+def make(**stream) -> StreamState:
+    env = {"DYNAWEB_RUN_ID": "u", "DYNAWEB_STREAM__WORKER_ID": "w1", "DYNAWEB_STREAM__GROUP_SIZE": "2",
+           "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "4", "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0"}  # fmt: skip
+    env.update({f"DYNAWEB_STREAM__{k.upper()}": str(v) for k, v in stream.items()})
+    st = StreamState(load_config(env=env), Topics("u"), clock=lambda: 0.0)
+    st.attach(Out())
+    return st
+
+
+def t(ep: str, step: int, source: str, done: bool, group: str = "") -> bytes:
+    obs = {"instruction": "i", "tree": f"p{step}"}
+    return records.encode(Transition(run_id="u", episode_id=ep, step=step, task="x", seed=1, source=source,
+                                     policy_version=0, world_model_version=0, obs=obs, action="click(1)",
+                                     next_obs=obs, reward=0.0, done=done, group_id=group))  # fmt: skip
+
+
+def test_commit_point_waits_for_the_oldest_episode_in_progress():
+    st = make()
+    tp = ("dream", 0)
+    for e in ("e1", "e2"):  # the expert pool: 2 experts
+        for s in range(2):
+            st.on_side(st.topics.expert, t(e, s, "expert", s == 1))
+    assert len(st.mixer.pool) == 2
+    assert st.on_transition(st.topics.dream, t("a", 0, "dream", False, "g"), 0, tp)
+    assert st.on_transition(st.topics.dream, t("b", 0, "dream", False, "g2"), 1, tp)
+    assert st.on_transition(st.topics.dream, t("a", 1, "dream", True, "g"), 2, tp)
+    st.settle()
+    assert st.commit_points() == {tp: 0}  # "a" sits in an open group
+    assert st.on_transition(
+        st.topics.dream, t("c", 0, "dream", True, "g"), 3, tp
+    )  # group g complete
+    assert st.emit() == 1
+    st.settle()
+    assert st.commit_points() == {tp: 1}  # "b" is still open
+    assert not st.on_transition(
+        st.topics.dream, t("a", 1, "dream", True, "g"), 4, tp
+    )  # a duplicate
+    assert st.commit_points() == {tp: 1}
+
+
+def test_reset_skips_emitted_episodes_and_forgets_open_ones():
+    st = make()
+    tp = ("dream", 1)
+    st.on_transition(st.topics.dream, t("a", 0, "dream", False, "g"), 5, tp)
+    st.reset({"x"})
+    assert not st.held and not st.episodes.open and not st.positions
+    assert not st.on_transition(
+        st.topics.dream, t("x", 0, "dream", False, "g"), 6, tp
+    )  # already emitted
+    assert st.on_transition(st.topics.dream, t("a", 0, "dream", False, "g"), 5, tp)  # re-read, kept
+
+
+def test_lag_per_worker_and_per_run():
+    st = make(lag_bound=2)
+    st.produced = 5
+    st.on_control(records.encode(Control("u", "produced", "w2", 7.0)))
+    st.on_control(records.encode(Control("u", "consumed", "trainer", 6.0)))
+    assert st.lag == 5 + 7 - 6  # no by_worker: the run's lag
+    st.on_control(
+        records.encode(Control("u", "consumed", "trainer", 6.0, info={"by_worker": {"w1": 4}}))
+    )
+    assert st.lag == 1  # this worker's own
+    st.on_control(records.encode(Control("u", "produced", "w1", 3.0, info={"incarnation": "old"})))
+    assert st.lag == 3 + 5 - 4  # continues an earlier incarnation's count
+    st.backpressure(0.0)
+    bp = [r for _t, r in st.out.sent if isinstance(r, Control) and r.kind == "backpressure"]
+    assert bp and bp[-1].value == round(2 / 4, 3)
