@@ -562,7 +562,18 @@ def use_autocomplete(instr, nodes, obs, history):
         return Action.type(box.id, start)
     if v.startswith(start) and v.endswith(end) and len(v) > len(start):
         return _submit(nodes)
+    if v == start and v.endswith(end) and _waits_since_type(history) >= 3:
+        return _submit(nodes)  # the answer is the start text itself: no longer suggestion came
     return None
+
+
+def _waits_since_type(history) -> int:
+    n = 0
+    for _, a in reversed(history):
+        if a.kind == "type":
+            break
+        n += 1
+    return n
 
 
 def search_engine(instr, nodes, obs, history):

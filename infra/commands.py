@@ -194,7 +194,13 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
 
     if args.target in ("collect", "dream", "train"):
         module = {"collect": "collectors.bench", "dream": "models.bench", "train": "models.bench"}[args.target]
-        return importlib.import_module(module).main(args, cfg) or 0
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+            raise ValueError(f"`bench {args.target}` is not available yet ({module} does not exist)") from None
+        return mod.main(args, cfg) or 0
     from streams.bench import main
 
     argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]

@@ -307,6 +307,7 @@ def score_continuations(
                 seqs.append(tail + list(toks))
                 starts.append(len(tail))
                 owner.append((m, c))
+        flat = torch.zeros(len(seqs))
         cache = None
         if L:
             out = model(input_ids=torch.tensor([prompts[members[0]][:L]], device=dev), use_cache=True)
@@ -318,16 +319,15 @@ def score_continuations(
                       position_ids=(L + depth)[None].to(dev), past_key_values=cache, use_cache=True)  # fmt: skip
             lsm = torch.log_softmax(o.logits[0].float(), -1).cpu()
             lab = torch.tensor(labels)  # (k, 3): sequence, node, token
-            vals = lsm[lab[:, 1], lab[:, 2]]
-            for (k, _, _), v in zip(labels, vals.tolist(), strict=True):
-                m, c = owner[k]
-                scores[m][c] += v
+            flat.index_add_(0, lab[:, 0], lsm[lab[:, 1], lab[:, 2]])
             used += len(toks)
             cache = o.past_key_values
             if L:
                 cache.crop(-len(toks))  # keep the prefix only
             else:
                 cache = None
+        for k, (m, c) in enumerate(owner):
+            scores[m][c] = flat[k]
     if stats is not None:
         stats["tokens"] = stats.get("tokens", 0) + used
     return scores

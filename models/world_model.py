@@ -32,7 +32,7 @@ import torch
 from collectors.spaces import Action, Observation, ids_in_tree, parse_action
 from models.change import apply_change, change_f1, diff_to_change, format_output, parse_model_output
 from models.embedder import DIM
-from models.policy import load_causal_lm, make_causal_lm
+from models.policy import load_causal_lm, make_causal_lm, prefix_groups
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, eos_id, pad_id
 
@@ -209,29 +209,59 @@ class WorldModelRunner:
 
         A plain decoding loop instead of ``model.generate``: the KV cache is
         preallocated (``preallocated_cache``: written in place, no copy of the whole
-        cache per token as ``DynamicCache``'s concatenation does), the 4D mask is
-        built from one boolean row mask, and rows that reached eos are dropped from
+        cache per token as ``DynamicCache``'s concatenation does); prompts that share a
+        prefix (``models.policy.prefix_groups``: the rollouts of a dream group on the
+        same page) prefill it once and copy its keys to their rows once, then only
+        their own tails run; the 4D mask is built from one boolean row mask, and rows that reached eos are dropped from
         the batch once they are at least half of it.  Same model, same argmax.
         """
         self.model.eval()
-        B, P = len(prompts), max(len(p) for p in prompts)
+        B = len(prompts)
         pad, eos = pad_id(self.tokenizer), eos_id(self.tokenizer)
         dev = next(self.model.parameters()).device
-        new = max(1, min(self.max_change_tokens, self.max_positions - P))
+        new = max(1, min(self.max_change_tokens, self.max_positions - max(len(p) for p in prompts)))
         neg = torch.finfo(torch.float32).min
-        ids = torch.full((B, P), pad, dtype=torch.long)
-        keep = torch.zeros(B, P + new, dtype=torch.bool)
-        for b, p in enumerate(prompts):
-            ids[b, P - len(p) :] = torch.tensor(p)
-            keep[b, P - len(p) : P] = True
-        plen = keep.sum(-1)
-        causal = torch.ones(P, P, dtype=torch.bool).tril()
-        allowed = (causal[None] & keep[:, None, :P]) | torch.eye(P, dtype=torch.bool)[None]
-        cache = preallocated_cache(P + new)
+        # 1. the shared prefixes (one row per prefix group, left padded) into the cache
+        groups = prefix_groups(prompts)
+        Pp = max(L for L, _ in groups)
+        gi = torch.zeros(B, dtype=torch.long)
+        plen_b = torch.zeros(B, dtype=torch.long)
+        for g, (L, mem) in enumerate(groups):
+            for b in mem:
+                gi[b], plen_b[b] = g, L
+        tails = [prompts[b][int(plen_b[b]) :] for b in range(B)]
+        S = max(len(t) for t in tails)
+        cache = preallocated_cache(Pp + S + new)
+        keep = torch.zeros(B, Pp + S + new, dtype=torch.bool)
+        if Pp:
+            ids = torch.full((len(groups), Pp), pad, dtype=torch.long)
+            kp = torch.zeros(len(groups), Pp, dtype=torch.bool)
+            for g, (L, mem) in enumerate(groups):
+                if L:
+                    ids[g, Pp - L :] = torch.tensor(prompts[mem[0]][:L])
+                    kp[g, Pp - L :] = True
+            causal = torch.ones(Pp, Pp, dtype=torch.bool).tril()
+            allowed = (causal[None] & kp[:, None, :]) | torch.eye(Pp, dtype=torch.bool)[None]
+            self.model(input_ids=ids.to(dev), attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+                       position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev), past_key_values=cache,
+                       use_cache=True)  # fmt: skip
+            cache.batch_select_indices(gi.to(dev))  # one copy: prefix group -> its members' rows
+            keep[:, :Pp] = kp[gi]
+        # 2. every row's own tail (left padded inside its block), after its prefix
+        ids = torch.full((B, S), pad, dtype=torch.long)
+        pos = torch.zeros(B, S, dtype=torch.long)
+        for b, t in enumerate(tails):
+            ids[b, S - len(t) :] = torch.tensor(t)
+            keep[b, Pp + S - len(t) : Pp + S] = True
+            pos[b, S - len(t) :] = plen_b[b] + torch.arange(len(t))
+        causal = torch.ones(S, Pp + S, dtype=torch.bool).tril(diagonal=Pp)
+        allowed = causal[None] & keep[:, None, : Pp + S]
+        allowed[:, torch.arange(S), Pp + torch.arange(S)] = True  # pad rows see themselves: no NaN
         out = self.model(input_ids=ids.to(dev), attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-                         position_ids=((keep[:, :P].long().cumsum(-1) - 1).clamp(min=0)).to(dev),
-                         past_key_values=cache, use_cache=True)  # fmt: skip
+                         position_ids=pos.to(dev), past_key_values=cache, use_cache=True)  # fmt: skip
         logits = out.logits[:, -1]
+        plen = torch.tensor([len(p) for p in prompts])
+        P = Pp + S
         rows = torch.arange(B)  # original row of each active batch row
         gen: list[list[int]] = [[] for _ in range(B)]
         done = torch.zeros(B, dtype=torch.bool)

@@ -45,7 +45,7 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
     finally:
         tr.close()
     w = Worker(cfg.kafka.bootstrap, tmp_path, cfg.run_id, group_size=2, batch_trajectories=4,
-               expert_fraction=0.5, samples_per_insert=0, cold_start_batch_s=3600, lag_bound=3,
+               expert_fraction=0.5, samples_per_insert=0, cold_start_batch_s=3600, lag_bound=8,
                group_timeout_s=20)  # fmt: skip
     w.start()
     p = sk.make_producer(cfg.kafka, linger_ms=0)
@@ -109,20 +109,20 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
 
         def throttled():
             bp[:] = [json.loads(m.value) for m in drain(control) if b'"backpressure"' in m.value]
-            return any(d["value"] <= 0.3 for d in bp)
+            return any(d["value"] <= 0.35 for d in bp)
 
-        wait_for(throttled, 60, "a back-pressure factor of 0.3 or less", every=0.5)
+        wait_for(throttled, 60, "a back-pressure factor of 0.35 or less", every=0.5)
         t2 = time.time()
         wait_for(lambda: time.time() - t2 > 10, 20, "a while throttled", every=0.5)
-        drain(control)
         slow = rate(t2)
+        low = min(bp, key=lambda d: d["value"])
         print(
-            f"\ndream rate {full:.2f}/s at full speed -> {slow:.2f}/s under back-pressure {bp[-1]['value']}"
+            f"\ndream rate {full:.2f}/s at full speed -> {slow:.2f}/s under back-pressure {low['value']}"
         )
         assert slow < 0.6 * full, (
-            f"dream rate {full:.2f}/s -> {slow:.2f}/s under back-pressure {bp[-1]}"
+            f"dream rate {full:.2f}/s -> {slow:.2f}/s under back-pressure {low}"
         )
-        assert bp[-1]["info"]["lag"] > 3 and bp[-1]["sender"] == w.worker_id
+        assert low["info"]["lag"] > 8 and low["sender"] == w.worker_id
     finally:
         stop.set()
         dreamer.terminate()

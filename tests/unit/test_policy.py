@@ -194,3 +194,25 @@ def test_bc_step_raises_expert_likelihood():
         opt.step()
     assert float(action_logprobs(model, tok, rows)[0].sum().detach()) > before + 1.0
     assert m["n_bc"] == 1 and m["n_gspo"] == 0
+
+
+def test_shared_prefix_scoring_matches_naive(policy):
+    from models.policy import prefix_groups
+
+    model, tok = policy
+    page = Observation('Type "ab" in the box.', "u", '[4] button "OK"\n[5] link "Help"\n[6] textbox "Name"', focused=6)
+    hists = [[], ["click(4)"], ["click(4)", 'type(6, "ab")'], ["click(5)"]]
+    prompts = [policy_prompt_ids(tok, page, h, 256) for h in hists] + [policy_prompt_ids(tok, OBS[1], [], 256)]
+    groups = prefix_groups(prompts)
+    assert sorted(len(m) for _, m in groups) == [1, 4]  # one page under four histories + another page
+    conts = [[action_ids(tok, a.to_text()) for a in candidate_actions(o)] for o in [page] * 4 + [OBS[1]]]
+    stats: dict = {}
+    scores = score_continuations(model, prompts, conts, max_positions=max(map(len, prompts)) + 60, pad=0, stats=stats)
+    naive_tokens = sum(len(p) + sum(len(c) for c in cs) for p, cs in zip(prompts, conts, strict=True))
+    assert 0 < stats["tokens"] < naive_tokens  # small max_positions: many rounds, tails repeated
+    roomy: dict = {}
+    score_continuations(model, prompts, conts, max_positions=CFG.max_positions, pad=0, stats=roomy)
+    assert roomy["tokens"] < 0.6 * naive_tokens, (roomy, naive_tokens)
+    for b in range(len(prompts)):
+        for c in range(len(conts[b])):
+            assert abs(float(scores[b][c]) - _naive(model, prompts[b], conts[b][c])) < 1e-3
