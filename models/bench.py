@@ -13,14 +13,25 @@ dream
       stepped at a time), G = ``DreamConfig.group_size`` rollouts per start;
     * ``dream_steps_per_s_b16``: the same rollouts advanced 16 at a time (what the
       dream generator does: ``batch // group_size`` start states per round);
+    * ``dream_steps_per_s_b16_distinct_pages``: 16 rollouts from 16 distinct start
+      pages (G = 1) advanced together: batching without any shared page;
     * ``policy_tokens_per_s``: prompt + candidate tokens that ``PolicyRunner.act``
-      scores per second, acting alone on 16 *distinct* start pages;
+      scores per second (the logical work: every prompt token and every token of
+      every candidate), acting alone on 16 *distinct* start pages;
+      ``policy_model_tokens_per_s``: tokens actually run through the model (after
+      trie sharing of candidate prefixes);
     * ``prompt_tokens_p95``: 95th percentile of the policy prompt length (tokens).
 
     The world model is from config (untrained) so that what it writes has no
     meaning; to make b1 and b16 comparable both runs use the same fixed
     generation length (``--wm-tokens``, default 48, ~ the length of a typical
-    small change) by ignoring eos, and greedy decoding.
+    small change) by ignoring eos, and greedy decoding.  What an untrained model
+    writes rarely parses, so dreamed pages mostly stay the start page: the G
+    rollouts of a group then share their whole page (the best case for the
+    shared-prefix passes of ``PolicyRunner``/``WorldModelRunner``; with a trained
+    world model the pages of a group share the instruction and the page down to
+    the first changed line).  ``dream_steps_per_s_b16_distinct_pages`` is the case
+    with nothing shared.
 
 train
     ``policy_batch_loss`` + DeepSpeed step (``models.engine``) on batches of the
@@ -144,10 +155,10 @@ def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int =
     per_round = max(1, 16 // G)
     lens = [len(policy_prompt_ids(ptok, o, [], cfg.model.max_positions)) for o in obs]
 
-    def run(batch: int, k0: int) -> tuple[int, float]:
-        sel = [obs[(k0 + i) % len(obs)] for i in range(per_round)]
+    def run(batch: int, k0: int, n_starts: int = per_round, group: int = G) -> tuple[int, float]:
+        sel = [obs[(k0 + i) % len(obs)] for i in range(n_starts)]
         t0 = time.perf_counter()
-        ros = dream_rollouts(pr, wr, sel, G, H, temperature=cfg.dream.temperature, batch=batch)
+        ros = dream_rollouts(pr, wr, sel, group, H, temperature=cfg.dream.temperature, batch=batch)
         return sum(len(r) for r in ros), time.perf_counter() - t0
 
     run(16, 0)  # warm-up (allocator, first-call overheads)
@@ -158,8 +169,16 @@ def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int =
             s, t = run(b, r * per_round)
             steps, secs = steps + s, secs + t
         res[b] = (steps, secs)
+    # 16 rollouts from 16 distinct pages (G = 1): what batching gives without any shared page
+    steps, secs = run(16, 3, n_starts=16, group=1)
+    distinct = steps / secs
     # policy alone: 16 distinct pages, first step
+    from models.policy import candidate_actions
+    from models.prompts import action_ids
+
     pages = [obs[i % len(obs)] for i in range(16)]
+    logical = sum(len(policy_prompt_ids(ptok, o, [], cfg.model.max_positions))
+                  + sum(len(action_ids(ptok, a.to_text())) for a in candidate_actions(o)) for o in pages)  # fmt: skip
     pr.stats = {"tokens": 0}
     t0 = time.perf_counter()
     pr.act(pages, [[] for _ in pages], temperature=1.0)
@@ -168,7 +187,8 @@ def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int =
     b16 = res[16][0] / res[16][1]
     return {
         "dream_steps_per_s_b1": round(b1, 3), "dream_steps_per_s_b16": round(b16, 3),
-        "b16_over_b1": round(b16 / b1, 3), "policy_tokens_per_s": round(pr.stats["tokens"] / pt, 1),
+        "b16_over_b1": round(b16 / b1, 3), "dream_steps_per_s_b16_distinct_pages": round(distinct, 3),
+        "policy_tokens_per_s": round(logical / pt, 1), "policy_model_tokens_per_s": round(pr.stats["tokens"] / pt, 1),
         "policy_ms_per_page": round(1000 * pt / len(pages), 1),
         "prompt_tokens_p95": _p95(lens), "start_states": len(obs), "group_size": G, "horizon": H,
         "wm_tokens": wm_tokens, "rounds": rounds, "threads": cfg.threads,

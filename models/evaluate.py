@@ -32,6 +32,7 @@ on the last line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -44,7 +45,6 @@ from typing import Any
 
 from collectors.spaces import Observation, parse_action
 from streams import records
-
 
 # --- checkpoints ---------------------------------------------------------------
 
@@ -190,7 +190,8 @@ def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, 
             " (try --split all if the file is held out already)" if data and split == "heldout" else ""))
     ck = load_checkpoint(cfg, "world_model", checkpoint)
     try:
-        runner = WorldModelRunner(ck.model, ck.tokenizer, cfg, world_model_version=ck.version or 0)
+        runner = WorldModelRunner(ck.model, ck.tokenizer, cfg, max_positions=int(ck.model.config.max_position_embeddings),
+                                  world_model_version=ck.version or 0)  # fmt: skip
         t0 = time.time()
         fid = world_model_fidelity(runner, uniq)
         fid["seconds"] = round(time.time() - t0, 2)
@@ -328,7 +329,8 @@ def eval_policy(cfg: Any, checkpoint: str | None, tasks: list[str], seeds: list[
         get_task(t)  # unknown task -> a clear error before loading anything
     ck = load_checkpoint(cfg, "policy", checkpoint)
     try:
-        runner = PolicyRunner(ck.model, ck.tokenizer, cfg.model, policy_version=ck.version or 0, seed=0)
+        mcfg = dataclasses.replace(cfg.model, max_positions=int(ck.model.config.max_position_embeddings))
+        runner = PolicyRunner(ck.model, ck.tokenizer, mcfg, policy_version=ck.version or 0, seed=0)
         t0 = time.time()
         eps = run_live_policy(cfg, runner, tasks, seeds, greedy, temperature, contexts)
         secs = time.time() - t0
@@ -390,8 +392,9 @@ def format_world_model(res: dict) -> str:
 def format_policy(res: dict) -> str:
     w = max([len(t) for t in res["tasks"]] + [4])
     dreams = (res.get("dreams") or {}).get("tasks") or {}
+    mode = "greedy" if res["greedy"] else f"T={res['temperature']:g}"
     lines = [f"policy v{res['policy_version']} ({res['checkpoint_source']}), seeds {res['seeds']} "
-             f"(training seeds {res['training_seeds']}), {'greedy' if res['greedy'] else 'T=%g' % res['temperature']}",
+             f"(training seeds {res['training_seeds']}), {mode}",
              f"{'task':<{w}}  {'eps':>4}  {'succ':>4}  {'rate':>6}  {'95% Wilson':>15}  {'steps':>5}  {'dreamed':>14}"]  # fmt: skip
     for t, r in res["tasks"].items():
         d = dreams.get(t)

@@ -85,6 +85,7 @@ class Trainer:
         self.wm_fresh: deque = deque(maxlen=256)
         self.eval_window: deque = deque(maxlen=64)
         self.batches_consumed = 0
+        self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
         self.last_ckpt_time = time.time()
         self.embedder = None
         if cfg.trainer.infonce_weight > 0:
@@ -259,6 +260,7 @@ class Trainer:
         M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
         M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
         self.batches_consumed += 1
+        self.consumed_by_worker[batch.worker_id] = self.consumed_by_worker.get(batch.worker_id, 0) + 1
         self._advance(topic, partition, next_offset)
 
     def wm_step(self) -> None:
@@ -306,7 +308,8 @@ class Trainer:
     def publish_progress(self) -> None:
         self.pub.send(self.topics.control, records.Control(
             self.run, "consumed", "trainer", float(self.batches_consumed),
-            info={"policy_steps": self.policy_steps, "version": self.version}))  # fmt: skip
+            info={"policy_steps": self.policy_steps, "version": self.version,
+                  "by_worker": dict(self.consumed_by_worker)}))  # fmt: skip
 
     # --- loop --------------------------------------------------------------------
     def loop(self) -> None:

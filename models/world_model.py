@@ -224,6 +224,8 @@ class WorldModelRunner:
         # 1. the shared prefixes (one row per prefix group, left padded) into the cache
         groups = prefix_groups(prompts)
         Pp = max(L for L, _ in groups)
+        if Pp + max(len(p) - L for L, mem in groups for p in (prompts[b] for b in mem)) + new > self.max_positions:
+            groups, Pp = [(0, [b]) for b in range(B)], 0  # prefixes and tails of very unequal length: no sharing
         gi = torch.zeros(B, dtype=torch.long)
         plen_b = torch.zeros(B, dtype=torch.long)
         for g, (L, mem) in enumerate(groups):

@@ -6,8 +6,7 @@ start fails the tests (never skips). The worker runs as a subprocess
 (``python -m streams.worker``) configured through the environment; each test
 uses its own run id (topic prefix). Waits are conditions with deadlines.
 
-``DYNAWEB_BENCH=1`` also runs the throughput measurement (worker vs a raw
-kafka-python consumer on the same topic).
+Throughput is measured by ``dynaweb bench streams`` (streams/bench.py), not by a test.
 """
 
 from __future__ import annotations
@@ -505,42 +504,3 @@ def test_backpressure_published_and_released(env, bootstrap, run_id):
         c.close()
 
 
-@pytest.mark.skipif(
-    os.environ.get("DYNAWEB_BENCH") != "1", reason="throughput bench: set DYNAWEB_BENCH=1"
-)
-def test_throughput_worker_vs_raw_consumer(env, bootstrap, run_id):
-    """Real transitions (~2 KB obs + next_obs each) produced first; then a raw
-    kafka-python consumer reads them, then the worker is started and timed from
-    ready until it has forwarded all of them to the world-model topic."""
-    n_eps, steps, size = int(os.environ.get("DYNAWEB_BENCH_EPISODES", "4000")), 5, 1024
-    w, p, topics = env(start=False, **BASE, heldout_fraction=0.0)
-    sk.ensure_topics(
-        load_config(env={"DYNAWEB_KAFKA__BOOTSTRAP": bootstrap, "DYNAWEB_RUN_ID": run_id})
-    )
-    t0 = time.time()
-    msg_bytes = 0
-    for _i in range(n_eps):
-        for t in episode(run_id, "real", steps, size=size):
-            raw = records.encode(t)
-            msg_bytes = len(raw)
-            p.send("real", t, raw=raw)
-    p.p.flush()
-    n = n_eps * steps
-    produce_s = time.time() - t0
-    r = Reader(bootstrap, topics.real)
-    t0 = time.time()
-    r.until(lambda rs: len(rs) >= n, 300, "raw consumer to read everything")
-    raw_s = time.time() - t0
-    r.close()
-    wm = Reader(bootstrap, topics.world_model)
-    w.start()
-    t0 = time.time()
-    wm.until(lambda rs: len(rs) >= n, 600, "worker to forward everything")
-    worker_s = time.time() - t0
-    wm.close()
-    line = (f"BENCH n={n} msg={msg_bytes}B produce {n / produce_s:,.0f}/s raw-consumer {n / raw_s:,.0f}/s "
-            f"worker(decode+dedupe+assemble+group+forward) {n / worker_s:,.0f}/s")  # fmt: skip
-    print("\n" + line)
-    Path(os.environ.get("DYNAWEB_BENCH_OUT", "/tmp/dynaweb_stream_bench.txt")).write_text(
-        line + "\n"
-    )

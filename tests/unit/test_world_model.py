@@ -129,6 +129,9 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
     ref = [decode(tok, row[: row.index(1)] if 1 in row else row) for row in out[:, P:].tolist()]
     assert r.generate_texts(prompts) == ref
     assert [r.generate_texts([p])[0] for p in prompts] == ref  # batch-independent (left padding)
+    base = list(range(3, 83))  # shared prefixes (prefilled once per group), tails of several lengths
+    shared = [base + [90, 91], base + [92], base[:60] + [99, 98, 97], base + [90, 91, 93], list(range(5, 40))]
+    assert r.generate_texts(shared) == [r.generate_texts([p])[0] for p in shared]
     # the preallocated layer: in-place writes, growth, crop and row selection
     layer = PreallocatedLayer(2)
     k = torch.randn(3, 2, 3, 4)
