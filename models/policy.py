@@ -7,17 +7,20 @@ with the byte tokenizer, or loads ``model_cfg.policy_path`` (a local HF dir).
 Acting (``PolicyRunner.act``): for every observation the valid actions are
 enumerated (``candidate_actions``), every candidate's tokens (action text + eos)
 are scored as a continuation of the prompt, and one candidate is drawn from
-``softmax(score / temperature)`` (or the argmax).  Scoring is batched: the
-prompts of all *distinct* observations run once (left padded) into a KV cache
-(the G rollouts of a group share their first page: scored once, sampled G
-times); then the candidates of an observation are packed after its prompt as a
-*token trie* (``_trie_rounds``: ``click(1``, ``click(12`` ... share the nodes of
-their common prefix, so every distinct prefix is computed once -- on MiniWoB
-pages that is 2-3x fewer candidate tokens than one segment per candidate), with
-a 4D attention mask (a node sees the prompt and its ancestors) and position ids
-= prompt length + depth, so the prompt cache is shared, never copied.  Tries
-that do not fit ``max_positions`` are split into rounds (the cache is cropped
-back to the prompt between rounds).
+``softmax(score / temperature)`` (or the argmax).  Scoring shares work wherever
+inputs share tokens: identical (observation, history) inputs -- the G rollouts of a group at their first step --
+are scored once and sampled independently; prompts with a common prefix of at
+least ``MIN_SHARED`` tokens (the same page under different histories, pages of
+one site) run that prefix once into a KV cache (``prefix_groups``); then each
+member's own prompt tail and all its candidates go in as one *token trie*
+(``_trie_rounds``: ``click(1``, ``click(12`` ... share the nodes of their common
+prefix, so every distinct prefix is computed once -- on the start pages of the
+expert tasks, 11 candidates per page on average, 1.7x fewer candidate tokens than
+one segment per candidate), with a tree attention mask (a
+node sees the prefix and its ancestors) and position ids = prefix length +
+depth, so the cache is shared, never copied.  Tries that do not fit
+``max_positions`` are split into rounds (the cache is cropped back to the prefix
+between rounds).  The scores equal those of scoring every candidate alone.
 
 The recorded behaviour log-probability is the *unconstrained* sequence
 log-probability: the sum over the action's tokens (text + eos) of log softmax
@@ -70,6 +73,9 @@ def _sdpa_attn(self: Any, query: torch.Tensor, key: torch.Tensor, value: torch.T
     mask = torch.zeros((), dtype=torch.float32, device=query.device).masked_fill(~bias, neg) if attention_mask is None \
         else attention_mask.float().masked_fill(~bias, neg)  # fmt: skip
     p = self.attn_dropout.p if self.training else 0.0
+    if q_len <= 8 and p == 0.0:  # decoding: two small matmuls beat the blocked CPU kernel (~2x at q = 1)
+        att = torch.softmax(torch.matmul(query, key.transpose(-1, -2)) + mask, dim=-1)
+        return torch.matmul(att, value), None
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=p, scale=1.0)
     return out, None
 

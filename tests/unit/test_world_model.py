@@ -141,3 +141,24 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
     layer.crop(-1)
     layer.batch_select_indices(torch.tensor([2, 0]))
     assert torch.equal(layer.keys, k[[2, 0]])
+
+
+def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
+    import models.world_model as W
+
+    model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
+    r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
+    g = torch.Generator().manual_seed(0)
+    cand = [torch.randint(3, 259, (int(n),), generator=g).tolist() for n in torch.randint(20, 90, (8,), generator=g)]
+    ids = [model.generate(input_ids=torch.tensor([p]), max_new_tokens=25, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)[0, len(p):].tolist() for p in cand]  # fmt: skip
+    a = next(i for i in range(8) if any(ids[i][3] not in ids[j] for j in range(8) if j != i))
+    b = next(j for j in range(8) if j != a and ids[a][3] not in ids[j])
+    monkeypatch.setattr(W, "eos_id", lambda _tok: ids[a][3])  # rows of prompt a stop after 3 tokens
+    sizes = []
+    orig = W.PreallocatedLayer.batch_select_indices
+    monkeypatch.setattr(W.PreallocatedLayer, "batch_select_indices", lambda self, i: (sizes.append(len(i)), orig(self, i)))
+    prompts = [cand[a]] * 4 + [cand[b]] * 2 + [cand[a] + [5]]
+    batched = r.generate_texts(prompts)
+    assert len(prompts) > min(sizes)  # finished rows were dropped
+    assert batched == [r.generate_texts([p])[0] for p in prompts]
