@@ -14,6 +14,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
@@ -134,11 +135,8 @@ class Browser:
         return self._browser is not None and self._browser.is_connected()
 
     async def restart(self) -> None:
-        try:
-            if self._browser is not None:
-                await self._browser.close()
-        except Exception:
-            pass
+        if self._browser is not None:
+            await close_quietly(self._browser.close(), "browser")
         self._browser = None
         await self.start()
 
@@ -178,17 +176,11 @@ class Browser:
         return ctx, page, allow
 
     async def close(self) -> None:
-        try:
-            if self._browser is not None:
-                await self._browser.close()
-        except Exception:
-            pass
+        if self._browser is not None:
+            await close_quietly(self._browser.close(), "browser")
         self._browser = None
         if self._pw is not None:
-            try:
-                await self._pw.stop()
-            except Exception:
-                pass
+            await close_quietly(self._pw.stop(), "playwright driver")
             self._pw = None
 
     async def __aenter__(self) -> Browser:
@@ -198,11 +190,17 @@ class Browser:
         await self.close()
 
 
-async def _close_quietly(page) -> None:
+async def close_quietly(closing: Any, what: str, timeout: float | None = None) -> None:
+    """Await a close of something that may already be dead (a crashed page, context or
+    browser): the failure is logged, never raised, since the caller is tearing it down."""
     try:
-        await page.close()
-    except Exception:
-        pass
+        await asyncio.wait_for(closing, timeout) if timeout else await closing
+    except Exception as e:  # noqa: BLE001 - closing a dead target fails in many ways; all are moot
+        log.debug("closing the %s failed (already gone?): %s", what, e)
+
+
+async def _close_quietly(page) -> None:
+    await close_quietly(page.close(), "page")
 
 
 def _not_allowed_regex(origins: set[str]) -> re.Pattern:

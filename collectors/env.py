@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.browser import Browser
+from collectors.browser import Browser, close_quietly
 from collectors.observation import DEFAULT_BUDGET, ObservationBuilder, PageState, locator_for
 from collectors.spaces import KEYS, Action, ActionParseError, Observation, parse_action
 from collectors.tasks import TaskSpec, get_task
@@ -235,18 +235,12 @@ class WebEnv:
             self._blocked_before += self.allow.blocked
         ctx, self.context, self.page, self.allow = self.context, None, None, None
         if ctx is not None:
-            try:
-                await asyncio.wait_for(ctx.close(), 5)
-            except Exception:
-                pass
+            await close_quietly(ctx.close(), "browser context", timeout=5)
         await self.open()
 
     async def close(self) -> None:
         if self.context is not None:
-            try:
-                await self.context.close()
-            except Exception:
-                pass
+            await close_quietly(self.context.close(), "browser context")
         self.context = self.page = None
 
     async def __aenter__(self) -> WebEnv:
