@@ -16,7 +16,6 @@ import logging
 import os
 import random
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ from kafka import TopicPartition
 
 from collectors.spaces import Observation
 from infra.config import Config
-from infra.metrics import MetricsEndpoint
+from infra.process import start_component
 from infra.s3 import make_client
 from models import metrics as M
 from models.checkpoint import CheckpointStore, CorruptCheckpoint
@@ -227,18 +226,15 @@ class Dreamer:
 
     def close(self) -> None:
         try:
-            self.consumer.close()
+            if hasattr(self, "consumer"):  # setup may have failed before opening it
+                self.consumer.close()
         finally:
             self.pub.close()
             shutil.rmtree(self.work, ignore_errors=True)
 
 
 def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = None) -> Dreamer:
-    torch.set_num_threads(cfg.threads)
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    MetricsEndpoint(cfg, "dream", producer_id)
+    stop = start_component(cfg, "dream", producer_id, stop)
     M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(1.0)  # full speed until told otherwise (series exists from start)
     d = Dreamer(cfg, producer_id, stop)
     try:

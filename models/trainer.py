@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ import torch
 from kafka import TopicPartition
 
 from infra.config import Config
-from infra.metrics import MetricsEndpoint
+from infra.process import start_component
 from infra.s3 import make_client
 from models import metrics as M
 from models.checkpoint import KINDS, CheckpointStore
@@ -346,7 +345,8 @@ class Trainer:
 
     def close(self) -> None:
         try:
-            self.consumer.close()
+            if hasattr(self, "consumer"):  # setup may have failed before opening it
+                self.consumer.close()
         finally:
             self.pub.close()
             shutil.rmtree(self.work, ignore_errors=True)
@@ -381,11 +381,7 @@ def _export_stats(run: str, stats: dict) -> None:
 
 
 def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
-    torch.set_num_threads(cfg.threads)
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    MetricsEndpoint(cfg, "trainer", f"trainer-{cfg.run_id}")
+    stop = start_component(cfg, "trainer", f"trainer-{cfg.run_id}", stop)
     M.TRAINER_IDLE.labels(cfg.run_id)  # export 0 before the first idle wait
     tr = Trainer(cfg, stop)
     try:

@@ -51,7 +51,10 @@ def fresh_run(cfg: Config, prefix: str = "t") -> Config:
 
 def env_for(cfg: Config, **extra: str) -> dict:
     """Environment that makes a child `dynaweb` process use this config."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAWEB_")}
+    # not this process's config, nor its torch.distributed rendezvous (an in-process trainer
+    # test leaves MASTER_PORT bound; a child must pick its own)
+    dist = {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAWEB_") and k not in dist}
     env.update({
         "DYNAWEB_HOME": cfg.home, "DYNAWEB_RUN_ID": cfg.run_id,
         "DYNAWEB_KAFKA__BOOTSTRAP": cfg.kafka.bootstrap, "DYNAWEB_S3__ENDPOINT": cfg.s3.endpoint,

@@ -1,0 +1,22 @@
+"""Start-up shared by the long-running model components (trainer, dream generator)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from infra.config import Config
+from infra.metrics import MetricsEndpoint
+
+
+def start_component(cfg: Config, component: str, component_id: str,
+                    stop: threading.Event | None = None) -> threading.Event:  # fmt: skip
+    """torch threads from ``cfg.threads``, SIGTERM -> ``stop``, metrics endpoint registered."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    MetricsEndpoint(cfg, component, component_id)
+    return stop
