@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import socket
 import time
 import zlib
@@ -312,13 +313,19 @@ class _Schedule:
     """
 
     def __init__(self, tasks: list[TaskSpec], seed_start: int, seed_stop: int, offset: int, limit: int,
-                 run_length: int = 8):  # fmt: skip
+                 run_length: int = 8, group_size: int = 1):  # fmt: skip
         self.tasks = tasks
         self.seed_start = seed_start
         self.span = max(1, seed_stop - seed_start)
         self.offset = offset % self.span
         self.limit = limit
         self.run_length = max(1, run_length)
+        # group mode (G > 1): the unit of work is a group, G episodes of one (task, seed) handed to
+        # whichever context asks next; groups rotate over the tasks
+        self.group = max(1, int(group_size))
+        self.group_index = 0
+        self.group_left = 0
+        self.current: tuple[TaskSpec, int] | None = None
         self.k = 0
         self.per_task: Counter = Counter()
         self.slots: dict[int, list] = {}
@@ -327,6 +334,16 @@ class _Schedule:
         if self.limit and self.k >= self.limit:
             return None
         self.k += 1
+        if self.group > 1:
+            if self.group_left == 0:
+                t = self.tasks[self.group_index % len(self.tasks)]
+                self.group_index += 1
+                n = self.per_task[t.name]
+                self.per_task[t.name] += 1
+                self.current = (t, self.seed_start + (self.offset + n) % self.span)
+                self.group_left = self.group
+            self.group_left -= 1
+            return self.current
         st = self.slots.setdefault(slot, [slot % len(self.tasks), 0])
         if st[1] >= self.run_length:
             st[0], st[1] = (st[0] + 1) % len(self.tasks), 0
@@ -336,12 +353,58 @@ class _Schedule:
         self.per_task[t.name] += 1
         return t, self.seed_start + (self.offset + n) % self.span
 
+    def starts_group(self) -> bool:
+        """Whether the next episode opens a new group (always, without groups)."""
+        return self.group <= 1 or self.group_left == 0
+
+
+class _Pacer:
+    """On-policy pacing (``collector.groups_per_version``): by the time the agent acts with policy
+    version ``v`` (``v0``: its first), at most ``max(1, floor(gpv * (v - v0 + 1)))`` groups have
+    been started; episodes of a started group never wait.  ``gpv = 1``: collect one group, then
+    wait for the trainer's next checkpoint; ``gpv = 0.25``: one group every four versions."""
+
+    def __init__(self, agent: Any, groups_per_version: float, poll_s: float = 0.25):
+        self.agent, self.gpv, self.poll_s = agent, float(groups_per_version), poll_s
+        self.v0: int | None = None
+        self.started = 0
+        self.waits = 0
+
+    def allowed(self, version: int) -> int:
+        if self.v0 is None:
+            self.v0 = version
+        return max(1, math.floor(self.gpv * (version - self.v0 + 1) + 1e-9))
+
+    async def turn(self, stop: asyncio.Event, starts_group: Callable[[], bool]) -> bool:
+        """Wait until the next episode may start; False if stopped while waiting.  Nothing awaits
+        between a True return and the caller's ``schedule.next()``, so the check is atomic."""
+        refresh = getattr(self.agent, "refresh", None)
+        while not stop.is_set():
+            if not starts_group():
+                return True
+            v = int(getattr(self.agent, "policy_version", 0) or 0)
+            if v >= 0 and self.started < self.allowed(v):
+                self.started += 1
+                return True
+            self.waits += 1
+            if refresh is not None:
+                r = refresh()
+                if inspect.isawaitable(r):
+                    await r
+            if not starts_group():
+                continue
+            try:
+                await asyncio.wait_for(stop.wait(), self.poll_s)
+            except TimeoutError:
+                pass
+        return False
+
 
 async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Callable | None, stop_event: asyncio.Event,
                         metrics: Any = None, collector_id: str | None = None, *, base_url: str | None = None,
                         stats: CollectorStats | None = None, seed_offset: int | None = None,
                         browser: Browser | None = None, reload_each_episode: bool = False,
-                        run_length: int = 8) -> CollectorStats:  # fmt: skip
+                        run_length: int | None = None) -> CollectorStats:  # fmt: skip
     """Run until ``stop_event`` is set (or ``collector.max_episodes`` episodes); returns the stats.
 
     ``publisher`` may be ``None`` (a dry run: nothing is published).  ``base_url``
@@ -364,10 +427,16 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
         tasks = [t for t in tasks if agent.supports(t.name)]
     if not tasks:
         raise ValueError("no tasks to collect on (collector.tasks is empty or has no experts)")
+    if seed_offset is None and int(getattr(cc, "seed_offset", -1)) >= 0:
+        seed_offset = int(cc.seed_offset)
     offset = seed_offset if seed_offset is not None else zlib.crc32(collector_id.encode())
+    group = int(getattr(cc, "group_size", 1) or 1)
+    run_length = int(run_length or getattr(cc, "run_length", 8) or 8)
     schedule = _Schedule(
-        tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length
+        tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length, group
     )
+    gpv = float(getattr(cc, "groups_per_version", 0.0) or 0.0)
+    pacer = _Pacer(agent, gpv) if gpv > 0 else None
 
     server = None
     if base_url is None:
@@ -406,6 +475,8 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
         try:
             await env.open()
             while not stop_event.is_set():
+                if pacer is not None and not await pacer.turn(stop_event, schedule.starts_group):
+                    return
                 job = schedule.next(i)
                 if job is None:
                     return

@@ -76,6 +76,10 @@ class LatestAgentAdapter:
 
     world_model_version = 0
 
+    async def refresh(self) -> None:
+        """Pick up a newer checkpoint now (the on-policy pacer waits on the version)."""
+        await asyncio.to_thread(self.inner._refresh)
+
     async def act(self, obs_list: list, histories: list[list]) -> list:
         texts = [[a.to_text() for _, a in h] for h in histories]
         return await asyncio.to_thread(self.inner.act, obs_list, texts)

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", default="policy", choices=["policy", "world_model"])
     p.add_argument("--json", action="store_true")
 
+    p = add("gate", "checkpoint gate: probe each candidate against LATEST and promote it only if it is not "
+                    "worse by more than the margins (with gate.enabled)")
+    p.add_argument("--once", action="store_true", help="decide the newest pending candidate (if any) and exit")
+    p.add_argument("--id", dest="gate_id", help="gate id (default host-pid)")
+    p.add_argument("--json", action="store_true", help="--once: print the decision as JSON")
+
     p = add("config", "print the resolved configuration (or the reference with --describe)")
     p.add_argument("--describe", action="store_true")
 
@@ -116,6 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="policy: also report dreamed success of the same version from the dream topic")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to read a topic to its sentinel")
     p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
+    p = add("experiment", "reproducible studies through the real system; sample-efficiency: imitation vs "
+                          "real-only GSPO vs DynaWeb against real interactions (docs/experiment.md)")
+    p.add_argument("study", choices=["sample-efficiency", "world-model"],
+                   help="world-model: collect -> train -> eval of the world model vs 'nothing changes' "
+                        "(models/wm_experiment.py)")
+    p.add_argument("--out", required=True, help="output directory (results.csv, success_vs_real.png, results.md; "
+                                                "rerun with the same --out resumes)")
+    p.add_argument("--quick", action="store_true", help="a few minutes: checks every artifact, not the result")
+    p.add_argument("--no-stack", action="store_true", help="use already running / external services")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    _experiment_world_model_args(p)
     p = add("demos", "import a JSONL demonstration file onto the expert topic, or export the topic to JSONL")
     p.add_argument("action", choices=["import", "export"])
     p.add_argument("file", help="JSONL file (one Transition per line, see docs/demonstrations.md)")
@@ -123,6 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="export: seconds to read the topic")
     p.add_argument("--json", action="store_true")
     return ap
+
+
+def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
+    """Options of ``dynaweb experiment world-model`` (defaults: ``models.wm_experiment.WMExperimentConfig``)."""
+    g = p.add_argument_group("world-model")
+    g.add_argument("--data", help="world-model: JSONL of transitions to use instead of collecting")
+    g.add_argument("--steps", type=int, help="world-model: training steps (upper bound)")
+    g.add_argument("--time-budget", dest="time_budget_s", type=float, help="world-model: training seconds (upper bound)")
+    g.add_argument("--batch", type=int, help="world-model: transitions per step")
+    g.add_argument("--lr", type=float, help="world-model: peak learning rate")
+    g.add_argument("--expert-episodes", type=int, help="world-model: expert episodes to collect")
+    g.add_argument("--random-episodes", type=int, help="world-model: random-policy episodes to collect")
+    g.add_argument("--heldout-fraction", type=float, help="world-model: share of episodes held out")
+    g.add_argument("--seed", type=int, help="world-model: seed of the model and the batch order")
 
 
 def resolve(args: argparse.Namespace) -> Config:

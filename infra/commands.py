@@ -119,14 +119,22 @@ def cmd_checkpoint(args: argparse.Namespace, cfg: Config) -> int:
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
     if args.action == "list":
         lat = store.latest(args.kind)
-        out = {"kind": args.kind, "versions": store.versions(args.kind), "promoted": store.promoted(args.kind),
-               "latest": lat["version"] if lat else None}  # fmt: skip
+        versions = store.versions(args.kind)
+        decisions = store.decisions(args.kind)
+        latest = lat["version"] if lat else None
+        gate = {v: _gate_status(decisions.get(v), v, latest, cfg.gate.enabled) for v in versions}
+        out = {"kind": args.kind, "versions": versions, "promoted": store.promoted(args.kind),
+               "latest": latest, "gate": {v: g for v, g in gate.items() if g},
+               "decisions": {v: {k: decisions[v].get(k) for k in ("decision", "by", "reason", "baseline_version")}
+                             for v in versions if v in decisions}}  # fmt: skip
         if args.json:
             print_json(out)
         else:
-            for v in out["versions"]:
-                marks = ("LATEST " if v == out["latest"] else "") + ("promoted" if v in out["promoted"] else "")
-                print(f"{args.kind} {v:6d} {marks}")
+            for v in versions:
+                marks = " ".join(m for m in ("LATEST" if v == latest else "",
+                                             "promoted" if v in out["promoted"] else "", gate[v]) if m)  # fmt: skip
+                reason = decisions.get(v, {}).get("reason", "") if gate[v] == "gate:rejected" else ""
+                print(f"{args.kind} {v:6d} {marks}" + (f"  ({reason})" if reason else ""))
         return 0
     if args.version is None:
         raise ValueError(f"checkpoint {args.action} needs a VERSION")
@@ -141,16 +149,32 @@ def cmd_checkpoint(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
-def _announce_latest(cfg: Config, store, kind: str, version: int) -> None:
-    from streams.kafka import Publisher, ensure_topics, make_producer
-    from streams.records import CheckpointAnnouncement
+def _gate_status(decision: dict | None, version: int, latest: int | None, gated: bool) -> str:
+    """``gate:promoted|rejected|superseded`` from the gate's record; with gating on, ``gate:candidate``
+    for an undecided version newer than LATEST; '' otherwise."""
+    if decision:
+        return f"gate:{decision.get('decision', '?')}"
+    return "gate:candidate" if gated and latest is not None and version > latest else ""
 
-    topics = ensure_topics(cfg)
-    _, digest = store.manifest(kind, version)
-    pub = Publisher(make_producer(cfg.kafka))
-    pub.send(topics.checkpoints, CheckpointAnnouncement(cfg.run_id, kind, version, store.uri(kind, version), digest))
-    pub.flush()
-    pub.close()
+
+def _announce_latest(cfg: Config, store, kind: str, version: int) -> None:
+    from models.checkpoint import announce
+
+    announce(cfg, store, kind, version)
+
+
+def cmd_gate(args: argparse.Namespace, cfg: Config) -> int:
+    from infra.cli import print_json
+    from models.gate import run_gate
+
+    done = run_gate(cfg, args.gate_id or default_id("gate"), once=args.once)
+    if args.once:
+        res = done[-1] if done else {"version": None, "decision": None, "reason": "no candidate"}
+        if args.json:
+            print_json(res)
+        else:
+            print(f"v{res['version']} {res['decision']}: {res['reason']}" if done else "no candidate to decide")
+    return 0
 
 
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
@@ -213,6 +237,16 @@ def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     return main(args, cfg) or 0
 
 
+def cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
+    if getattr(args, "study", None) == "world-model":
+        from models.wm_experiment import main as wm_main
+
+        return wm_main(args, cfg) or 0
+    from infra.experiment import main
+
+    return main(args, cfg)
+
+
 def cmd_demos(args: argparse.Namespace, cfg: Config) -> int:
     from collectors.demos import main
 
@@ -223,7 +257,7 @@ COMMANDS = {
     "infra": cmd_infra, "collect": cmd_collect, "stream-worker": cmd_stream_worker, "train": cmd_train,
     "dream": cmd_dream, "up": cmd_up, "tasks": cmd_tasks, "experts": cmd_experts,
     "checkpoint": cmd_checkpoint, "config": cmd_config, "status": cmd_status, "report": cmd_report,
-    "bench": cmd_bench, "demos": cmd_demos, "eval": cmd_eval,
+    "bench": cmd_bench, "demos": cmd_demos, "eval": cmd_eval, "experiment": cmd_experiment, "gate": cmd_gate,
 }  # fmt: skip
 
 

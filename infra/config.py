@@ -81,6 +81,11 @@ class CollectorConfig:
     heartbeat_s: float = _f(2.0, "Heartbeat period (s).")
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
     max_steps_per_s: float = _f(0.0, "Rate limit over all contexts of this collector (0 = unlimited).")
+    group_size: int = _f(1, "Episodes run on the same (task, seed) in a row: G > 1 collects live GSPO groups.")
+    run_length: int = _f(8, "Consecutive episodes of one task per context before it moves to the next task.")
+    seed_offset: int = _f(-1, "Offset into the training seeds (-1 = derived from the collector id).")
+    groups_per_version: float = _f(0.0, "On-policy pacing: start at most this many groups per new policy "
+                                   "version (0 = unpaced). 1 = one group, then wait for the trainer.")
 
 
 @dataclass
@@ -100,6 +105,7 @@ class StreamConfig:
     worker_id: str = _f("", "Stream-worker id (default: host-pid).")
     reuse_wait_s: float = _f(5.0, "Wait this long for fresh experts before exceeding samples_per_insert.")
     dedupe_capacity: int = _f(200_000, "Remembered (episode, step) keys for dedupe.")
+    expert_only_batches: bool = _f(True, "Emit expert-only batches while no online data waits (cold start).")
 
 
 @dataclass
@@ -128,6 +134,8 @@ class TrainerConfig:
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage.")
     keep_checkpoints: int = _f(5, "Keep the last N checkpoints in S3 (promoted ones always kept).")
     grad_clip: float = _f(1.0, "Gradient clipping norm.")
+    init_from: str = _f("", "Start a fresh run from another run's checkpoint: 'RUN' (its LATEST) or 'RUN:VERSION'.")
+    train_world_model: bool = _f(True, "Train the world model (off when nothing dreams, e.g. a real-only run).")
 
 
 @dataclass
@@ -152,6 +160,54 @@ class UpConfig:
     restart_backoff_s: float = _f(2.0, "First restart delay of a crashed component (doubles, max 30 s).")
 
 
+@dataclass
+class GateConfig:
+    enabled: bool = _f(False, "Gate checkpoints: the trainer writes candidates and `dynaweb gate` moves LATEST only "
+                       "for a candidate whose probes are not worse than LATEST's by more than the margins "
+                       "(off: every checkpoint becomes LATEST at once).")
+    probes: list = _f(["world_model", "policy"], "Probes run on the candidate and on LATEST: world_model "
+                      "(fidelity on held-out real transitions), policy (a short live evaluation).")
+    wm_metric: str = _f("change_f1", "World-model probe score: exact_match, change_f1, reward_bal_acc, "
+                        "done_bal_acc or ok_rate (higher is better).")
+    wm_margin: float = _f(0.05, "Reject when the candidate's world-model score is below LATEST's minus this.")
+    wm_transitions: int = _f(64, "World-model probe: the newest N held-out real transitions (0 = all).")
+    policy_margin: float = _f(0.25, "Reject when the candidate's live success rate is below LATEST's minus this.")
+    tasks: list = _f([], "Policy probe tasks (empty = collector.tasks).")
+    seeds: str = _f("", "Policy probe seeds A:B, outside the training seeds (empty = 4 seeds from "
+                    "collector.seed_stop + 100000, apart from `dynaweb eval policy`'s default seeds).")
+    max_steps: int = _f(6, "Policy probe: steps before an episode is truncated.")
+    poll_s: float = _f(2.0, "How often `dynaweb gate` looks for a new candidate in S3 (s).")
+    timeout_s: float = _f(60.0, "Seconds to read the held-out topic to its sentinel for the world-model probe.")
+
+
+@dataclass
+class ExperimentConfig:
+    """``dynaweb experiment sample-efficiency`` (docs/experiment.md); ``--quick`` scales it down."""
+
+    tasks: list = _f(["miniwob/click-collapsible", "miniwob/choose-list", "miniwob/enter-text",
+                      "miniwob/enter-password", "miniwob/login-user"],
+                     "Tasks (scripted experts, more than one step each).")  # fmt: skip
+    demos_per_task: int = _f(10, "K: expert demonstrations per task, from training seeds (scarce on purpose).")
+    seeds: list = _f([0, 1, 2], "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.")
+    arms: list = _f(["imitation", "real_only", "dynaweb"], "Arms to run.")
+    budget: list = _f([300, 600, 900], "Real-step budget points (demonstrations count); success is measured at each.")
+    imitation_steps: int = _f(60, "Arm 1: behaviour-cloning steps on the demonstrations.")
+    group_size: int = _f(8, "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state).")
+    batch_trajectories: int = _f(16, "Trajectories per training batch (the expert share is expert_fraction).")
+    expert_fraction: float = _f(0.5, "Expert share of every training batch, the same in arms 2 and 3.")
+    dream_real_share: float = _f(0.25, "Arm 3: real on-policy groups per policy version (the rest are dreams).")
+    dream_horizon: int = _f(5, "Arm 3: dream length in steps.")
+    max_steps: int = _f(8, "Episode step limit (live training and evaluation).")
+    episode_time_limit_ms: int = _f(60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted).")
+    eval_seeds_per_task: int = _f(30, "Evaluation episodes per task and point.")
+    eval_seed_start: int = _f(1_000_000, "First evaluation seed (training seeds lie below collector.seed_stop).")
+    contexts: int = _f(2, "Browser contexts of each live collector and of the evaluation.")
+    layers: int = _f(2, "Model layers (policy and world model, the same in every arm).")
+    d_model: int = _f(128, "Model hidden size.")
+    heads: int = _f(4, "Attention heads.")
+    cell_timeout_s: float = _f(3600.0, "A cell (one arm, one seed) that has not finished after this fails.")
+
+
 SECRETS = (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password"))
 
 
@@ -170,6 +226,8 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     dream: DreamConfig = field(default_factory=DreamConfig)
     up: UpConfig = field(default_factory=UpConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
 
     @property
     def home_path(self) -> Path:

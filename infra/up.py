@@ -36,6 +36,8 @@ class Child:
     next_start: float = 0.0
     backoff: float = 2.0
     exits: list = field(default_factory=list)
+    once: bool = False  # a job (e.g. a bounded collector): exit 0 means done, not a crash
+    done: bool = False
 
 
 def component_argv(cfg: Config) -> dict[str, list[str]]:
@@ -52,7 +54,7 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
 
 
 class Supervisor:
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, components: dict[str, list[str]] | None = None, once: tuple = ()):
         self.cfg = cfg
         self.run_dir = cfg.home_path / "runs" / cfg.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -60,11 +62,20 @@ class Supervisor:
         self.config_file.write_text(json.dumps(cfg.to_dict(drop_secrets=True), indent=1))
         self.logs = cfg.home_path / "logs" / cfg.run_id
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.children = [Child(n, a, self.logs / f"{n}.log", backoff=cfg.up.restart_backoff_s)
-                         for n, a in component_argv(cfg).items()]  # fmt: skip
+        comps = component_argv(cfg) if components is None else components
+        self.children = [Child(n, a, self.logs / f"{n}.log", backoff=cfg.up.restart_backoff_s, once=n in once)
+                         for n, a in comps.items()]  # fmt: skip
+
+    def child(self, name: str) -> Child:
+        return next(c for c in self.children if c.name == name)
 
     def _env(self) -> dict:
-        env = dict(os.environ)
+        from infra.config import SECRETS
+
+        # the config file is the child's whole config: inherited DYNAWEB_<SECTION>__<FIELD> variables
+        # would override it (they are already resolved into it); only secrets travel by environment
+        keep = {f"DYNAWEB_{sec.upper()}__{key.upper()}" for sec, key in SECRETS}
+        env = {k: v for k, v in os.environ.items() if not (k.startswith("DYNAWEB_") and "__" in k) or k in keep}
         env.update({"DYNAWEB_CONFIG": str(self.config_file), "DYNAWEB_HOME": str(self.cfg.home_path),
                     "DYNAWEB_RUN_ID": self.cfg.run_id, "PYTHONUNBUFFERED": "1",
                     "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])})  # fmt: skip
@@ -79,6 +90,8 @@ class Supervisor:
     def supervise(self) -> None:
         now = time.time()
         for c in self.children:
+            if c.done:
+                continue
             if c.proc is None:
                 if now >= c.next_start:
                     self.start(c)
@@ -87,11 +100,29 @@ class Supervisor:
             if rc is not None:
                 c.exits.append(rc)
                 c.proc = None
+                if c.once and rc == 0:
+                    c.done = True
+                    continue
                 c.restarts += 1
                 c.next_start = now + c.backoff
                 c.backoff = min(30.0, c.backoff * 2)
                 print(f"[up] {c.name} exited with {rc}; restarting in {c.next_start - now:.0f}s "
                       f"(log: {c.log})", flush=True)  # fmt: skip
+
+    def stop_one(self, name: str, timeout: float = 25.0) -> None:
+        """Stop one child for good (SIGTERM, then SIGKILL after ``timeout``)."""
+        c = self.child(name)
+        c.done = True
+        if c.proc is None:
+            return
+        if c.proc.poll() is None:
+            os.killpg(c.proc.pid, signal.SIGTERM)
+            try:
+                c.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(c.proc.pid, signal.SIGKILL)
+                c.proc.wait()
+        c.proc = None
 
     def stop(self, timeout: float = 25.0) -> None:
         for c in self.children:

@@ -8,9 +8,12 @@ Layout (bucket ``cfg.s3.bucket``)::
                                                               resolved config, consumed offsets
     <run_id>/checkpoints/<kind>/LATEST                         {"version", "manifest_sha256"}
     <run_id>/checkpoints/<kind>/PROMOTED                       {"versions": [...]}
+    <run_id>/checkpoints/<kind>/<version:08d>/gate.json        the gate's decision (``models.gate``)
 
 The writer uploads every file, then the manifest, then ``LATEST``; the
-announcement on Kafka only notifies.  Readers verify the manifest's sha256
+announcement on Kafka only notifies.  With ``gate.enabled`` the trainer writes
+a *candidate* (files and manifest, ``LATEST`` untouched) and ``models.gate``
+moves ``LATEST`` (and announces) only when the candidate passes its probes.  Readers verify the manifest's sha256
 (against the announcement or ``LATEST``) and every file's sha256 before
 loading; a mismatch raises ``CorruptCheckpoint`` and the caller keeps the
 weights it has.
@@ -31,6 +34,7 @@ from minio import Minio
 from minio.error import S3Error
 
 KINDS = ("policy", "world_model")
+GATE_FILE = "gate.json"
 
 
 class CorruptCheckpoint(RuntimeError):
@@ -154,6 +158,36 @@ class CheckpointStore:
                 out.add(int(head))
         return sorted(out)
 
+    def newest(self, kind: str) -> dict | None:
+        """``{"version", "manifest_sha256"}`` of the newest written version (LATEST or not)."""
+        vs = self.versions(kind)
+        if not vs:
+            return None
+        _, digest = self.manifest(kind, vs[-1])
+        return {"version": vs[-1], "manifest_sha256": digest}
+
+    # --- gate decisions ----------------------------------------------------
+    def write_decision(self, kind: str, version: int, record: dict) -> None:
+        """The gate's decision on ``version`` (``decision``: promoted, rejected or superseded)."""
+        self._put(self.prefix(kind, version) + GATE_FILE, json.dumps(
+            {"kind": kind, "version": version, "decided_at": time.time(), **record}, default=str).encode())
+
+    def decision(self, kind: str, version: int) -> dict | None:
+        body = self._get(self.prefix(kind, version) + GATE_FILE)
+        return json.loads(body) if body else None
+
+    def decisions(self, kind: str) -> dict[int, dict]:
+        """Every recorded gate decision of ``kind`` by version."""
+        base = self.prefix(kind)
+        out = {}
+        for obj in self.client.list_objects(self.bucket, prefix=base, recursive=True):
+            head, _, name = obj.object_name[len(base):].partition("/")
+            if name == GATE_FILE and head.isdigit():
+                rec = self.decision(kind, int(head))
+                if rec is not None:
+                    out[int(head)] = rec
+        return out
+
     def manifest(self, kind: str, version: int, expected_sha256: str | None = None) -> tuple[dict, str]:
         body = self._get(self.prefix(kind, version) + "manifest.json")
         if body is None:
@@ -209,3 +243,20 @@ class CheckpointStore:
                 self.client.remove_object(self.bucket, obj.object_name)
             removed.append(v)
         return removed
+
+
+def announce(cfg, store: CheckpointStore, kind: str, version: int, publisher=None) -> None:
+    """Tell every generator that ``kind`` has a new LATEST (``version``); they re-read LATEST in S3."""
+    from streams.kafka import Publisher, ensure_topics, make_producer
+    from streams.records import CheckpointAnnouncement
+    from streams.topics import Topics
+
+    topics = Topics(cfg.run_id, cfg.kafka.partitions) if publisher else ensure_topics(cfg)
+    _, digest = store.manifest(kind, version)
+    pub = publisher or Publisher(make_producer(cfg.kafka))
+    try:
+        pub.send(topics.checkpoints, CheckpointAnnouncement(cfg.run_id, kind, version, store.uri(kind, version), digest))
+        pub.flush()
+    finally:
+        if publisher is None:
+            pub.close()

@@ -272,7 +272,8 @@ def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], g
                                 if term or trunc:
                                     break
                             rows.append({"task": task, "seed": seed, "reward": float(reward),
-                                         "success": reward > 0, "steps": steps})  # fmt: skip
+                                         "success": reward > 0, "steps": steps,
+                                         "timeout": bool(_info.get("timeout"))})  # fmt: skip
                         except Exception as e:  # noqa: BLE001 - a failed episode is a row, not a crash
                             rows.append({"task": task, "seed": seed, "reward": 0.0, "success": False, "steps": 0,
                                          "error": str(e)[:200]})  # fmt: skip
@@ -352,6 +353,7 @@ def eval_policy(cfg: Any, checkpoint: str | None, tasks: list[str], seeds: list[
         "training_seeds": f"{cfg.collector.seed_start}:{cfg.collector.seed_stop}", "interval": "wilson95",
         "episodes": len(eps), "success_rate": k / max(1, len(eps)), "ci95_low": round(lo, 4), "ci95_high": round(hi, 4),
         "seconds": round(secs, 2), "tasks": per_task, "dreams": None,
+        "timeouts": sum(1 for r in eps if r.get("timeout")),
     }  # fmt: skip
     if dreams and ck.version is not None:
         out["dreams"] = _dreams_for(cfg, ck.version, tasks, timeout)

@@ -10,7 +10,10 @@ both models to S3 (``models.checkpoint``), with the offsets it had consumed in
 the manifest, moves ``LATEST`` and announces the version.  Version 0 (the
 initial weights) is published before the first step.  After a crash it resumes
 from ``LATEST``: versions continue, optimizer state is restored and consumption
-restarts at the manifest's offsets.
+restarts at the manifest's offsets.  With ``gate.enabled`` every version after
+the first is written as a candidate (``LATEST`` untouched, no announcement;
+``models.gate`` promotes it or not), training always continues from the
+trainer's own weights, and a restart resumes from the newest version written.
 """
 
 from __future__ import annotations
@@ -96,12 +99,12 @@ class Trainer:
     def setup(self) -> None:
         torch.manual_seed(self.cfg.model.seed)
         random.seed(self.cfg.model.seed)
-        lat = self.store.latest("policy")
+        lat = self.resume_point("policy")
         dirs: dict[str, Path] = {}
         manifest = None
         if lat is not None:
             for kind in KINDS:
-                kl = self.store.latest(kind) if kind != "policy" else lat
+                kl = self.resume_point(kind) if kind != "policy" else lat
                 if kl is None:
                     continue
                 dest = self.work / f"resume-{kind}"
@@ -110,6 +113,8 @@ class Trainer:
                 if kind == "policy":
                     manifest = m
             self.version = lat["version"]
+        elif self.cfg.trainer.init_from:
+            dirs = self._init_dirs(self.cfg.trainer.init_from)
         models = build_models(self.cfg, dirs.get("policy") and dirs["policy"] / "hf",
                               dirs.get("world_model") and dirs["world_model"] / "hf")  # fmt: skip
         self.policy_model, self.tokenizer = models["policy"]
@@ -131,6 +136,32 @@ class Trainer:
         else:
             self.checkpoint()  # version 0 before the first step
         self._open_consumer()
+
+    def _init_dirs(self, spec: str) -> dict[str, Path]:
+        """Download another run's checkpoint (``RUN`` = its LATEST, or ``RUN:VERSION``) as the
+        initial weights of this fresh run; the optimizer starts fresh, versions start at 0."""
+        src_run, _, ver = spec.partition(":")
+        src = CheckpointStore(self.store.client, self.cfg.s3.bucket, src_run)
+        dirs: dict[str, Path] = {}
+        for kind in KINDS:
+            if ver:
+                entry = {"version": int(ver), "manifest_sha256": None}
+            else:
+                entry = src.latest(kind)
+            if entry is None:
+                if kind == "policy":
+                    raise RuntimeError(f"trainer.init_from={spec!r}: run {src_run!r} has no policy checkpoint")
+                continue
+            dest = self.work / f"init-{kind}"
+            src.download(kind, int(entry["version"]), dest, entry.get("manifest_sha256"))
+            dirs[kind] = dest
+        log.info("initialised from %s (%s)", spec, ", ".join(dirs))
+        return dirs
+
+    def resume_point(self, kind: str) -> dict | None:
+        """The version to resume ``kind`` from: ``LATEST``, or with ``gate.enabled`` the newest version
+        this trainer wrote (a rejected candidate still holds the trainer's newest weights)."""
+        return self.store.newest(kind) if self.cfg.gate.enabled else self.store.latest(kind)
 
     def _open_consumer(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=64)
@@ -158,6 +189,7 @@ class Trainer:
         t0 = time.time()
         cfg_dict = self.cfg.to_dict()
         extra = {"policy_steps": self.policy_steps, "wm_steps": self.wm_steps}
+        gated = self.cfg.gate.enabled
         for kind, engine, tok in (("policy", self.p_engine, self.tokenizer),
                                   ("world_model", self.w_engine, self.wm_tokenizer)):  # fmt: skip
             d = self.work / f"ckpt-{kind}-{self.version}"
@@ -167,9 +199,15 @@ class Trainer:
             engine.module.save_pretrained(str(d / "hf"))
             tok.save_pretrained(str(d / "hf"))
             engine.save_checkpoint(str(d / "state"), tag="ds")
-            saved = self.store.save(kind, self.version, d, cfg_dict, self.offsets, extra)
-            self.pub.send(self.topics.checkpoints, records.CheckpointAnnouncement(
-                self.run, kind, self.version, saved.uri, saved.manifest_sha256))  # fmt: skip
+            # gated: a candidate (LATEST stays; `dynaweb gate` decides), except the very first version
+            publish = not gated or self.store.latest(kind) is None
+            saved = self.store.save(kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish)
+            if publish:
+                self.pub.send(self.topics.checkpoints, records.CheckpointAnnouncement(
+                    self.run, kind, self.version, saved.uri, saved.manifest_sha256))  # fmt: skip
+                if gated:
+                    self.store.write_decision(kind, self.version, {
+                        "decision": "promoted", "by": "trainer", "reason": "first version (no LATEST yet)"})
             M.TRAINER_VERSION.labels(self.run, kind).set(self.version)
             M.TRAINER_CKPT_TIME.labels(self.run, kind).set(time.time())
             shutil.rmtree(d)
@@ -178,7 +216,8 @@ class Trainer:
             self.store.prune(kind, self.cfg.trainer.keep_checkpoints)
         self.last_ckpt_time = time.time()
         M.TRAINER_PHASE.labels(self.run, "checkpoint").observe(time.time() - t0)
-        log.info("checkpoint v%d written in %.2fs", self.version, time.time() - t0)
+        log.info("checkpoint v%d written in %.2fs%s", self.version, time.time() - t0,
+                 " (candidate: the gate decides whether it becomes LATEST)" if gated else "")
 
     # --- data ----------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list:
@@ -330,7 +369,7 @@ class Trainer:
                     self.version += 1
                     self.report_fidelity()
                     self.checkpoint()
-            if self.wm_buffer:
+            if self.wm_buffer and tc.train_world_model:
                 self.wm_step()
                 did = True
             if not did:

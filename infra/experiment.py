@@ -1,0 +1,469 @@
+"""``dynaweb experiment sample-efficiency``: does training by imagination save real interactions?
+
+Three arms, each run through the real system (the broker, the stream worker, the
+DeepSpeed trainer, S3 checkpoints, Playwright collectors and, in arm 3, a dream
+generator: the same processes as ``dynaweb up``), one run id per (arm, seed):
+
+1. ``imitation``: the policy trained by behaviour cloning on K demonstrations per task
+   (``stream.expert_fraction=1``; the world model trains on the same demonstrations).
+2. ``real_only``: from arm 1's checkpoint, GSPO on groups collected in the live browser
+   (G rollouts of one seed, ``collector.group_size``), paced on-policy: one group per
+   policy version (``collector.groups_per_version=1``); demonstrations mixed in at
+   ``expert_fraction``.
+3. ``dynaweb``: from arm 1's checkpoint (policy and world model), the dream generator
+   produces the GSPO groups; real interactions go only to a share of on-policy real
+   groups (``dream_real_share`` groups per version), which also refresh the world model.
+
+Real steps are counted from the collectors' own metrics; demonstration steps count.
+While a cell runs, the controller records which checkpoint version existed at which
+real-step count; for each budget point it evaluates the newest version announced no
+later than that count (so a point never uses more real steps than its budget), in the
+live browser on the evaluation seeds, greedy, on MiniWoB's raw reward.
+
+Resume: every finished cell writes ``cells/<arm>-s<seed>.json``; a rerun with the same
+``--out`` skips those and restarts unfinished cells under a fresh run id.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import shlex
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from infra.config import Config, ExperimentConfig
+from infra.experiment_report import ARMS, write_all
+
+log = logging.getLogger(__name__)
+
+QUICK = {  # --quick: every artifact through every real component in a few minutes, not a result
+    "tasks": ["miniwob/click-collapsible", "miniwob/enter-text"], "demos_per_task": 2, "seeds": [0],
+    "budget": [14, 22, 30], "imitation_steps": 3, "group_size": 2, "batch_trajectories": 4,
+    "dream_real_share": 0.5, "dream_horizon": 2, "max_steps": 4, "eval_seeds_per_task": 2,
+    "layers": 1, "d_model": 64, "heads": 2, "cell_timeout_s": 240.0,
+}  # fmt: skip
+
+
+class ExperimentError(RuntimeError):
+    pass
+
+
+def resolve_experiment(cfg: Config, quick: bool) -> ExperimentConfig:
+    ex = copy.deepcopy(cfg.experiment)
+    if quick:
+        for k, v in QUICK.items():
+            setattr(ex, k, copy.deepcopy(v))
+    bad = [a for a in ex.arms if a not in ARMS]
+    if bad:
+        raise ValueError(f"experiment.arms: unknown {bad}; choose from {list(ARMS)}")
+    if "imitation" not in ex.arms:
+        raise ValueError("experiment.arms must include 'imitation' (arms 2 and 3 start from its checkpoint)")
+    if sorted(ex.budget) != list(ex.budget) or len(ex.budget) < 1:
+        raise ValueError(f"experiment.budget must be increasing real-step counts, got {ex.budget}")
+    if not 0 < ex.dream_real_share <= 1:
+        raise ValueError("experiment.dream_real_share must be in (0, 1]")
+    return ex
+
+
+def experiment_id(ex: ExperimentConfig) -> str:
+    import dataclasses
+
+    d = dataclasses.asdict(ex)
+    d.pop("cell_timeout_s", None)
+    return "se" + hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:6]
+
+
+def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed: int) -> Config:
+    """The resolved config of one (arm, seed) run: the same model, tokenizer, optimiser in every arm."""
+    c = copy.deepcopy(base)
+    c.run_id = run_id
+    c.model.layers, c.model.d_model, c.model.heads = ex.layers, ex.d_model, ex.heads
+    c.model.seed = int(seed)
+    cc = c.collector
+    cc.tasks = list(ex.tasks)
+    cc.max_steps = ex.max_steps
+    cc.episode_time_limit_ms = ex.episode_time_limit_ms
+    cc.contexts = ex.contexts
+    if ex.eval_seed_start < cc.seed_stop:
+        cc.seed_stop = ex.eval_seed_start  # evaluation seeds are never training seeds
+    s = c.stream
+    s.batch_trajectories = ex.batch_trajectories
+    s.group_size = ex.group_size
+    s.samples_per_insert = 0  # the K demonstrations are scarce on purpose: reuse them freely
+    s.reuse_wait_s = 0.0
+    s.max_staleness = 2
+    s.heldout_fraction = 0.0  # every real interaction is training data here (the budget counts them all)
+    t = c.trainer
+    t.checkpoint_every_s = 1e9
+    t.keep_checkpoints = 1_000_000  # every version may be evaluated afterwards
+    c.dream.group_size = ex.group_size
+    c.dream.horizon = ex.dream_horizon
+    c.dream.temperature = 1.0
+    if arm == "imitation":
+        s.expert_fraction = 1.0
+        s.cold_start_batch_s = 0.05
+        t.max_steps = ex.imitation_steps
+        t.checkpoint_every = ex.imitation_steps
+    else:
+        s.expert_fraction = ex.expert_fraction
+        s.expert_only_batches = False  # every policy step holds an online group
+        s.group_timeout_s = 120.0
+        t.checkpoint_every = 1  # a new version per step: on-policy collectors wait for it
+        t.train_world_model = arm == "dynaweb"
+        cc.group_size = ex.group_size
+        cc.run_length = ex.group_size
+        cc.policy = "latest"
+        cc.groups_per_version = 1.0 if arm == "real_only" else ex.dream_real_share
+        cc.seed_offset = 7919 * (int(seed) + 1)  # arms 2 and 3 of one seed walk the same task seeds
+    return c
+
+
+class RunWatch:
+    """Counts a run's real transitions and records its policy checkpoint announcements, straight
+    from the broker (no consumer group): ``real_steps`` and ``history`` = [(version, real steps
+    counted when the announcement was read)], in announcement order."""
+
+    def __init__(self, cfg: Config):
+        import threading
+
+        from streams.topics import Topics
+
+        self.cfg = cfg
+        self.topics = Topics(cfg.run_id, cfg.kafka.partitions)
+        self.real_steps = 0
+        self.history: list[tuple[int, int]] = []
+        self._keys: set = set()
+        self._stop = threading.Event()
+        self.error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="run-watch", daemon=True)
+        self._thread.start()
+
+    @property
+    def version(self) -> int | None:
+        return self.history[-1][0] if self.history else None
+
+    def _run(self) -> None:
+        from kafka import TopicPartition
+
+        from streams import records
+        from streams.kafka import is_control, make_consumer
+
+        try:
+            consumer = make_consumer(self.cfg.kafka)
+            tps = []
+            for t in (self.topics.real, self.topics.checkpoints):
+                parts = None
+                deadline = time.time() + 30
+                while not parts and time.time() < deadline:
+                    parts = consumer.partitions_for_topic(t)
+                    if not parts:
+                        time.sleep(0.2)
+                tps += [TopicPartition(t, p) for p in sorted(parts or [])]
+            consumer.assign(tps)
+            consumer.seek_to_beginning()
+            while not self._stop.is_set():
+                for tp, msgs in consumer.poll(timeout_ms=300).items():
+                    for m in msgs:
+                        if m.value is None or is_control(m.value):
+                            continue
+                        try:
+                            if tp.topic == self.topics.real:
+                                t = records.decode(m.value, expect="transition")
+                                if t.key not in self._keys:  # a redelivered record is one step
+                                    self._keys.add(t.key)
+                                    self.real_steps += 1
+                            else:
+                                a = records.decode(m.value, expect="checkpoint")
+                                if a.kind == "policy" and (not self.history or a.version > self.history[-1][0]):
+                                    self.history.append((int(a.version), self.real_steps))
+                        except records.RecordError:
+                            continue
+            consumer.close()
+        except Exception as e:  # noqa: BLE001 - surfaced by the controller
+            self.error = e
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def pick_versions(history: list[tuple[int, int]], budget: list[int], demo_steps: int) -> list[dict]:
+    """For each budget point, the newest version first seen at a real-step count <= the point.
+    ``history`` is [(version, real steps incl. demos when it was first seen)], in order."""
+    out = []
+    for b in budget:
+        ok = [(v, s) for v, s in history if s <= b]
+        v, s = ok[-1] if ok else history[0]
+        out.append({"budget": int(b), "version": int(v), "real_steps": int(max(s, demo_steps))})
+    return out
+
+
+class SampleEfficiency:
+    def __init__(self, cfg: Config, out: Path, quick: bool = False, start_stack: bool = True,
+                 echo: bool = True, command: str = ""):  # fmt: skip
+        self.base = cfg
+        self.ex = resolve_experiment(cfg, quick)
+        self.quick = quick
+        self.out = Path(out)
+        self.start_stack = start_stack
+        self.echo = echo
+        self.command = command or "dynaweb " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        self.id = experiment_id(self.ex)
+        self.cells_dir = self.out / "cells"
+
+    def say(self, msg: str) -> None:
+        if self.echo:
+            print(f"[experiment {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    # --- bookkeeping ---------------------------------------------------------------
+    def _meta_file(self) -> Path:
+        return self.out / "experiment.json"
+
+    def _check_out(self) -> None:
+        import dataclasses
+
+        self.cells_dir.mkdir(parents=True, exist_ok=True)
+        meta = {"experiment_id": self.id, "quick": self.quick, "config": dataclasses.asdict(self.ex)}
+        f = self._meta_file()
+        if f.exists():
+            old = json.loads(f.read_text())
+            if old.get("experiment_id") != self.id:
+                raise ValueError(f"{self.out} holds experiment {old.get('experiment_id')} with another configuration; "
+                                 f"use a new --out (or delete it) to run {self.id}")  # fmt: skip
+        else:
+            f.write_text(json.dumps(meta, indent=1))
+
+    def cell_file(self, arm: str, seed: int) -> Path:
+        return self.cells_dir / f"{arm}-s{seed}.json"
+
+    def _new_run_id(self, arm: str, seed: int) -> str:
+        att = self.cells_dir / f"{arm}-s{seed}.attempts"
+        n = int(att.read_text()) + 1 if att.exists() else 1
+        att.write_text(str(n))
+        # unique even when --out was deleted while the broker and S3 kept the old runs
+        return f"{self.id}-{arm.replace('_', '')}-s{seed}-a{n}-{uuid.uuid4().hex[:4]}"
+
+    # --- demonstrations --------------------------------------------------------------
+    def demos(self, seed: int) -> Path:
+        """K expert demonstrations per task for this training seed, collected once by a real
+        expert collector (through Kafka) and kept as JSONL; every arm imports the same file."""
+        path = self.out / f"demos-s{seed}.jsonl"
+        if path.exists():
+            return path
+        from collectors.demos import export_file
+        from infra.up import Supervisor
+        from streams.kafka import ensure_topics
+
+        run_id = self._new_run_id("demos", seed)
+        c = cell_config(self.base, self.ex, run_id, "imitation", seed)
+        c.collector.contexts = 1
+        c.collector.run_length = self.ex.demos_per_task
+        c.collector.seed_offset = 104_729 * (int(seed) + 1)
+        n = self.ex.demos_per_task * len(self.ex.tasks)
+        ensure_topics(c)
+        sup = Supervisor(c, {"demos": ["collect", "--policy", "expert", "--contexts", "1", "--max-episodes", str(n),
+                                       "--id", f"demos-{run_id}"]}, once=("demos",))  # fmt: skip
+        self.say(f"seed {seed}: collecting {n} expert demonstrations ({run_id})")
+        deadline = time.time() + self.ex.cell_timeout_s
+        try:
+            while not sup.child("demos").done:
+                sup.supervise()
+                self._check_child_crashes(sup)
+                if time.time() > deadline:
+                    raise ExperimentError(f"demonstrations for seed {seed} not collected in time (log {sup.logs})")
+                time.sleep(0.3)
+        finally:
+            sup.stop()
+        tmp = path.with_suffix(".tmp.jsonl")
+        info = export_file(c, tmp, timeout=60)
+        eps = info["episodes"]
+        if eps < n:
+            raise ExperimentError(f"seed {seed}: {eps} of {n} demonstrations reached the expert topic")
+        tmp.replace(path)
+        self.say(f"seed {seed}: {info['transitions']} demonstration steps in {eps} episodes -> {path}")
+        return path
+
+    @staticmethod
+    def _check_child_crashes(sup, limit: int = 3) -> None:
+        for c in sup.children:
+            if c.restarts >= limit:
+                raise ExperimentError(f"{c.name} crashed {c.restarts} times (exit codes {c.exits}); see {c.log}")
+
+    # --- one cell ----------------------------------------------------------------------
+    def run_cell(self, arm: str, seed: int, demos: Path) -> dict:
+        from collectors.demos import import_file
+        from infra.up import Supervisor
+        from streams.kafka import ensure_topics
+
+        demo_steps = sum(1 for line in demos.read_text().splitlines() if line.strip())
+        run_id = self._new_run_id(arm, seed)
+        c = cell_config(self.base, self.ex, run_id, arm, seed)
+        comps: dict[str, list[str]] = {"stream-worker": ["stream-worker"], "trainer": ["train"]}
+        once: tuple = ()
+        if arm == "imitation":
+            once = ("trainer",)
+        else:
+            imit = json.loads(self.cell_file("imitation", seed).read_text())
+            c.trainer.init_from = f"{imit['run_id']}:{imit['points'][-1]['version']}"
+            comps["collector"] = ["collect", "--policy", "latest", "--contexts", str(self.ex.contexts),
+                                  "--id", f"collector-{run_id}"]  # fmt: skip
+            if arm == "dynaweb":
+                comps["dream"] = ["dream"]
+        ensure_topics(c)
+        import_file(c, demos)
+        sup = Supervisor(c, comps, once=once)
+        self.say(f"{arm} seed {seed}: run {run_id} ({', '.join(comps)}), logs in {sup.logs}")
+        t0 = time.time()
+        watch = RunWatch(c)
+        live_target = max(0, self.ex.budget[-1] - demo_steps)
+        stop_at_version = None
+        t_stop = 0.0
+        last_print = 0.0
+        try:
+            while True:
+                sup.supervise()
+                self._check_child_crashes(sup)
+                if watch.error is not None:
+                    raise ExperimentError(f"reading run {run_id} from the broker failed: {watch.error}")
+                live, version = watch.real_steps, watch.version
+                if time.time() - last_print > 15:
+                    self.say(f"{arm} seed {seed}: real steps {demo_steps + live}/{self.ex.budget[-1]}, "
+                             f"policy v{version}, {time.time() - t0:.0f}s")  # fmt: skip
+                    last_print = time.time()
+                if arm == "imitation":
+                    if sup.child("trainer").done:
+                        break
+                elif stop_at_version is None and live >= live_target:
+                    sup.stop_one("collector")  # budget spent: no more real steps
+                    stop_at_version, t_stop = version or 0, time.time()
+                elif stop_at_version is not None and ((version or 0) > stop_at_version or time.time() - t_stop > 90):
+                    break  # the last group was trained (or nothing more will come)
+                if time.time() - t0 > self.ex.cell_timeout_s:
+                    raise ExperimentError(f"{arm} seed {seed} did not finish in {self.ex.cell_timeout_s:.0f}s "
+                                          f"(real steps {demo_steps + live}, version {version}); logs in {sup.logs}")  # fmt: skip
+                time.sleep(0.3)
+        finally:
+            sup.stop()
+            watch.close()
+        history = [(v, demo_steps + n) for v, n in watch.history]
+        live_steps = watch.real_steps
+        train_s = time.time() - t0
+        if arm == "imitation":
+            from infra.s3 import make_client
+            from models.checkpoint import CheckpointStore
+
+            latest = CheckpointStore(make_client(c), c.s3.bucket, run_id).latest("policy")
+            if latest is None:
+                raise ExperimentError(f"imitation seed {seed}: no checkpoint in S3 (logs in {sup.logs})")
+            version = int(latest["version"])
+            picks = [{"budget": None, "version": int(version), "real_steps": demo_steps}]
+        else:
+            if not history:
+                raise ExperimentError(f"{arm} seed {seed}: the trainer never announced a checkpoint")
+            picks = pick_versions(history, self.ex.budget, demo_steps)
+        points = self.evaluate(c, picks)
+        res = {"arm": arm, "seed": seed, "run_id": run_id, "demo_steps": demo_steps, "points": points,
+               "history": history, "train_s": round(train_s, 1), "eval_s": round(time.time() - t0 - train_s, 1),
+               "live_steps": int(live_steps), "diagnostics": self.diagnostics(c, sup)}  # fmt: skip
+        self.cell_file(arm, seed).write_text(json.dumps(res, indent=1))
+        self.say(f"{arm} seed {seed}: " + ", ".join(f"{p['real_steps']} steps -> {100 * p['success']:.0f}%"
+                                                    for p in points) + f" ({time.time() - t0:.0f}s)")  # fmt: skip
+        return res
+
+    def evaluate(self, c: Config, picks: list[dict]) -> list[dict]:
+        from models.evaluate import eval_policy
+
+        seeds = list(range(self.ex.eval_seed_start, self.ex.eval_seed_start + self.ex.eval_seeds_per_task))
+        cache: dict[int, dict] = {}
+        out = []
+        for p in picks:
+            v = p["version"]
+            if v not in cache:
+                cache[v] = eval_policy(c, str(v), list(self.ex.tasks), seeds, greedy=True,
+                                       contexts=self.ex.contexts, dreams=False)  # fmt: skip
+            r = cache[v]
+            out.append({**p, "success": r["success_rate"], "episodes": r["episodes"], "timeouts": r["timeouts"],
+                        "per_task": {t: d["success_rate"] for t, d in r["tasks"].items()}})  # fmt: skip
+        return out
+
+    @staticmethod
+    def diagnostics(c: Config, sup) -> dict:
+        """Figures from the cell's logs-independent sources: S3 checkpoint count."""
+        from infra.s3 import make_client
+        from models.checkpoint import CheckpointStore
+
+        try:
+            vs = CheckpointStore(make_client(c), c.s3.bucket, c.run_id).versions("policy")
+            return {"checkpoints": len(vs)}
+        except Exception as e:  # noqa: BLE001 - diagnostics never fail a finished cell
+            return {"error": str(e)[:200]}
+
+    # --- the whole study -------------------------------------------------------------
+    def run(self) -> dict:
+        from infra.stack import Stack
+
+        self._check_out()
+        t0 = time.time()
+        stack = Stack(self.base)
+        if self.start_stack:
+            self.say("starting the stack (S3, broker, task server, Prometheus)...")
+            stack.up()
+        try:
+            for seed in self.ex.seeds:
+                demos = None
+                for arm in ARMS:
+                    if arm not in self.ex.arms or self.cell_file(arm, seed).exists():
+                        continue
+                    demos = demos or self.demos(seed)
+                    self.run_cell(arm, seed, demos)
+        finally:
+            if self.start_stack and stack.started:
+                stack.down(only=stack.started)
+        return self.report(time.time() - t0)
+
+    def load_cells(self) -> list[dict]:
+        return [json.loads(f.read_text()) for f in sorted(self.cells_dir.glob("*-s*.json"))]
+
+    def report(self, wall_s: float) -> dict:
+        cells = self.load_cells()
+        prev = json.loads(self._meta_file().read_text())
+        total_wall = float(prev.get("wall_s_total", 0.0)) + wall_s
+        meta = {"experiment_id": self.id, "command": self.command, "wall_s": total_wall, "tasks": list(self.ex.tasks),
+                "seeds": list(self.ex.seeds), "eval_seeds_per_task": self.ex.eval_seeds_per_task,
+                "eval_seed_start": self.ex.eval_seed_start, "diagnostics": _diag_by_arm(cells)}  # fmt: skip
+        summary = write_all(cells, self.out, meta)
+        prev.update(wall_s_total=round(total_wall, 1), command=self.command)
+        self._meta_file().write_text(json.dumps(prev, indent=1))
+        out = {"experiment_id": self.id, "quick": self.quick, "out": str(self.out), "wall_s": round(total_wall, 1),
+               "cells": len(cells), "rows": summary["rows"], "headline": summary["headline"],
+               "artifacts": {k: str(self.out / k) for k in ("results.csv", "success_vs_real.png", "results.md")}}  # fmt: skip
+        return out
+
+
+def _diag_by_arm(cells: list[dict]) -> dict:
+    out: dict = {}
+    for arm in ARMS:
+        cs = [c for c in cells if c["arm"] == arm]
+        if not cs:
+            continue
+        out[arm] = {"train_s": round(sum(c["train_s"] for c in cs) / len(cs)),
+                    "eval_s": round(sum(c["eval_s"] for c in cs) / len(cs)),
+                    "live_steps": round(sum(c["live_steps"] for c in cs) / len(cs)),
+                    "versions": round(sum(len(c["history"]) for c in cs) / len(cs), 1)}  # fmt: skip
+    return out
+
+
+def main(args, cfg: Config) -> int:
+    if args.study != "sample-efficiency":
+        raise ValueError(f"unknown experiment {args.study!r}")
+    exp = SampleEfficiency(cfg, Path(args.out), quick=args.quick, start_stack=not args.no_stack)
+    res = exp.run()
+    print((Path(args.out) / "results.md").read_text())
+    if args.json:
+        print(json.dumps(res, default=str))
+    return 0

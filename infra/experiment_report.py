@@ -1,0 +1,218 @@
+"""Artifacts of ``dynaweb experiment sample-efficiency``: pure functions, no services.
+
+Input: the per-cell results (one JSON per (arm, seed), see ``infra.experiment``).
+Output: the CSV of (arm, seed, real steps, success), the aggregated curves with
+Student-t 95% intervals over training seeds, the headline table (final success,
+real interactions needed to reach the real-only arm's final success), a PNG and
+a Markdown page.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from pathlib import Path
+
+ARMS = ("imitation", "real_only", "dynaweb")
+LABELS = {"imitation": "Imitation only (K demos)", "real_only": "Real-only online GSPO",
+          "dynaweb": "DynaWeb (dreamed GSPO groups)"}  # fmt: skip
+CSV_FIELDS = ("arm", "seed", "point", "budget", "real_steps", "version", "success", "episodes", "timeouts")
+
+# two-sided 95% Student-t quantiles t_{0.975, df}
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (table, conservative between rows)."""
+    if df < 1:
+        raise ValueError("df must be >= 1")
+    if df in _T975:
+        return _T975[df]
+    if df > 30:
+        return 1.96 if df > 120 else 2.0
+    return _T975[max(k for k in _T975 if k <= df)]
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
+    """Mean and Student-t 95% interval over seeds (``None`` bounds with a single seed), clipped to [0, 1]."""
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no values")
+    m = sum(xs) / n
+    if n == 1:
+        return m, None, None
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    h = t975(n - 1) * sd / math.sqrt(n)
+    return m, max(0.0, m - h), min(1.0, m + h)
+
+
+def rows_from_cells(cells: list[dict]) -> list[dict]:
+    """One CSV row per evaluated point.  Arms 2 and 3 start from arm 1's checkpoint, so their
+    curves begin (point 0) at the imitation result of the same seed."""
+    imit = {c["seed"]: c for c in cells if c["arm"] == "imitation"}
+    rows = []
+    for c in sorted(cells, key=lambda c: (ARMS.index(c["arm"]), c["seed"])):
+        pts = list(c["points"])
+        if c["arm"] != "imitation" and c["seed"] in imit:
+            start = dict(imit[c["seed"]]["points"][-1], point=0)
+            pts = [start] + [dict(p, point=i + 1) for i, p in enumerate(pts)]
+        for i, p in enumerate(pts):
+            rows.append({"arm": c["arm"], "seed": c["seed"], "point": p.get("point", i), "budget": p.get("budget"),
+                         "real_steps": int(p["real_steps"]), "version": p["version"],
+                         "success": round(float(p["success"]), 6), "episodes": int(p["episodes"]),
+                         "timeouts": int(p.get("timeouts", 0))})  # fmt: skip
+    return rows
+
+
+def aggregate(rows: list[dict]) -> dict[str, list[dict]]:
+    """arm -> points (by index): mean real steps, mean success, 95% t-interval, n seeds."""
+    by: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by[r["arm"]][int(r["point"])].append(r)
+    out: dict[str, list[dict]] = {}
+    for arm in ARMS:
+        if arm not in by:
+            continue
+        pts = []
+        for k in sorted(by[arm]):
+            rs = by[arm][k]
+            m, lo, hi = mean_ci([r["success"] for r in rs])
+            pts.append({"point": k, "real_steps": sum(r["real_steps"] for r in rs) / len(rs), "success": m,
+                        "ci_low": lo, "ci_high": hi, "n": len(rs), "budget": rs[0]["budget"],
+                        "timeouts": sum(r["timeouts"] for r in rs), "episodes": sum(r["episodes"] for r in rs)})  # fmt: skip
+        out[arm] = pts
+    return out
+
+
+def steps_to_reach(curve: list[dict], target: float) -> float | None:
+    """Real steps at which a mean curve first reaches ``target`` (linear interpolation between
+    points; the first point if it already does); ``None`` if it never does."""
+    prev = None
+    for p in curve:
+        if p["success"] >= target - 1e-12:
+            if prev is None or p["success"] == prev["success"]:
+                return float(p["real_steps"])
+            frac = (target - prev["success"]) / (p["success"] - prev["success"])
+            return float(prev["real_steps"] + frac * (p["real_steps"] - prev["real_steps"]))
+        prev = p
+    return None
+
+
+def headline(agg: dict[str, list[dict]]) -> dict:
+    """Final success per arm and the real interactions each needs to reach the real-only arm's
+    final success; ``ratio`` = DynaWeb's need / real-only's need (the paper claims about 1/3)."""
+    out: dict = {"arms": {}, "target": None, "ratio": None}
+    ro = agg.get("real_only")
+    target = ro[-1]["success"] if ro else None
+    out["target"] = target
+    for arm, curve in agg.items():
+        last = curve[-1]
+        need = steps_to_reach(curve, target) if target is not None else None
+        out["arms"][arm] = {"final_success": last["success"], "ci_low": last["ci_low"], "ci_high": last["ci_high"],
+                            "final_real_steps": last["real_steps"], "steps_to_target": need, "seeds": last["n"]}  # fmt: skip
+    if target is not None and "dynaweb" in out["arms"]:
+        a, b = out["arms"]["dynaweb"]["steps_to_target"], out["arms"]["real_only"]["steps_to_target"]
+        out["ratio"] = (a / b) if (a is not None and b) else None
+    return out
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k) for k in CSV_FIELDS})
+    path.write_text(buf.getvalue())
+
+
+def write_png(agg: dict[str, list[dict]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    colors = {"imitation": "tab:gray", "real_only": "tab:blue", "dynaweb": "tab:red"}
+    for arm, curve in agg.items():
+        xs = [p["real_steps"] for p in curve]
+        ys = [p["success"] for p in curve]
+        lo = [p["success"] - p["ci_low"] if p["ci_low"] is not None else 0 for p in curve]
+        hi = [p["ci_high"] - p["success"] if p["ci_high"] is not None else 0 for p in curve]
+        if arm == "imitation":
+            ax.axhline(ys[-1], color=colors[arm], ls="--", lw=1)
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colors.get(arm), label=LABELS.get(arm, arm))
+    ax.set_xlabel("real environment steps (demonstrations included)")
+    ax.set_ylabel("success on evaluation seeds")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ci(p: dict) -> str:
+    if p["ci_low"] is None:
+        return "n/a (1 seed)"
+    return f"[{_pct(p['ci_low'])}, {_pct(p['ci_high'])}]"
+
+
+def markdown(agg: dict[str, list[dict]], head: dict, meta: dict) -> str:
+    lines = [f"# Sample efficiency: {meta.get('experiment_id', '')}", "",
+             f"Command: `{meta.get('command', '')}`  ", f"Wall time: {meta.get('wall_s', 0) / 60:.1f} min  ",
+             f"Tasks: {', '.join(meta.get('tasks', []))}  ",
+             f"Training seeds: {meta.get('seeds')}; evaluation: {meta.get('eval_seeds_per_task')} seeds per task "
+             f"starting at {meta.get('eval_seed_start')} (greedy, live browser, raw reward)  ",
+             "Interval: Student-t 95% over training seeds (n/a with one seed).", "",
+             "## Headline", "",
+             "| arm | final success | 95% interval | real steps used | real steps to reach real-only's final |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    tgt = head.get("target")
+    for arm in ARMS:
+        a = head["arms"].get(arm)
+        if a is None:
+            continue
+        need = a["steps_to_target"]
+        lines.append(f"| {LABELS[arm]} | {_pct(a['final_success'])} | "
+                     f"{_ci({'ci_low': a['ci_low'], 'ci_high': a['ci_high']})} | {a['final_real_steps']:.0f} | "
+                     f"{'not reached' if need is None else f'{need:.0f}'} |")  # fmt: skip
+    lines.append("")
+    if head.get("ratio") is not None:
+        lines.append(f"DynaWeb needs **{head['ratio']:.2f}x** the real interactions of the real-only arm to reach "
+                     f"its final success ({_pct(tgt)}); the paper reports about 0.33x.")  # fmt: skip
+    elif tgt is not None and "dynaweb" in head["arms"]:
+        lines.append(f"DynaWeb did not reach the real-only arm's final success ({_pct(tgt)}) within the budget.")
+    lines += ["", "## All points", "", "| arm | point | budget | real steps (mean) | success | 95% interval | "
+              "episodes | time-outs |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for arm, curve in agg.items():
+        for p in curve:
+            lines.append(f"| {arm} | {p['point']} | {p['budget'] if p['budget'] is not None else '-'} | "
+                         f"{p['real_steps']:.0f} | {_pct(p['success'])} | {_ci(p)} | {p['episodes']} | "
+                         f"{p['timeouts']} |")  # fmt: skip
+    diag = meta.get("diagnostics") or {}
+    if diag:
+        lines += ["", "## Diagnostics (per arm, mean over seeds)", ""]
+        for arm, d in diag.items():
+            lines.append(f"- {arm}: " + ", ".join(f"{k} {v}" for k, v in d.items()))
+    return "\n".join(lines) + "\n"
+
+
+def write_all(cells: list[dict], out: Path, meta: dict) -> dict:
+    """Write results.csv, success_vs_real.png, results.md; returns the summary."""
+    rows = rows_from_cells(cells)
+    if not rows:
+        raise ValueError("no evaluated cells to report")
+    agg = aggregate(rows)
+    head = headline(agg)
+    write_csv(rows, out / "results.csv")
+    write_png(agg, out / "success_vs_real.png", f"{meta.get('experiment_id', '')}: success vs real interactions")
+    (out / "results.md").write_text(markdown(agg, head, meta))
+    return {"rows": len(rows), "curves": agg, "headline": head}
