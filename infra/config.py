@@ -135,6 +135,8 @@ class TrainerConfig:
     keep_checkpoints: int = _f(5, "Keep the last N checkpoints in S3 (promoted ones always kept).")
     grad_clip: float = _f(1.0, "Gradient clipping norm.")
     init_from: str = _f("", "Start a fresh run from another run's checkpoint: 'RUN' (its LATEST) or 'RUN:VERSION'.")
+    wm_steps_per_policy_step: float = _f(0.0, "World-model steps per policy step (0 = whenever the trainer "
+                                         "has time: always-on; > 0 = reproducible, as in experiments).")
     train_world_model: bool = _f(True, "Train the world model (off when nothing dreams, e.g. a real-only run).")
 
 
@@ -190,14 +192,14 @@ class ExperimentConfig:
     demos_per_task: int = _f(10, "K: expert demonstrations per task, from training seeds (scarce on purpose).")
     seeds: list = _f([0, 1, 2], "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.")
     arms: list = _f(["imitation", "real_only", "dynaweb"], "Arms to run.")
-    budget: list = _f([300, 600, 900], "Real-step budget points (demonstrations count); success is measured at each.")
+    budget: list = _f([200, 350, 500], "Real-step budget points (demonstrations count); success is measured at each.")
     imitation_steps: int = _f(60, "Arm 1: behaviour-cloning steps on the demonstrations.")
     group_size: int = _f(8, "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state).")
     batch_trajectories: int = _f(16, "Trajectories per training batch (the expert share is expert_fraction).")
     expert_fraction: float = _f(0.5, "Expert share of every training batch, the same in arms 2 and 3.")
     dream_real_share: float = _f(0.25, "Arm 3: real on-policy groups per policy version (the rest are dreams).")
     dream_horizon: int = _f(5, "Arm 3: dream length in steps.")
-    max_steps: int = _f(8, "Episode step limit (live training and evaluation).")
+    max_steps: int = _f(6, "Episode step limit (live training and evaluation; the experts need 2-3).")
     episode_time_limit_ms: int = _f(60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted).")
     eval_seeds_per_task: int = _f(30, "Evaluation episodes per task and point.")
     eval_seed_start: int = _f(1_000_000, "First evaluation seed (training seeds lie below collector.seed_stop).")
@@ -205,6 +207,9 @@ class ExperimentConfig:
     layers: int = _f(2, "Model layers (policy and world model, the same in every arm).")
     d_model: int = _f(128, "Model hidden size.")
     heads: int = _f(4, "Attention heads.")
+    wm_steps_per_policy_step: float = _f(2.0, "World-model steps per policy step in arms 1 and 3 (fixed, so runs "
+                                         "are reproducible whatever the machine's speed).")
+    parallel_arms: bool = _f(True, "Run arms 2 and 3 of a seed at the same time (they only share arm 1's checkpoint).")
     cell_timeout_s: float = _f(3600.0, "A cell (one arm, one seed) that has not finished after this fails.")
 
 

@@ -101,6 +101,7 @@ def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed:
     t = c.trainer
     t.checkpoint_every_s = 1e9
     t.keep_checkpoints = 1_000_000  # every version may be evaluated afterwards
+    t.wm_steps_per_policy_step = ex.wm_steps_per_policy_step
     c.dream.group_size = ex.group_size
     c.dream.horizon = ex.dream_horizon
     c.dream.temperature = 1.0
@@ -192,6 +193,63 @@ class RunWatch:
         self._thread.join(10)
 
 
+SELECTED = {  # metric -> (label filter, key) kept from a cell's last scrape, for the diagnostics
+    "dynaweb_stream_stale_dropped_trajectories_total": "stale_dropped",
+    "dynaweb_stream_dead_letters_total": "dead_letters",
+    "dynaweb_dream_world_model_invalid_total": "wm_invalid_outputs",
+    "dynaweb_dream_steps_total": "dream_steps",
+    "dynaweb_trainer_nonzero_advantage_share": "nonzero_advantage_share_last",
+    "dynaweb_trainer_steps_total": "trainer_steps",
+}
+
+
+def scrape_selected(cfg: Config) -> dict:
+    """A few counters and gauges of a run's live components (summed over label sets)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from infra.up import scrape_targets
+
+    out: dict = {}
+    for _labels, text in scrape_targets(cfg):
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                key = SELECTED.get(smp.name)
+                if key == "trainer_steps":
+                    key = f"trainer_{smp.labels.get('model', '')}_steps"
+                if key:
+                    out[key] = round(out.get(key, 0.0) + smp.value, 4)
+    return out
+
+
+def topic_stats(cfg: Config) -> dict:
+    """From the run's topics: live episodes and their success during training, dreamed rollouts,
+    their success, and the share of dream groups with a nonzero advantage."""
+    from models.evaluate import read_topic
+    from streams.topics import Topics
+
+    topics = Topics(cfg.run_id, cfg.kafka.partitions)
+    out: dict = {}
+    for name, topic in (("live", topics.real), ("dream", topics.dream)):
+        try:
+            trans = read_topic(cfg, topic, 60)
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            out[f"{name}_error"] = str(e)[:200]
+            continue
+        last: dict = {}
+        for t in trans:
+            if t.done or t.truncated:
+                last[t.episode_id] = t
+        if not last:
+            continue
+        groups: dict = {}
+        for t in last.values():
+            groups.setdefault(t.group_id or f"{t.task}:{t.seed}", set()).add(round(float(t.reward), 6))
+        out[f"{name}_episodes"] = len(last)
+        out[f"{name}_success"] = round(sum(float(t.reward) > 0 for t in last.values()) / len(last), 4)
+        out[f"{name}_nonzero_adv_groups"] = round(sum(len(r) > 1 for r in groups.values()) / len(groups), 4)
+    return out
+
+
 def pick_versions(history: list[tuple[int, int]], budget: list[int], demo_steps: int) -> list[dict]:
     """For each budget point, the newest version first seen at a real-step count <= the point.
     ``history`` is [(version, real steps incl. demos when it was first seen)], in order."""
@@ -215,6 +273,9 @@ class SampleEfficiency:
         self.command = command or "dynaweb " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         self.id = experiment_id(self.ex)
         self.cells_dir = self.out / "cells"
+        import threading
+
+        self._stop = threading.Event()
 
     def say(self, msg: str) -> None:
         if self.echo:
@@ -343,10 +404,13 @@ class SampleEfficiency:
                     stop_at_version, t_stop = version or 0, time.time()
                 elif stop_at_version is not None and ((version or 0) > stop_at_version or time.time() - t_stop > 90):
                     break  # the last group was trained (or nothing more will come)
+                if self._stop.is_set():
+                    raise ExperimentError(f"{arm} seed {seed}: stopped")
                 if time.time() - t0 > self.ex.cell_timeout_s:
                     raise ExperimentError(f"{arm} seed {seed} did not finish in {self.ex.cell_timeout_s:.0f}s "
                                           f"(real steps {demo_steps + live}, version {version}); logs in {sup.logs}")  # fmt: skip
                 time.sleep(0.3)
+            final_metrics = scrape_selected(c)
         finally:
             sup.stop()
             watch.close()
@@ -369,11 +433,37 @@ class SampleEfficiency:
         points = self.evaluate(c, picks)
         res = {"arm": arm, "seed": seed, "run_id": run_id, "demo_steps": demo_steps, "points": points,
                "history": history, "train_s": round(train_s, 1), "eval_s": round(time.time() - t0 - train_s, 1),
-               "live_steps": int(live_steps), "diagnostics": self.diagnostics(c, sup)}  # fmt: skip
+               "live_steps": int(live_steps),
+               "diagnostics": {**final_metrics, **topic_stats(c)}}  # fmt: skip
         self.cell_file(arm, seed).write_text(json.dumps(res, indent=1))
         self.say(f"{arm} seed {seed}: " + ", ".join(f"{p['real_steps']} steps -> {100 * p['success']:.0f}%"
                                                     for p in points) + f" ({time.time() - t0:.0f}s)")  # fmt: skip
         return res
+
+    def run_cells(self, arms: list[str], seed: int, demos: Path) -> None:
+        """Arms 2 and 3 of one seed: at the same time with ``parallel_arms`` (they share only arm
+        1's checkpoint; pacing is by policy version, not by time, so neither result depends on
+        the other's speed), else one after the other.  The first failure is raised."""
+        if len(arms) < 2 or not self.ex.parallel_arms:
+            for a in arms:
+                self.run_cell(a, seed, demos)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(arms), thread_name_prefix="cell") as pool:
+            futs = [pool.submit(self.run_cell, a, seed, demos) for a in arms]
+            try:
+                while not all(f.done() for f in futs):
+                    if any(f.done() and f.exception() for f in futs):
+                        self._stop.set()  # one arm failed: stop the other, report the failure
+                    time.sleep(0.5)
+            except BaseException:
+                self._stop.set()  # Ctrl-C / SIGTERM: the cells stop their processes and end
+                raise
+            errors = [f.exception() for f in futs]
+        for e in errors:
+            if e is not None:
+                raise e
 
     def evaluate(self, c: Config, picks: list[dict]) -> list[dict]:
         from models.evaluate import eval_policy
@@ -382,6 +472,8 @@ class SampleEfficiency:
         cache: dict[int, dict] = {}
         out = []
         for p in picks:
+            if self._stop.is_set():
+                raise ExperimentError("stopped during evaluation")
             v = p["version"]
             if v not in cache:
                 cache[v] = eval_policy(c, str(v), list(self.ex.tasks), seeds, greedy=True,
@@ -391,17 +483,35 @@ class SampleEfficiency:
                         "per_task": {t: d["success_rate"] for t, d in r["tasks"].items()}})  # fmt: skip
         return out
 
-    @staticmethod
-    def diagnostics(c: Config, sup) -> dict:
-        """Figures from the cell's logs-independent sources: S3 checkpoint count."""
-        from infra.s3 import make_client
-        from models.checkpoint import CheckpointStore
+    def wm_probe(self, seed: int) -> None:
+        """World-model fidelity of arm 3's final world model (and of arm 1's, its start) on real
+        transitions it never trained on: those the real-only arm of the same seed collected,
+        next to the "nothing changes" baseline."""
+        f_d, f_r = self.cell_file("dynaweb", seed), self.cell_file("real_only", seed)
+        if not (f_d.exists() and f_r.exists()):
+            return
+        dyn = json.loads(f_d.read_text())
+        if "wm_fidelity" in dyn:
+            return
+        from collectors.demos import to_line
+        from models.evaluate import eval_world_model, read_topic
+        from streams.topics import Topics
 
-        try:
-            vs = CheckpointStore(make_client(c), c.s3.bucket, c.run_id).versions("policy")
-            return {"checkpoints": len(vs)}
-        except Exception as e:  # noqa: BLE001 - diagnostics never fail a finished cell
-            return {"error": str(e)[:200]}
+        ro = json.loads(f_r.read_text())
+        rc = cell_config(self.base, self.ex, ro["run_id"], "real_only", seed)
+        data = self.out / f"real-s{seed}.jsonl"
+        trans = read_topic(rc, Topics(rc.run_id, rc.kafka.partitions).real, 60)
+        data.write_text("".join(to_line(t) + "\n" for t in trans))
+        res: dict = {"data": str(data), "transitions": len(trans)}
+        if trans:
+            imit = json.loads(self.cell_file("imitation", seed).read_text())
+            for key, cell in (("dynaweb_final", dyn), ("imitation", imit)):
+                cc = cell_config(self.base, self.ex, cell["run_id"], cell["arm"], seed)
+                r = eval_world_model(cc, "latest", data=str(data), split="all", limit=200)
+                res[key] = {k: r[k] for k in r if isinstance(r[k], int | float | dict) and k != "seconds"}
+        dyn["wm_fidelity"] = res
+        f_d.write_text(json.dumps(dyn, indent=1))
+        self.say(f"seed {seed}: world-model fidelity on {len(trans)} held-out real transitions written")
 
     # --- the whole study -------------------------------------------------------------
     def run(self) -> dict:
@@ -415,12 +525,18 @@ class SampleEfficiency:
             stack.up()
         try:
             for seed in self.ex.seeds:
-                demos = None
-                for arm in ARMS:
-                    if arm not in self.ex.arms or self.cell_file(arm, seed).exists():
-                        continue
-                    demos = demos or self.demos(seed)
-                    self.run_cell(arm, seed, demos)
+                todo = [a for a in ARMS if a in self.ex.arms and not self.cell_file(a, seed).exists()]
+                if not todo:
+                    continue
+                demos = self.demos(seed)
+                if "imitation" in todo:
+                    self.run_cell("imitation", seed, demos)
+                    todo.remove("imitation")
+                self.run_cells(todo, seed, demos)
+                try:
+                    self.wm_probe(seed)
+                except Exception as e:  # noqa: BLE001 - a diagnostic never fails the study
+                    log.warning("world-model probe for seed %s failed: %s", seed, e)
         finally:
             if self.start_stack and stack.started:
                 stack.down(only=stack.started)
@@ -461,6 +577,12 @@ def _diag_by_arm(cells: list[dict]) -> dict:
 def main(args, cfg: Config) -> int:
     if args.study != "sample-efficiency":
         raise ValueError(f"unknown experiment {args.study!r}")
+    import signal
+
+    def on_term(*_):  # SIGTERM unwinds like Ctrl-C, so every cell stops its processes
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
     exp = SampleEfficiency(cfg, Path(args.out), quick=args.quick, start_stack=not args.no_stack)
     res = exp.run()
     print((Path(args.out) / "results.md").read_text())

@@ -113,7 +113,8 @@ def headline(agg: dict[str, list[dict]]) -> dict:
         need = steps_to_reach(curve, target) if target is not None else None
         out["arms"][arm] = {"final_success": last["success"], "ci_low": last["ci_low"], "ci_high": last["ci_high"],
                             "final_real_steps": last["real_steps"], "steps_to_target": need, "seeds": last["n"]}  # fmt: skip
-    if target is not None and "dynaweb" in out["arms"]:
+    out["improved"] = bool(ro and target > ro[0]["success"] + 1e-12)
+    if target is not None and "dynaweb" in out["arms"] and out["improved"]:
         a, b = out["arms"]["dynaweb"]["steps_to_target"], out["arms"]["real_only"]["steps_to_target"]
         out["ratio"] = (a / b) if (a is not None and b) else None
     return out
@@ -188,6 +189,9 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict) -> str:
     if head.get("ratio") is not None:
         lines.append(f"DynaWeb needs **{head['ratio']:.2f}x** the real interactions of the real-only arm to reach "
                      f"its final success ({_pct(tgt)}); the paper reports about 0.33x.")  # fmt: skip
+    elif tgt is not None and not head.get("improved"):
+        lines.append(f"The real-only arm did not improve on its start (the imitation checkpoint, {_pct(tgt)}), so "
+                     "the ratio of real interactions is undefined in this run.")  # fmt: skip
     elif tgt is not None and "dynaweb" in head["arms"]:
         lines.append(f"DynaWeb did not reach the real-only arm's final success ({_pct(tgt)}) within the budget.")
     lines += ["", "## All points", "", "| arm | point | budget | real steps (mean) | success | 95% interval | "

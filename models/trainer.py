@@ -369,7 +369,7 @@ class Trainer:
                     self.version += 1
                     self.report_fidelity()
                     self.checkpoint()
-            if self.wm_buffer and tc.train_world_model:
+            if self.wm_buffer and tc.train_world_model and self._wm_due():
                 self.wm_step()
                 did = True
             if not did:
@@ -381,6 +381,12 @@ class Trainer:
             if tc.max_steps and self.policy_steps >= tc.max_steps:
                 log.info("reached max_steps=%d", tc.max_steps)
                 break
+
+    def _wm_due(self) -> bool:
+        """World-model steps run whenever there is time, or (``wm_steps_per_policy_step`` > 0) at a
+        fixed ratio to policy steps, so a run's world model does not depend on the machine's speed."""
+        r = self.cfg.trainer.wm_steps_per_policy_step
+        return r <= 0 or self.wm_steps < r * max(1, self.policy_steps)
 
     def close(self) -> None:
         try:

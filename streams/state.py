@@ -293,7 +293,7 @@ class StreamState:
         now = self.clock() if now is None else now
         n = 0
         latest = self.mixer.latest_version
-        for b in self.mixer.poll(now, allow_expert_only=not self.throttled):
+        for b in self.mixer.poll(now, allow_expert_only=self.cfg.stream.expert_only_batches and not self.throttled):
             # == records.encode(b), without asdict's deep copy of every observation
             raw = json.dumps(vars(b), ensure_ascii=False, separators=(",", ":")).encode()
             self.out.send(self.topics.policy_batches, raw, key=b.batch_id)

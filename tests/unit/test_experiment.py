@@ -11,8 +11,16 @@ from collectors.collector import _Pacer, _Schedule
 from collectors.tasks import resolve_tasks
 from infra.config import Config
 from infra.experiment import QUICK, cell_config, experiment_id, pick_versions, resolve_experiment
-from infra.experiment_report import (aggregate, headline, markdown, mean_ci, rows_from_cells, steps_to_reach,
-                                     t975, write_all)  # fmt: skip
+from infra.experiment_report import (
+    aggregate,
+    headline,
+    markdown,
+    mean_ci,
+    rows_from_cells,
+    steps_to_reach,
+    t975,
+    write_all,
+)
 
 
 def test_t975_table_and_between_rows():
@@ -105,6 +113,15 @@ def test_markdown_says_when_dynaweb_does_not_reach():
     agg = aggregate(rows_from_cells(cells))
     md = markdown(agg, headline(agg), {})
     assert "did not reach" in md and "not reached" in md
+
+
+def test_ratio_undefined_when_real_only_does_not_improve():
+    cells = [_cell("imitation", 0, [(None, 1, 50, 0.2)]), _cell("real_only", 0, [(100, 2, 100, 0.1), (200, 3, 200, 0.2)]),
+             _cell("dynaweb", 0, [(100, 2, 100, 0.3), (200, 3, 200, 0.2)])]  # fmt: skip
+    agg = aggregate(rows_from_cells(cells))
+    head = headline(agg)
+    assert head["ratio"] is None and not head["improved"]
+    assert "undefined" in markdown(agg, head, {})
 
 
 def test_pick_versions_never_exceeds_the_budget():
