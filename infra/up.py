@@ -47,6 +47,8 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
     comps["collector-expert"] = ["collect", "--policy", "expert", "--contexts", str(cfg.up.expert_contexts),
                                  "--id", f"collector-expert-{cfg.run_id}",
                                  "--set", f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}"]  # fmt: skip
+    if cfg.gate.enabled:  # candidates become LATEST only through the gate's probes
+        comps["gate"] = ["gate"]
     for i in range(cfg.up.policy_collectors):
         comps[f"collector-latest-{i}"] = ["collect", "--policy", "latest", "--contexts", "1",
                                           "--id", f"collector-latest-{i}-{cfg.run_id}"]  # fmt: skip

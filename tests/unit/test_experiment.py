@@ -203,3 +203,12 @@ def test_pacer_one_group_per_version():
 def test_pacer_fractional_share():
     p = _Pacer(_Agent(), 0.25)
     assert [p.allowed(v) for v in range(9)] == [1, 1, 1, 1, 1, 1, 1, 2, 2]
+
+
+def test_up_starts_the_gate_only_when_gating_is_on():
+    from infra.up import component_argv
+
+    cfg = Config()
+    assert "gate" not in component_argv(cfg)
+    cfg.gate.enabled = True
+    assert component_argv(cfg)["gate"] == ["gate"]
