@@ -8,8 +8,11 @@ streams.state.StreamState, this module wires it to Faust.
   ``_COMMIT_S``, after flushing the producer) the offset of the oldest message
   still held by an episode in progress (``StreamState.commit_points``), so a
   crash loses nothing (streams.recovery explains the whole scheme).
-  Events are taken in chunks (``take_events``) and the output of a chunk is
-  handed to the producer in one go.
+  The records are delivered in bulk: ``streams.bulk.BulkConsumer`` hands
+  every fetched list of records of these topics to ``Runner.on_records``
+  (synchronously), then awaits ``Runner.after`` once (emit, hand the output
+  to the producer). The agent itself processes whatever reaches it through
+  Faust's usual per-message path (none when the app is a ``streams.bulk.App``).
 - a timer: the side reader's queue (experts, checkpoints, control, read in
   full by every worker: streams.side), idle/group timeouts, cold-start
   batches, back-pressure, metrics, commits and the ``ready`` file.
@@ -107,8 +110,9 @@ class Runner:
         self._state_at = 0.0
 
     def process(self, events) -> None:
+        """Faust events (the agent's per-message path)."""
         if self.frozen:  # rebalancing: kept until the new assignment is prepared
-            self.early.extend(events)
+            self.early.append(("events", events))
             return
         gen = self.app.consumer_generation_id
         on = self.state.on_transition
@@ -118,10 +122,25 @@ class Runner:
                 continue  # from an earlier assignment; re-read from the commit point
             on(msg.topic, ev.value, msg.offset, msg.tp)
 
+    def on_records(self, tp, recs: list, generation_id: int) -> None:
+        """aiokafka records of one partition, fetched under ``generation_id`` (the bulk path)."""
+        if self.frozen:
+            self.early.append(("records", (tp, recs, generation_id)))
+            return
+        if generation_id != self.app.consumer_generation_id:
+            return  # from an earlier assignment; re-read from the commit point
+        on, topic = self.state.on_transition, tp.topic
+        for r in recs:
+            on(topic, r.value, r.offset, tp)
+
     async def after(self) -> None:
-        self.state.emit()
+        st = self.state
+        seen = st.last_at
+        st.emit()
         await self.sender.drain()
-        self.state.settle()
+        st.settle()
+        if seen is not None and st.last_at == seen:
+            st.done_at = time.time()  # the output of every message processed is with the producer
 
     async def tick(self) -> None:
         st = self.state
@@ -186,7 +205,11 @@ class Runner:
         self.assigned_once = True
         self.frozen = False
         early, self.early = self.early, []
-        self.process(early)  # those of an earlier generation are skipped: they are re-read
+        for kind, item in early:  # those of an earlier generation are skipped: they are re-read
+            if kind == "records":
+                self.on_records(*item)
+            else:
+                self.process(item)
 
 
 def register(app: faust.App, cfg: Config, topics: Topics, state: StreamState | None = None,
@@ -196,6 +219,10 @@ def register(app: faust.App, cfg: Config, topics: Topics, state: StreamState | N
     state = state or StreamState(cfg, topics)
     r = Runner(app, cfg, topics, state, side, ready_file)
     src = app.topic(*topics.transitions, value_serializer="raw", key_serializer="raw", acks=False)
+    r.bulk_topics = frozenset(topics.transitions)
+    r.bulk_max = take
+    if hasattr(app, "bulk_handler"):  # streams.bulk.App: records come in lists to on_records
+        app.bulk_handler = r
 
     @app.agent(src, name=f"dynaweb-{cfg.run_id}-transitions")
     async def transitions(stream):

@@ -10,6 +10,9 @@ Settings chosen for the broker (see shared/docs/stack.md):
   the worker's state is rebuilt from topics up to a sentinel instead.
 - ``stream_wait_empty=False``: the transition topics are consumed with
   ``acks=False`` and committed by the worker itself (streams.agents).
+- the app is ``streams.bulk.App``: its consumer hands the fetched records of
+  the transition topics to the worker in lists, not one by one through
+  Faust's per-message stream path (which capped the worker's throughput).
 - web server off; data dir unique per run and worker under ``cfg.home``.
 """
 
@@ -76,6 +79,7 @@ def datadir(cfg: Config) -> Path:
 
 
 FETCH_MAX_WAIT_MS = 100
+PRODUCER_BATCH_BYTES = 256 * 1024
 
 
 def _short_fetch_wait() -> None:
@@ -99,9 +103,11 @@ def _short_fetch_wait() -> None:
 
 
 def make_app(cfg: Config) -> faust.App:
+    from streams.bulk import App
+
     _short_fetch_wait()
     max_bytes = cfg.kafka.max_message_bytes
-    return faust.App(
+    return App(
         app_id(cfg),
         broker=broker_url(cfg),
         broker_credentials=credentials(cfg),
@@ -121,6 +127,12 @@ def make_app(cfg: Config) -> faust.App:
         consumer_max_fetch_size=max_bytes + 64 * 1024,
         producer_max_request_size=2 * max_bytes + 64 * 1024,
         producer_linger_ms=cfg.kafka.linger_ms,
+        # aiokafka keeps one open batch per partition and a send into a full one waits for
+        # the batch before it to be sent: Faust's 16 KiB default made every training batch
+        # (~200 KB) and every few forwarded transitions a broker round trip of their own.
+        # 256 KiB, as our kafka-python producers (streams.kafka.make_producer). No Tables, so
+        # broker defect 2 (which wants batches of one record) does not apply.
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
         producer_acks=-1,
         producer_compression_type=compression(),
         stream_buffer_maxsize=8192,

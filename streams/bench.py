@@ -7,9 +7,12 @@ broker of its own.
    kafka-python consumer and a raw aiokafka consumer (the worker's client
    library) read them from the beginning; then a worker process
    (``python -m streams.worker``) processes them. The worker's rate is taken
-   between the first and the last message it processed (its ``state.json``).
+   from the first message it processed to the moment the output of the last
+   one (batches, forwarded transitions) was handed to its producer (its
+   ``state.json``: ``first_at``, ``done_at``).
 2. Latency: with the worker running, new episodes are produced at half the
-   measured worker rate; for every mixed batch, the time from the last
+   measured worker rate (or half the producer's rate of step 1 when that is
+   lower: a producer at its limit queues records itself); for every mixed batch, the time from the last
    transition of its trajectories being produced to the batch being emitted
    (the batch record's timestamp).
 
@@ -327,14 +330,22 @@ def run_bench(storage: str = "memory", n: int = 20_000, obs_bytes: int = 1024, l
             "the worker to process everything",
             0.2,
         )
-        span = max(1e-6, st["last_at"] - st["first_at"])
+        # until the output of the last message was handed to the producer (``done_at``)
+        st = _wait(
+            lambda: (s := worker.state()) and (s.get("done_at") or 0) >= s["last_at"] and s,
+            60,
+            "the worker's output of the last messages",
+            0.2,
+        )
+        span = max(1e-6, st["done_at"] - st["first_at"])
         worker_tps = n / span
         log(
-            f"worker {worker_tps:,.0f}/s ({span:.1f}s between its first and last message; "
-            f"{time.time() - t_start:.1f}s including start-up)"
+            f"worker {worker_tps:,.0f}/s ({span:.1f}s from its first message to the output of "
+            f"its last; {time.time() - t_start:.1f}s including start-up)"
         )
-        # latency at half the worker's rate
-        rate = worker_tps / 2
+        # latency at half the worker's rate, or of the bench's producer when that is slower
+        # (beyond it the producer's own queue, not the worker, would make the latency)
+        rate = min(worker_tps, produce_tps) / 2
         lat_eps = episodes(cfg.run_id, int(rate * latency_s), obs_bytes, rng, prefix="L")
         lat_eps = [e for e in lat_eps if e[0].source != "expert"]  # the pool is already full
         want = sum(1 for e in lat_eps[::G])

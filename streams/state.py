@@ -103,6 +103,7 @@ class StreamState:
         self.side_info = Counter()
         self.first_at: float | None = None  # wall time of the first / last message processed
         self.last_at: float | None = None
+        self.done_at: float | None = None  # ... and when its output was last handed over (agents)
 
     def attach(self, sender) -> None:
         self.out = sender
@@ -380,4 +381,5 @@ class StreamState:
             "dead_letters": self.dead.count if self.dead else 0, "held": len(self.held),
             "processed": sum(self.counts[k] for k in ("t_real", "t_expert", "t_dream", "invalid"))
             + self.dedupe.duplicates, "first_at": self.first_at, "last_at": self.last_at,
+            "done_at": self.done_at,
         }  # fmt: skip
