@@ -551,7 +551,8 @@ class SampleEfficiency:
         total_wall = float(prev.get("wall_s_total", 0.0)) + wall_s
         meta = {"experiment_id": self.id, "command": self.command, "wall_s": total_wall, "tasks": list(self.ex.tasks),
                 "seeds": list(self.ex.seeds), "eval_seeds_per_task": self.ex.eval_seeds_per_task,
-                "eval_seed_start": self.ex.eval_seed_start, "diagnostics": _diag_by_arm(cells)}  # fmt: skip
+                "eval_seed_start": self.ex.eval_seed_start, "diagnostics": _diag_by_arm(cells),
+                "per_task": _per_task(cells)}  # fmt: skip
         summary = write_all(cells, self.out, meta)
         prev.update(wall_s_total=round(total_wall, 1), command=self.command)
         self._meta_file().write_text(json.dumps(prev, indent=1))
@@ -561,16 +562,48 @@ class SampleEfficiency:
         return out
 
 
+DIAG_KEYS = ("trainer_policy_steps", "live_success", "live_nonzero_adv_groups", "dream_steps", "dream_success",
+             "dream_nonzero_adv_groups", "wm_invalid_outputs", "stale_dropped")  # fmt: skip
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if isinstance(x, int | float)]
+    return round(sum(xs) / len(xs), 3) if xs else None
+
+
 def _diag_by_arm(cells: list[dict]) -> dict:
+    """Per arm, means over seeds of what explains a result: updates, live and dreamed success
+    during training, groups with a nonzero advantage, world-model repairs, stale drops, and
+    the world model's fidelity on held-out real transitions next to the "nothing changes" baseline."""
     out: dict = {}
     for arm in ARMS:
         cs = [c for c in cells if c["arm"] == arm]
         if not cs:
             continue
-        out[arm] = {"train_s": round(sum(c["train_s"] for c in cs) / len(cs)),
-                    "eval_s": round(sum(c["eval_s"] for c in cs) / len(cs)),
-                    "live_steps": round(sum(c["live_steps"] for c in cs) / len(cs)),
-                    "versions": round(sum(len(c["history"]) for c in cs) / len(cs), 1)}  # fmt: skip
+        d: dict = {"train_s": _mean([c["train_s"] for c in cs]), "eval_s": _mean([c["eval_s"] for c in cs]),
+                   "live_steps": _mean([c["live_steps"] for c in cs]),
+                   "versions": _mean([len(c["history"]) for c in cs])}  # fmt: skip
+        for k in DIAG_KEYS:
+            v = _mean([c.get("diagnostics", {}).get(k) for c in cs])
+            if v is not None:
+                d[k] = v
+        fids = [c["wm_fidelity"]["dynaweb_final"] for c in cs if c.get("wm_fidelity", {}).get("dynaweb_final")]
+        for k in ("exact_match", "change_f1", "baseline_exact_match", "baseline_change_f1", "ok_rate"):
+            v = _mean([f.get(k) for f in fids])
+            if v is not None:
+                d[f"wm_{k}"] = v
+        out[arm] = d
+    return out
+
+
+def _per_task(cells: list[dict]) -> dict:
+    """arm -> task -> mean over seeds of the success at the arm's last point."""
+    out: dict = {}
+    for arm in ARMS:
+        finals = [c["points"][-1].get("per_task", {}) for c in cells if c["arm"] == arm]
+        tasks = sorted({t for f in finals for t in f})
+        if tasks:
+            out[arm] = {t: _mean([f.get(t) for f in finals]) for t in tasks}
     return out
 
 

@@ -201,6 +201,13 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict) -> str:
             lines.append(f"| {arm} | {p['point']} | {p['budget'] if p['budget'] is not None else '-'} | "
                          f"{p['real_steps']:.0f} | {_pct(p['success'])} | {_ci(p)} | {p['episodes']} | "
                          f"{p['timeouts']} |")  # fmt: skip
+    per_task = meta.get("per_task") or {}
+    if per_task:
+        tasks = sorted({t for d in per_task.values() for t in d})
+        lines += ["", "## Final success per task (mean over seeds)", "",
+                  "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " |", "|---|" + "---|" * len(tasks)]  # fmt: skip
+        for arm, d in per_task.items():
+            lines.append(f"| {arm} | " + " | ".join(_pct(d.get(t)) for t in tasks) + " |")
     diag = meta.get("diagnostics") or {}
     if diag:
         lines += ["", "## Diagnostics (per arm, mean over seeds)", ""]

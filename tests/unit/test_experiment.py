@@ -212,3 +212,17 @@ def test_up_starts_the_gate_only_when_gating_is_on():
     assert "gate" not in component_argv(cfg)
     cfg.gate.enabled = True
     assert component_argv(cfg)["gate"] == ["gate"]
+
+
+def test_markdown_per_task_and_diagnostics_sections():
+    from infra.experiment import _diag_by_arm, _per_task
+
+    cells = _cells()
+    for c in cells:
+        c.update(train_s=10, eval_s=5, live_steps=100, history=[(0, 50)], diagnostics={"dream_success": 0.0})
+        c["points"][-1]["per_task"] = {"miniwob/a": 0.5 if c["arm"] == "dynaweb" else 0.1}
+    meta = {"per_task": _per_task(cells), "diagnostics": _diag_by_arm(cells)}
+    assert meta["per_task"]["dynaweb"] == {"miniwob/a": 0.5}
+    agg = aggregate(rows_from_cells(cells))
+    md = markdown(agg, headline(agg), meta)
+    assert "| dynaweb | 50.0% |" in md and "dream_success 0.0" in md
