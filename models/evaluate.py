@@ -12,7 +12,11 @@ world-model
     predicted next page, line-level F1 of the change, balanced accuracy of
     reward > 0 and of done, the share of outputs that parsed (ok_rate) -- and the
     same figures for the trivial "nothing changes" baseline (page unchanged,
-    reward 0, not done) side by side.  Greedy decoding.
+    reward 0, not done) side by side.  Greedy decoding, or with ``--decode rerank``
+    the generated text and the proposals of ``models.world_model.candidate_outputs``
+    (unchanged / emptied page, the acted-on line with a toggled state or the typed
+    value, each with every reward/done trailer) scored by the model, the most
+    likely kept.
 
 policy
     A policy checkpoint acting in the live browser (``collectors.env.WebEnv`` on
@@ -164,7 +168,7 @@ def _action(text: str) -> Any:
 
 
 def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, split: str = "heldout",
-                     limit: int = 0, timeout: float = 60.0) -> dict:  # fmt: skip
+                     limit: int = 0, timeout: float = 60.0, decode: str = "greedy") -> dict:  # fmt: skip
     from models.world_model import WorldModelRunner
     from streams.topics import Topics
 
@@ -192,13 +196,16 @@ def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, 
     try:
         runner = WorldModelRunner(ck.model, ck.tokenizer, cfg, max_positions=int(ck.model.config.max_position_embeddings),
                                   world_model_version=ck.version or 0)  # fmt: skip
+        if decode not in ("greedy", "rerank"):
+            raise ValueError(f"--decode must be greedy or rerank, got {decode!r}")
+        runner.decode = decode
         t0 = time.time()
         fid = world_model_fidelity(runner, uniq)
         fid["seconds"] = round(time.time() - t0, 2)
     finally:
         ck.close()
     return {"kind": "world_model", "checkpoint": ck.version, "checkpoint_source": ck.source, "data": source,
-            "split": split if data else "heldout-topic", **fid}  # fmt: skip
+            "split": split if data else "heldout-topic", "decode": decode, **fid}  # fmt: skip
 
 
 # --- policy --------------------------------------------------------------------
@@ -384,7 +391,7 @@ def _dreams_for(cfg: Any, version: int, tasks: list[str], timeout: float) -> dic
 
 def format_world_model(res: dict) -> str:
     lines = [f"world model {res['checkpoint_source']} on {res['n']} held-out transitions "
-             f"({res['episodes']} episodes, {res['data']})", f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}"]  # fmt: skip
+             f"({res['episodes']} episodes, {res['data']}), {res.get('decode', 'greedy')} decoding", f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}"]  # fmt: skip
     for k in ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc"):
         lines.append(f"{k:16s} {res[k]:8.3f} {res['baseline_' + k]:16.3f}")
     lines.append(f"{'ok_rate':16s} {res['ok_rate']:8.3f} {'-':>16s}")
@@ -421,7 +428,8 @@ def main(args: Any, cfg: Any) -> int:
     timeout = float(getattr(args, "timeout", 60.0) or 60.0)
     if args.target == "world-model":
         res = eval_world_model(cfg, args.checkpoint, getattr(args, "data", None), getattr(args, "split", "heldout"),
-                               int(getattr(args, "limit", 0) or 0), timeout)  # fmt: skip
+                               int(getattr(args, "limit", 0) or 0), timeout,
+                               getattr(args, "decode", None) or "greedy")  # fmt: skip
         text = format_world_model(res)
     else:
         tasks = [t.strip() for t in (args.tasks or ",".join(cfg.collector.tasks)).split(",") if t.strip()]

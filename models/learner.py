@@ -228,12 +228,8 @@ def policy_batch_loss(
     return total, metrics
 
 
-def world_model_batch_loss(
-    model: Any, tokenizer: Any, transitions: list, cfg: Any, embedder: Any = None,
-    max_change_tokens: int = 160,
-) -> tuple[torch.Tensor, dict]:  # fmt: skip
-    """Change-text likelihood + infonce_weight * InfoNCE (see module doc)."""
-    max_pos = int(model.config.max_position_embeddings)
+def _wm_rows(tokenizer: Any, transitions: list, max_pos: int, max_change_tokens: int) -> tuple[list, list, int]:
+    """(rows of (prompt ids, target ids + eos), real next trees, number of ``page`` targets)."""
     eos = int(tokenizer.eos_token_id)
     rows, next_trees, n_page = [], [], 0
     for t in transitions:
@@ -244,12 +240,17 @@ def world_model_batch_loss(
         reserve = max(max_change_tokens, len(target))
         rows.append((world_model_prompt_ids(tokenizer, obs, t.action, max_pos, reserve), target))
         next_trees.append(nxt.tree)
+    return rows, next_trees, n_page
+
+
+def _wm_forward(model: Any, tokenizer: Any, rows: list, hidden: bool) -> tuple[Any, torch.Tensor, torch.Tensor, Any]:
+    """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None)."""
     was_training = model.training
     model.train()
     try:
         ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
         dev = next(model.parameters()).device
-        out = model(input_ids=ids.to(dev), use_cache=False, output_hidden_states=True)
+        out = model(input_ids=ids.to(dev), use_cache=False, output_hidden_states=hidden)
     finally:
         model.train(was_training)
     T = ids.shape[1]
@@ -258,26 +259,133 @@ def world_model_batch_loss(
     for i, (p, c) in enumerate(rows):
         labels[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(c, device=dev)
         mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1.0
+    pooled = None
+    if hidden:
+        tmask = torch.zeros(len(rows), T, device=dev)
+        for i, (p, c) in enumerate(rows):
+            tmask[i, len(p) : len(p) + len(c)] = 1.0
+        h = out.hidden_states[-1]
+        pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
+    return out, labels, mask, pooled
+
+
+def _distinct(next_trees: list[str]) -> list[int]:
+    """Index of the first row of each distinct next page (the InfoNCE rows)."""
+    first: dict[str, int] = {}
+    for i, tr in enumerate(next_trees):
+        first.setdefault(tr, i)
+    return list(first.values())
+
+
+def wm_chunks(rows: list, chunk_rows: int) -> list[list[int]]:
+    """Row indices in micro-batches of ``chunk_rows``, rows of similar length together (little padding)."""
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
+    n = max(1, int(chunk_rows))
+    return [order[i : i + n] for i in range(0, len(order), n)]
+
+
+def world_model_batch_loss(
+    model: Any, tokenizer: Any, transitions: list, cfg: Any, embedder: Any = None,
+    max_change_tokens: int = 160, backward: bool = False, chunk_rows: int = 8,
+    backward_fn: Callable | None = None,
+) -> tuple[torch.Tensor, dict]:  # fmt: skip
+    """Change-text likelihood + infonce_weight * InfoNCE (see module doc).
+
+    ``backward=True``: the batch runs in micro-batches of ``chunk_rows`` rows
+    (sorted by length), each one forward + ``backward_fn`` (default
+    ``loss.backward()``), so only one micro-batch's graph is alive at a time (peak
+    memory ~ ``chunk_rows`` rows instead of the batch); the gradient is the one of
+    the whole-batch loss.  The LM term is a mean over all target tokens, so each
+    micro-batch's mean is weighted by its share of the tokens.  The InfoNCE term
+    couples the rows (the other pages are the negatives), so it is done the
+    GradCache way: one no-grad pass pools every row, the InfoNCE loss and its
+    gradient w.r.t. the pooled vectors are computed on them, and each
+    micro-batch then back-propagates ``<pooled, that gradient>`` along with its
+    LM term (the RNG state of each micro-batch is replayed, so even with dropout
+    both passes agree).  A batch of at most ``chunk_rows`` rows is one plain
+    forward + backward.  The returned loss is then a detached tensor.
+    """
+    max_pos = int(model.config.max_position_embeddings)
+    rows, next_trees, n_page = _wm_rows(tokenizer, transitions, max_pos, max_change_tokens)
+    head = getattr(model, "page_head", None)
+    use_nce = embedder is not None and head is not None and cfg.infonce_weight > 0
+    keep = _distinct(next_trees) if use_nce else []
+    use_nce = use_nce and len(keep) >= 2
+    if backward and len(rows) > max(1, int(chunk_rows)):
+        return _wm_loss_chunked(model, tokenizer, rows, next_trees, n_page, keep if use_nce else [], cfg, embedder,
+                                chunk_rows, backward_fn or (lambda x: x.backward()))  # fmt: skip
+    out, labels, mask, pooled = _wm_forward(model, tokenizer, rows, hidden=use_nce)
+    dev = labels.device
     loss_lm = lm_loss(out.logits[:, :-1], labels, mask)
     loss = loss_lm
     metrics = {"lm_loss": float(loss_lm.detach()), "infonce": 0.0, "infonce_acc": 0.0, "n": len(rows),
                "target_tokens_mean": float(mask.sum()) / max(1, len(rows)), "page_fraction": n_page / max(1, len(rows))}  # fmt: skip
-    head = getattr(model, "page_head", None)
-    if embedder is not None and head is not None and cfg.infonce_weight > 0:
-        first: dict[str, int] = {}
-        for i, tr in enumerate(next_trees):
-            first.setdefault(tr, i)
-        keep = list(first.values())
-        if len(keep) >= 2:
-            hidden = out.hidden_states[-1]
-            tmask = torch.zeros(len(rows), T, device=dev)
-            for i, (p, c) in enumerate(rows):
-                tmask[i, len(p) : len(p) + len(c)] = 1.0
-            pooled = (hidden * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
-            pred = head(pooled[keep])
-            target = embedder.embed([next_trees[i] for i in keep]).to(dev)
-            loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
-            loss = loss + cfg.infonce_weight * loss_nce
-            metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
+    if use_nce:
+        pred = head(pooled[keep])
+        target = embedder.embed([next_trees[i] for i in keep]).to(dev)
+        loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
+        loss = loss + cfg.infonce_weight * loss_nce
+        metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
     metrics["loss"] = float(loss.detach())
+    if backward:  # one micro-batch: the plain backward (no GradCache pre-pass needed)
+        (backward_fn or (lambda x: x.backward()))(loss)
+        metrics["chunks"] = 1
+        return loss.detach(), metrics
     return loss, metrics
+
+
+def _rng_state() -> tuple:
+    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+
+
+def _set_rng_state(state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n_page: int, keep: list[int], cfg: Any,
+                     embedder: Any, chunk_rows: int, backward_fn: Callable) -> tuple[torch.Tensor, dict]:  # fmt: skip
+    chunks = wm_chunks(rows, chunk_rows)
+    n_tok = sum(len(c) for _, c in rows)
+    dev = next(model.parameters()).device
+    head = model.page_head if keep else None
+    states: list = []
+    grad_pooled: dict[int, torch.Tensor] = {}
+    nce_head = None
+    metrics = {"infonce": 0.0, "infonce_acc": 0.0}
+    if keep:
+        pooled_all: list[torch.Tensor | None] = [None] * len(rows)
+        with torch.no_grad():
+            for ch in chunks:
+                states.append(_rng_state())
+                _, _, _, pooled = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=True)
+                for k, i in enumerate(ch):
+                    pooled_all[i] = pooled[k]
+        leaf = torch.stack([pooled_all[i] for i in keep]).detach().requires_grad_(True)  # type: ignore[misc]
+        target = embedder.embed([next_trees[i] for i in keep]).to(dev)
+        loss_nce, st = info_nce(head(leaf), target, INFONCE_TEMPERATURE)
+        (g,) = torch.autograd.grad(cfg.infonce_weight * loss_nce, leaf)
+        grad_pooled = {i: g[k] for k, i in enumerate(keep)}
+        nce_head = (leaf.detach(), target)
+        metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
+    total_lm = 0.0
+    for c, ch in enumerate(chunks):
+        if states:
+            _set_rng_state(states[c])
+        out, labels, mask, pooled = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=bool(keep))
+        w = float(mask.sum()) / max(1, n_tok)
+        loss_c = lm_loss(out.logits[:, :-1], labels, mask)
+        total_lm += w * float(loss_c.detach())
+        part = w * loss_c
+        sel = [k for k, i in enumerate(ch) if i in grad_pooled]
+        if sel:
+            g = torch.stack([grad_pooled[ch[k]] for k in sel])
+            part = part + (pooled[sel] * g).sum()
+        if c == 0 and nce_head is not None:  # the page head's own gradient (its input held fixed)
+            part = part + cfg.infonce_weight * info_nce(head(nce_head[0]), nce_head[1], INFONCE_TEMPERATURE)[0]
+        backward_fn(part)
+    loss = total_lm + (cfg.infonce_weight * metrics["infonce"] if keep else 0.0)
+    metrics.update(lm_loss=total_lm, n=len(rows), target_tokens_mean=n_tok / max(1, len(rows)),
+                   page_fraction=n_page / max(1, len(rows)), loss=loss, chunks=len(chunks))  # fmt: skip
+    return torch.tensor(loss), metrics

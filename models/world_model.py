@@ -24,17 +24,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from collectors.spaces import Action, Observation, ids_in_tree, parse_action
-from models.change import apply_change, change_f1, diff_to_change, format_output, parse_model_output
+from models.change import (
+    apply_change,
+    change_f1,
+    diff_to_change,
+    format_output,
+    line_id,
+    parse_model_output,
+)
 from models.embedder import DIM
 from models.policy import load_causal_lm, make_causal_lm, prefix_groups
 from models.prompts import world_model_prompt_ids
-from models.tokenizer import decode, eos_id, pad_id
+from models.tokenizer import decode, encode, eos_id, pad_id
 
 
 def attach_page_head(model: Any, dim: int = DIM) -> Any:
@@ -182,6 +190,84 @@ def preallocated_cache(capacity: int) -> Any:
     return cache
 
 
+_VALUE = re.compile(r' value="(?:[^"\\]|\\.)*"')
+TRAILERS = ((0.0, False), (1.0, True), (-1.0, True))  # (reward, done): step, success, failure
+
+
+def _set_value(line: str, value: str) -> str:
+    """``value="..."`` set on the line (replaced, or placed before ``type="..."`` / at the end)."""
+    v = ' value="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if _VALUE.search(line):
+        return _VALUE.sub(lambda _m: v, line, count=1)
+    k = line.find(' type="')
+    return line[:k] + v + line[k:] if k >= 0 else line + v
+
+
+def _select_tab(lines: list[str], idx: int) -> list[str]:
+    """A tab click: the other ``expanded selected`` tabs become ``collapsed``, this one the reverse."""
+    new = list(lines)
+    for j, x in enumerate(lines):
+        if " tab " in f" {x.strip()} " and x.strip().split(" ", 2)[1:2] == ["tab"]:
+            bare = x.replace(" expanded selected", "").replace(" collapsed", "")
+            new[j] = bare + (" expanded selected" if j == idx else (" collapsed" if bare != x else ""))
+    return new
+
+
+def _toggle(line: str, prop: str) -> str:
+    return line.replace(" " + prop, "", 1) if (" " + prop) in line else line + " " + prop
+
+
+def candidate_trees(obs: Observation, action: Action | None) -> list[str]:
+    """Next pages the action could plausibly produce (proposals for ``decode="rerank"``).
+
+    The unchanged page, the empty page (the episode's page is gone), and for an
+    action on element ``k``: line ``k`` with ``checked``/``selected``/``expanded``
+    toggled, with ``value="<text>"`` (type/select), for select the ``selected``
+    mark moved to the chosen option below it, for a click on a ``tab`` that tab
+    ``expanded selected`` and the others ``collapsed``.  Deterministic, deduplicated.
+    """
+    out = [obs.tree, ""]
+    lines = obs.tree.split("\n")
+    if action is not None and action.element is not None:
+        idx = next((i for i, x in enumerate(lines) if line_id(x) == action.element), None)
+        if idx is not None:
+            line = lines[idx]
+            variants = [_toggle(line, p) for p in ("checked", "selected", "expanded")]
+            if action.kind in ("type", "select") and action.text is not None:
+                variants.append(_set_value(line, action.text))
+            for v in variants:
+                out.append("\n".join(lines[:idx] + [v] + lines[idx + 1 :]))
+            if action.kind == "click" and line.strip().split(" ", 2)[1:2] == ["tab"]:
+                out.append("\n".join(_select_tab(lines, idx)))
+            if action.kind == "select" and action.text is not None:
+                new = list(lines)
+                new[idx] = _set_value(line, action.text)
+                for j in range(idx + 1, len(lines)):
+                    if line_id(lines[j]) is not None:
+                        break
+                    body = lines[j].strip()
+                    if body.startswith("option "):
+                        bare = lines[j].replace(" selected", "")
+                        new[j] = bare + " selected" if body.startswith(f'option "{action.text}"') else bare
+                out.append("\n".join(new))
+    return list(dict.fromkeys(out))
+
+
+def candidate_outputs(obs: Observation, action: Action | None, generated: str | None = None) -> list[str]:
+    """Full world-model outputs to score: every candidate tree's change x every trailer,
+    plus the freely generated text (if it parses) and its change with every trailer."""
+    changes = [diff_to_change(obs.tree, t, next_id=obs.next_id) for t in candidate_trees(obs, action)]
+    out = []
+    if generated is not None:  # kept when it parses (a rejected text would only mean "unchanged, reward 0")
+        change, _r, _d, ok, _why = parse_model_output(generated, tree=obs.tree, next_id=obs.next_id)
+        if ok:
+            out.append(generated)
+            changes.append(change)
+    for c in dict.fromkeys(changes):
+        out += [format_output(c, r, d) for r, d in TRAILERS]
+    return list(dict.fromkeys(out))
+
+
 class WorldModelRunner:
     """Batched prediction with KV-cached generation (left padded)."""
 
@@ -197,6 +283,9 @@ class WorldModelRunner:
         self.max_change_tokens = int(max_change_tokens or getattr(dream, "max_change_tokens", 160))
         self.world_model_version = world_model_version
         self.ignore_eos = False  # benchmarks only: always generate max_change_tokens
+        # "greedy": the generated text; "rerank": the generated text and the proposals of
+        # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept
+        self.decode = getattr(dream, "wm_decode", None) or "greedy"
 
     def prompt_ids(self, obs: Observation, action_text: str) -> list[int]:
         return world_model_prompt_ids(
@@ -314,6 +403,8 @@ class WorldModelRunner:
             uniq = list(dict.fromkeys(tuple(p) for p in prompts))
             texts = dict(zip(uniq, self.generate_texts([list(u) for u in uniq]), strict=True))
             outs = [texts[tuple(p)] for p in prompts]
+        if self.decode == "rerank":
+            outs = self.rerank(obs_list, acts, prompts, outs)
         preds = []
         for obs, act, text in zip(obs_list, acts, outs, strict=True):
             change, reward, done, ok, reason = parse_model_output(text, tree=obs.tree, next_id=obs.next_id)
@@ -325,6 +416,19 @@ class WorldModelRunner:
                     ok, reason, reward, done = False, f"apply failed: {e}", 0.0, False
             preds.append(Prediction(next_observation(obs, tree, act), reward, done, ok, reason, text, obs.tree))
         return preds
+
+
+    @torch.no_grad()
+    def rerank(self, obs_list: list[Observation], acts: list, prompts: list[list[int]], generated: list[str]) -> list[str]:
+        """Per row, the most likely of ``candidate_outputs`` (the generated text is one of them)."""
+        from models.policy import score_continuations
+
+        eos = eos_id(self.tokenizer)
+        cands = [candidate_outputs(o, a, g) for o, a, g in zip(obs_list, acts, generated, strict=True)]
+        room = [max(1, self.max_positions - len(p)) for p in prompts]
+        conts = [[(encode(self.tokenizer, c) + [eos])[: room[b]] for c in cs] for b, cs in enumerate(cands)]
+        scores = score_continuations(self.model, prompts, conts, self.max_positions, pad_id(self.tokenizer))
+        return [cs[int(torch.argmax(sc))] for cs, sc in zip(cands, scores, strict=True)]
 
 
 # --- fidelity ---------------------------------------------------------------------
