@@ -518,6 +518,9 @@ class SampleEfficiency:
         from infra.stack import Stack
 
         self._check_out()
+        self.say(f"{self.id}: {len(self.ex.seeds)} seeds x arms {', '.join(self.ex.arms)}, budget {self.ex.budget} "
+                 f"real steps; expected wall time on 2 cores: "
+                 f"{'3 min' if self.quick else '48 min with the defaults (measured; docs/experiment.md)'}")  # fmt: skip
         t0 = time.time()
         stack = Stack(self.base)
         if self.start_stack:
