@@ -149,23 +149,16 @@ class RunWatch:
         return self.history[-1][0] if self.history else None
 
     def _run(self) -> None:
-        from kafka import TopicPartition
-
         from streams import records
-        from streams.kafka import is_control, make_consumer
+        from streams.kafka import assignable, is_control, make_consumer
 
         try:
             consumer = make_consumer(self.cfg.kafka)
-            tps = []
-            for t in (self.topics.real, self.topics.checkpoints):
-                parts = None
-                deadline = time.time() + 30
-                while not parts and time.time() < deadline:
-                    parts = consumer.partitions_for_topic(t)
-                    if not parts:
-                        time.sleep(0.2)
-                tps += [TopicPartition(t, p) for p in sorted(parts or [])]
-            consumer.assign(tps)
+        except Exception as e:  # noqa: BLE001 - surfaced by the controller (``error``)
+            self.error = e
+            return
+        try:
+            consumer.assign(assignable(consumer, (self.topics.real, self.topics.checkpoints)))
             consumer.seek_to_beginning()
             while not self._stop.is_set():
                 for tp, msgs in consumer.poll(timeout_ms=300).items():
@@ -184,9 +177,10 @@ class RunWatch:
                                     self.history.append((int(a.version), self.real_steps))
                         except records.RecordError:
                             continue
-            consumer.close()
-        except Exception as e:  # noqa: BLE001 - surfaced by the controller
+        except Exception as e:  # noqa: BLE001 - surfaced by the controller (``error``)
             self.error = e
+        finally:
+            consumer.close()
 
     def close(self) -> None:
         self._stop.set()

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from kafka import TopicPartition
 
 from infra.config import Config
 from infra.process import start_component
@@ -38,7 +37,14 @@ from models import metrics as M
 from models.checkpoint import KINDS, CheckpointStore
 from models.engine import engine_step, make_engine
 from streams import records
-from streams.kafka import Publisher, ensure_topics, is_control, make_consumer, make_producer
+from streams.kafka import (
+    Publisher,
+    assignable,
+    ensure_topics,
+    is_control,
+    make_consumer,
+    make_producer,
+)
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -165,17 +171,8 @@ class Trainer:
 
     def _open_consumer(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=64)
-        tps = []
-        for t in (self.topics.policy_batches, self.topics.world_model, self.topics.world_model_eval):
-            parts = None
-            deadline = time.time() + 30
-            while not parts and time.time() < deadline:
-                parts = self.consumer.partitions_for_topic(t)
-                if not parts:
-                    time.sleep(0.2)
-            if not parts:
-                raise RuntimeError(f"topic {t} has no partitions; was it created (`dynaweb infra up`)?")
-            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        tps = assignable(self.consumer, (self.topics.policy_batches, self.topics.world_model,
+                                         self.topics.world_model_eval))  # fmt: skip
         self.consumer.assign(tps)
         for tp in tps:
             off = self.offsets.get(tp.topic, {}).get(tp.partition)

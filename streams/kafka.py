@@ -12,7 +12,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -187,6 +187,23 @@ class DeadLetters:
 
 def sentinel(run_id: str, sender: str) -> records.Control:
     return records.Control(run_id=run_id, kind="sentinel", sender=sender, info={"nonce": records.new_id()})
+
+
+def assignable(consumer: KafkaConsumer, topics: Iterable[str], timeout: float = 30.0) -> list[TopicPartition]:
+    """Every partition of ``topics`` once the consumer's metadata knows them (a topic just
+    created may take a moment); raises ``TimeoutError`` naming the topic and the fix."""
+    tps: list[TopicPartition] = []
+    deadline = time.time() + timeout
+    for t in topics:
+        parts = consumer.partitions_for_topic(t)
+        while not parts and time.time() < deadline:
+            time.sleep(0.2)
+            parts = consumer.partitions_for_topic(t)
+        if not parts:
+            raise TimeoutError(f"topic {t} has no partitions after {timeout:.0f}s; was it created "
+                               "(`dynaweb infra up`, or any component of the run)?")  # fmt: skip
+        tps += [TopicPartition(t, p) for p in sorted(parts)]
+    return tps
 
 
 def read_until_sentinel(

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
-
-from kafka import TopicPartition
 
 from infra.config import KafkaConfig
 from streams import kafka as sk
@@ -49,17 +46,11 @@ class SideReader:
 
     def start(self, timeout: float = 60.0) -> SideReader:
         consumer = sk.make_consumer(self.kc, max_poll_records=2000)
-        tps = []
-        deadline = time.time() + timeout
-        for t in self.topics:
-            parts = consumer.partitions_for_topic(t)
-            while not parts and time.time() < deadline:
-                time.sleep(0.1)
-                parts = consumer.partitions_for_topic(t)
-            if not parts:
-                consumer.close()
-                raise TimeoutError(f"no partitions for {t} within {timeout}s")
-            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        try:
+            tps = sk.assignable(consumer, self.topics, timeout)
+        except TimeoutError:
+            consumer.close()
+            raise
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
         prod = sk.make_producer(self.kc, linger_ms=0)

@@ -59,3 +59,23 @@ def test_retention_from_the_environment(admin):
     sk.ensure_topics(cfg)
     assert admin.created and all(t.topic_configs["retention.ms"] == "60000" for t in admin.created)
     assert all(t.topic_configs["retention.bytes"] == "-1" for t in admin.created)  # default: unlimited size
+
+
+class _Consumer:
+    def __init__(self, parts: dict, ready_after: int = 0):
+        self.parts, self.calls, self.ready_after = parts, 0, ready_after
+
+    def partitions_for_topic(self, t):
+        self.calls += 1
+        return self.parts.get(t) if self.calls > self.ready_after else None
+
+
+def test_assignable_waits_for_metadata_then_lists_every_partition():
+    c = _Consumer({"a": {1, 0}, "b": {0}}, ready_after=1)
+    tps = sk.assignable(c, ["a", "b"], timeout=5)
+    assert [(tp.topic, tp.partition) for tp in tps] == [("a", 0), ("a", 1), ("b", 0)]
+
+
+def test_assignable_names_a_missing_topic():
+    with pytest.raises(TimeoutError, match="topic missing has no partitions"):
+        sk.assignable(_Consumer({}), ["missing"], timeout=0.3)
