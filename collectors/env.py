@@ -39,13 +39,21 @@ as ``last_action_error`` in the next observation and in ``info["error"]``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from collectors.browser import Browser, close_quietly
-from collectors.observation import DEFAULT_BUDGET, ObservationBuilder, PageState, locator_for
+from collectors.observation import (
+    ATTR,
+    DEFAULT_BUDGET,
+    OBSERVE_JS,
+    ObservationBuilder,
+    PageState,
+    locator_for,
+)
 from collectors.spaces import KEYS, Action, ActionParseError, Observation, parse_action
 from collectors.tasks import TaskSpec, get_task
 
@@ -89,6 +97,14 @@ START_JS = r"""
 }
 """
 
+# Start the episode and, when the task is ready, observe it in the same evaluate (a reset is then
+# one round trip).  Composed of two fixed functions; no action text is ever part of it.
+START_OBSERVE_JS = (
+    "(args) => { const s = (" + START_JS.strip() + ")(args);"
+    " if (s.miniwob && !s.ready) return JSON.stringify({not_ready: true});"
+    " return (" + OBSERVE_JS.strip() + ")(args); }"
+)
+
 # Fixed helpers evaluated on an element (never built from action text).
 # A point of the element that is not covered by another one (None: let Playwright decide).
 VISIBLE_POINT_JS = r"""
@@ -126,7 +142,41 @@ CLICK_POINT_JS = r"""
   return null;
 }
 """
+# Prepare ``fill``: focus a text-like field and select its content, as Playwright's own fill does
+# before it inserts the text; 'ok', or null when the element needs Playwright's full path (a
+# date/colour/range input, not yet visible or editable: that path waits and reports).
+FILL_PREP_JS = r"""
+(el) => {
+  const TYPE_INTO = {'': 1, email: 1, number: 1, password: 1, search: 1, tel: 1, text: 1, url: 1};
+  if (el.disabled || el.readOnly || el.getAttribute('aria-disabled') === 'true') return null;
+  const r = el.getBoundingClientRect();
+  if (!r.width || !r.height || getComputedStyle(el).visibility !== 'visible') return null;
+  if (el.tagName === 'INPUT') {
+    if (!TYPE_INTO[(el.type || '').toLowerCase()]) return null;
+    el.select(); el.focus();
+  } else if (el.tagName === 'TEXTAREA') {
+    el.selectionStart = 0; el.selectionEnd = el.value.length; el.focus();
+  } else if (el.isContentEditable) {
+    const range = document.createRange(); range.selectNodeContents(el);
+    const sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range); el.focus();
+  } else return null;
+  return document.activeElement === el ? 'ok' : null;
+}
+"""
+
+
+def _by_id(fn: str) -> str:
+    """``fn(element)`` applied to the one element carrying our id ``id`` (a number argument), in the
+    page's main world: one round trip, where a Playwright locator costs four.  null when the id is
+    missing or not unique (the caller then takes the locator path, which reports why)."""
+    return ("(id) => { const els = document.querySelectorAll('[" + ATTR + "=\"' + (id | 0) + '\"]');"
+            " if (els.length !== 1) return null; return (" + fn.strip() + ")(els[0]); }")  # fmt: skip
+
+
 SELECTED_JS = "(el) => (el.tagName === 'SELECT' && el.multiple) ? Array.from(el.selectedOptions).map(o => o.label) : null"
+
+CLICK_BY_ID_JS = _by_id(CLICK_POINT_JS)
+FILL_BY_ID_JS = _by_id(FILL_PREP_JS)
 
 _CRASH_MARKERS = ("crash", "target closed", "has been closed", "browser has been closed",
                   "target page, context or browser has been closed", "connection closed")  # fmt: skip
@@ -260,20 +310,20 @@ class WebEnv:
         self.task, self.seed, self.steps, self.done = spec, int(seed), 0, False
         self.episodes += 1
         try:
-            await self._load(spec, int(seed))
-            obs, st = await self.builder.observe(self.page, reset=True)
+            obs, st = await self._start(spec, int(seed))
         except Exception as e:
             if not (_is_crash(e) or self.crashed):
                 raise
             await self.restart()
-            await self._load(spec, int(seed))
-            obs, st = await self.builder.observe(self.page, reset=True)
+            obs, st = await self._start(spec, int(seed))
         self.obs, self.state = obs, st
         self._t0 = time.monotonic()
         return obs, {"task": spec.name, "seed": int(seed), "url": obs.url, "truncation": st.trunc,
                      "blocked": self.blocked, "restarts": self.restarts}  # fmt: skip
 
-    async def _load(self, spec: TaskSpec, seed: int) -> None:
+    async def _start(self, spec: TaskSpec, seed: int) -> tuple[Observation, PageState]:
+        """Load the task page if needed, start the episode and observe it (one evaluate when the
+        task is ready at once, as almost all are)."""
         page = self.page
         url = spec.url(self.base_url)
         s = self.settings
@@ -289,14 +339,16 @@ class WebEnv:
             self._since_load = 0
             self.page_loads += 1
         self._since_load += 1
-        r = await page.evaluate(
-            START_JS, {"seed": seed, "maxTime": int(self.settings.time_limit_ms)}
-        )
-        if r.get("miniwob") and not r.get("ready", True):
-            for _ in range(40):  # some tasks load data first (up to 2 s)
-                await asyncio.sleep(0.05)
-                if await page.evaluate("() => !!WOB_TASK_READY"):
-                    break
+        self.builder.next_id = 1
+        raw = json.loads(await page.evaluate(
+            START_OBSERVE_JS, {"seed": seed, "maxTime": int(s.time_limit_ms), "reset": True, "nextId": 1}))  # fmt: skip
+        if not raw.get("not_ready"):
+            return self.builder.build(raw)
+        for _ in range(40):  # some tasks load data first (up to 2 s)
+            await asyncio.sleep(0.05)
+            if await page.evaluate("() => !!WOB_TASK_READY"):
+                break
+        return await self.builder.observe(page, reset=True)
 
     async def step(self, action: Action | str) -> tuple[Observation, float, bool, bool, dict]:
         if self.done:
@@ -393,7 +445,7 @@ class WebEnv:
             try:
                 if a.kind == "click":
                     # click where the element is not covered (MiniWoB places elements at random)
-                    point = await loc.evaluate(CLICK_POINT_JS, timeout=t)
+                    point = await page.evaluate(CLICK_BY_ID_JS, a.element)
                     if point is not None:
                         await page.mouse.click(point["x"], point["y"])
                     else:
@@ -401,7 +453,14 @@ class WebEnv:
                         pos = {"x": point["x"], "y": point["y"]} if isinstance(point, dict) else None
                         await loc.click(timeout=t, **({"position": pos} if pos else {}))
                 elif a.kind == "type":
-                    await loc.fill(a.text, timeout=t)
+                    # Playwright's fill in two calls: focus + select (by id), then trusted text input
+                    if await page.evaluate(FILL_BY_ID_JS, a.element) == "ok":
+                        if a.text:
+                            await page.keyboard.insert_text(a.text)
+                        else:
+                            await page.keyboard.press("Delete")
+                    else:
+                        await loc.fill(a.text, timeout=t)
                 else:
                     # a multi-select list: select toggles one option and keeps the others
                     current = await loc.evaluate(SELECTED_JS, timeout=t)

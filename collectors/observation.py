@@ -446,7 +446,9 @@ OBSERVE_JS = r"""
   const hasCore = typeof core !== 'undefined' && core && typeof core.getUtterance === 'function';
   let instruction = '';
   try { instruction = hasCore ? core.getUtterance() : norm(document.title); } catch (e) {}
-  return {
+  // one JSON string: Playwright's value serializer (and the Python side's parser) cost several
+  // times more than JSON.stringify / json.loads for this nested list
+  return JSON.stringify({
     lines: out, next: next, focused: focused, instruction: instruction, url: location.href,
     done: typeof WOB_DONE_GLOBAL !== 'undefined' ? !!WOB_DONE_GLOBAL : false,
     raw_reward: typeof WOB_RAW_REWARD_GLOBAL !== 'undefined' ? +WOB_RAW_REWARD_GLOBAL : 0,
@@ -454,7 +456,7 @@ OBSERVE_JS = r"""
     reason: typeof WOB_REWARD_REASON !== 'undefined' && WOB_REWARD_REASON !== null ? String(WOB_REWARD_REASON) : null,
     ready: typeof WOB_TASK_READY !== 'undefined' ? !!WOB_TASK_READY : true,
     wob_episode: typeof WOB_EPISODE_ID !== 'undefined' ? WOB_EPISODE_ID : null,
-  };
+  });
 }
 """
 
@@ -524,4 +526,4 @@ class ObservationBuilder:
         if reset:
             self.next_id = 1
         raw = await page.evaluate(OBSERVE_JS, {"reset": bool(reset), "nextId": self.next_id})
-        return self.build(raw, error)
+        return self.build(json.loads(raw), error)

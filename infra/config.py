@@ -82,7 +82,8 @@ class CollectorConfig:
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
     max_steps_per_s: float = _f(0.0, "Rate limit over all contexts of this collector (0 = unlimited).")
     group_size: int = _f(1, "Episodes run on the same (task, seed) in a row: G > 1 collects live GSPO groups.")
-    run_length: int = _f(8, "Consecutive episodes of one task per context before it moves to the next task.")
+    run_length: int = _f(32, "Consecutive episodes of one task per context before it moves to the next task "
+                         "(the page is loaded again only when the task changes: a load costs ~150 ms of CPU).")
     seed_offset: int = _f(-1, "Offset into the training seeds (-1 = derived from the collector id).")
     groups_per_version: float = _f(0.0, "On-policy pacing: start at most this many groups per new policy "
                                    "version (0 = unpaced). 1 = one group, then wait for the trainer.")
