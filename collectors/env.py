@@ -29,11 +29,21 @@ Episode end:
 
 Actions are Playwright calls only (click -> ``page.mouse.click`` on an uncovered
 point of the element when one is in view (else ``locator.click``), type ->
-``locator.fill`` (replaces the content), select -> ``select_option`` by label
-then value (on a multi-select list it toggles that one option), press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
-``page.go_back``); no code string is ever built from an action.  A failed
+focus + select the field, then ``keyboard.insert_text`` (what ``locator.fill`` does;
+``fill`` itself for date/colour inputs and fields not yet editable), select ->
+``select_option`` by label then value (on a multi-select list it toggles that one
+option), press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
+``page.go_back``); no code string is ever built from an action.  The element is
+found by our id in the page's main world, in the same evaluate that computes the
+click point (a Playwright locator would cost four round trips more).  A failed
 action (unknown id, hidden element, time-out) does not raise: it is reported
 as ``last_action_error`` in the next observation and in ``info["error"]``.
+
+Settling (``collector.settle_ms``, default 30; 0 turns it off): the observation
+after an action waits until the page has rendered a frame and its DOM has not
+changed for ``settle_ms`` (at most ``settle_max_ms``), in the same evaluate that
+observes, so it shows the action's settled effect rather than the outcome of a
+race with the page's own timers (``info["settled_ms"]``: how long it took).
 """
 
 from __future__ import annotations
@@ -206,6 +216,8 @@ class EnvSettings:
     reload_each_episode: bool = False
     reload_every: int = 50
     extra_origins: tuple = ()
+    settle_ms: float = 30.0
+    settle_max_ms: float = 500.0
 
 
 class WebEnv:
@@ -214,7 +226,8 @@ class WebEnv:
     def __init__(self, browser: Browser, base_url: str, cfg: Any = None, *, max_steps: int | None = None,
                  time_limit_ms: int | None = None, budget: int | None | str = "cfg",
                  action_timeout_ms: int = 1500, reload_each_episode: bool = False,
-                 reload_every: int = 50, measure: Any = None):  # fmt: skip
+                 reload_every: int = 50, measure: Any = None, settle_ms: float | None = None,
+                 settle_max_ms: float | None = None):  # fmt: skip
         self.browser = browser
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         s = EnvSettings()
@@ -223,6 +236,12 @@ class WebEnv:
             s.time_limit_ms = int(cfg.episode_time_limit_ms)
             s.budget = int(cfg.obs_token_budget) if cfg.obs_token_budget else None
             s.extra_origins = tuple(cfg.allowed_origins or ())
+            s.settle_ms = float(getattr(cfg, "settle_ms", s.settle_ms))
+            s.settle_max_ms = float(getattr(cfg, "settle_max_ms", s.settle_max_ms))
+        if settle_ms is not None:
+            s.settle_ms = float(settle_ms)
+        if settle_max_ms is not None:
+            s.settle_max_ms = float(settle_max_ms)
         if max_steps is not None:
             s.max_steps = max_steps
         if time_limit_ms is not None:
@@ -380,7 +399,7 @@ class WebEnv:
         obs, st = None, None
         if not crashed and not self.crashed:
             try:
-                obs, st = await self.builder.observe(self.page, error=error)
+                obs, st = await self.builder.observe(self.page, error=error, settle=self._settle)
             except Exception as e:  # noqa: BLE001
                 if _is_crash(e) or self.crashed:
                     crashed = True
@@ -429,8 +448,14 @@ class WebEnv:
             self.timeouts += 1
         self.done = terminated or truncated
         info.update(raw_reward=st.raw_reward, reason=st.reason, timeout=timeout, crashed=False, error=error,
-                    truncation=st.trunc, blocked=self.blocked, timeouts=self.timeouts)  # fmt: skip
+                    truncation=st.trunc, blocked=self.blocked, timeouts=self.timeouts,
+                    settled_ms=st.settled_ms)  # fmt: skip
         return obs, reward, terminated, truncated, info
+
+    @property
+    def _settle(self) -> tuple[float, float] | None:
+        s = self.settings
+        return (s.settle_ms, s.settle_max_ms) if s.settle_ms > 0 else None
 
     # --- actions ------------------------------------------------------------------
 

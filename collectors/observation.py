@@ -456,9 +456,46 @@ OBSERVE_JS = r"""
     reason: typeof WOB_REWARD_REASON !== 'undefined' && WOB_REWARD_REASON !== null ? String(WOB_REWARD_REASON) : null,
     ready: typeof WOB_TASK_READY !== 'undefined' ? !!WOB_TASK_READY : true,
     wob_episode: typeof WOB_EPISODE_ID !== 'undefined' ? WOB_EPISODE_ID : null,
+    settled_ms: args.settled === undefined ? null : args.settled,
   });
 }
 """
+
+
+# Settling: after an action the observation waits until the page has rendered a frame and its DOM
+# has not changed for ``settleMs`` (capped at ``settleMaxMs``), so it shows the action's settled
+# effect (handlers deferred by setTimeout/rAF, a jQuery animation: its 13 ms ticks keep the DOM
+# busy until it ends) instead of whatever a race with those timers gives.  MiniWoB's own timer
+# display and our id attributes do not count as changes.  Sets ``args.settled`` (ms waited).
+SETTLE_JS = r"""
+(args) => new Promise((resolve) => {
+  const quiet = +args.settleMs || 0, cap = Math.max(quiet, +args.settleMaxMs || 0);
+  const t0 = performance.now();
+  let last = t0, framed = false, done = false;
+  const skip = document.getElementById('reward-display');
+  const mo = new MutationObserver((recs) => {
+    for (const r of recs) {
+      if (r.type === 'attributes' && r.attributeName === 'data-dw-id') continue;
+      if (skip && skip.contains(r.target)) continue;
+      last = performance.now(); return;
+    }
+  });
+  mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+  requestAnimationFrame(() => { framed = true; });
+  const check = () => {
+    if (done) return;
+    const now = performance.now();
+    if (now - t0 >= cap || (framed && now - last >= quiet)) {
+      done = true; mo.disconnect(); args.settled = Math.round(now - t0); resolve();
+    } else setTimeout(check, framed ? Math.max(1, quiet - (now - last)) : 4);
+  };
+  setTimeout(check, 0);
+})
+"""
+# Observe after settling, in the same evaluate.
+SETTLED_OBSERVE_JS = (
+    "async (args) => { await (" + SETTLE_JS.strip() + ")(args); return (" + OBSERVE_JS.strip() + ")(args); }"
+)
 
 
 @dataclass
@@ -474,6 +511,7 @@ class PageState:
     all_ids: set
     lines: list
     trunc: dict
+    settled_ms: float | None = None  # how long the page took to settle after the action
 
 
 def lines_from_raw(raw: list) -> list[Line]:
@@ -517,13 +555,20 @@ class ObservationBuilder:
             done=bool(raw.get("done")), raw_reward=float(raw.get("raw_reward") or 0.0),
             reward=float(raw.get("reward") or 0.0), reason=raw.get("reason"), ready=bool(raw.get("ready", True)),
             url=str(raw.get("url") or ""), all_ids=all_ids, lines=lines, trunc=trunc,
+            settled_ms=raw.get("settled_ms"),
         )  # fmt: skip
         return obs, st
 
-    async def observe(
-        self, page: Any, reset: bool = False, error: str = ""
-    ) -> tuple[Observation, PageState]:
+    async def observe(self, page: Any, reset: bool = False, error: str = "",
+                      settle: tuple[float, float] | None = None) -> tuple[Observation, PageState]:  # fmt: skip
+        """One evaluate; with ``settle=(quiet_ms, max_ms)`` it first waits for the page to settle
+        (``SETTLE_JS``)."""
         if reset:
             self.next_id = 1
-        raw = await page.evaluate(OBSERVE_JS, {"reset": bool(reset), "nextId": self.next_id})
+        args: dict = {"reset": bool(reset), "nextId": self.next_id}
+        script = OBSERVE_JS
+        if settle is not None:
+            script = SETTLED_OBSERVE_JS
+            args.update(settleMs=float(settle[0]), settleMaxMs=float(settle[1]))
+        raw = await page.evaluate(script, args)
         return self.build(json.loads(raw), error)

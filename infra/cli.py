@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", choices=["collect", "dream", "train", "streams"])
     p.add_argument("--tasks", nargs="*", help="collect: task names, space or comma separated")
     p.add_argument("--seconds", type=float, default=10.0, help="collect: measured seconds per run")
+    p.add_argument("--settle-ms", type=float, help="collect: the settle wait after each action (default: "
+                                                   "collector.settle_ms; every run is repeated with 0)")
     p.add_argument("--storage", choices=["memory", "s3"], default="memory", help="broker storage")
     p.add_argument("--n", type=int, default=20_000, help="transitions to push")
     p.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")

@@ -75,6 +75,9 @@ class CollectorConfig:
     seed_stop: int = _f(1_000_000, "Training seeds are [seed_start, seed_stop); eval seeds lie above.")
     episode_time_limit_ms: int = _f(60_000, "MiniWoB episode time limit (raised from 10 s for CPU policies).")
     max_steps: int = _f(12, "Steps before an episode is truncated.")
+    settle_ms: float = _f(30.0, "After an action, observe once the page rendered a frame and its DOM did not change "
+                          "for this long (ms; two 60 Hz frames, two jQuery animation ticks). 0 = observe at once.")
+    settle_max_ms: float = _f(500.0, "Cap on the settle wait (ms), for pages that never stop changing.")
     allowed_origins: list = _f([], "Extra origins the browser may reach (the task server is always allowed).")
     headless: bool = _f(True, "Run Chromium headless.")
     obs_token_budget: int = _f(512, "Observation budget in policy tokens (bytes for the byte tokenizer).")

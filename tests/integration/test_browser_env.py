@@ -237,3 +237,86 @@ def test_crashed_page_is_detected_and_restarted(bl) -> None:  # noqa: F811
     (obs, reward, term, trunc, info), restarts, good = bl.run(go())
     assert trunc and not term and info["crashed"] and obs.last_action_error == "the page crashed"
     assert restarts == 1 and good[1] == 1.0
+
+
+# --- the fast action paths and the settle wait ----------------------------------------
+
+_ADD_WIDGETS_JS = """() => {
+  const area = document.querySelector('#area');
+  const mk = (html) => { const d = document.createElement('div'); d.innerHTML = html; area.prepend(d.firstChild); };
+  mk('<textarea aria-label="notes">old text</textarea>');
+  mk('<input aria-label="fixed" value="keep" readonly>');
+  mk('<div contenteditable="true" aria-label="rich">old rich</div>');
+  mk('<button id="later">Later</button>');
+  document.querySelector('#later').addEventListener('click', () => {
+    // effects deferred by the page: three DOM changes 20 ms apart (within the test's 100 ms quiet window)
+    setTimeout(() => { const s = document.createElement('span'); s.textContent = 'arrived'; area.append(s);
+      setTimeout(() => { s.textContent = 'arrived again'; setTimeout(() => { s.textContent = 'arrived last'; }, 20); }, 20);
+    }, 20);
+  });
+}"""
+
+
+def _id_of(tree: str, needle: str) -> int:
+    line = next(ln for ln in tree.splitlines() if needle in ln)
+    return int(line.strip().split("]")[0][1:])
+
+
+def test_type_replaces_text_in_textarea_and_contenteditable_and_empty_clears(bl) -> None:  # noqa: F811
+    async def go():
+        async with WebEnv(bl.browser, bl.base_url) as env:
+            await env.reset("miniwob/click-button", 3)
+            await env.page.evaluate(_ADD_WIDGETS_JS)
+            obs, st = await env.builder.observe(env.page)
+            env.obs, env.state = obs, st
+            notes, rich, fixed = (_id_of(obs.tree, '"notes"'), _id_of(obs.tree, '"rich"'), _id_of(obs.tree, '"fixed"'))
+            o1, *_ = await env.step(Action.type(notes, "new line"))
+            o2, *_ = await env.step(Action.type(rich, "fresh"))
+            o3, *_ = await env.step(Action.type(notes, ""))
+            o4, *_ = await env.step(Action.type(fixed, "changed"))
+            values = await env.page.evaluate("""() => [document.querySelector('textarea').value,
+                document.querySelector('[contenteditable]').innerText, document.querySelector('[readonly]').value]""")
+            return notes, rich, o1, o2, o3, o4, values
+
+    notes, rich, o1, o2, o3, o4, values = bl.run(go())
+    assert f'[{notes}] textbox "notes" value="new line" multiline' in o1.tree and o1.focused == notes
+    assert f'[{rich}] textbox "rich" value="fresh"' in o2.tree and o1.last_action_error == o2.last_action_error == ""
+    assert values[0] == "" and values[1] == "fresh"
+    assert f'[{notes}] textbox "notes" multiline' in o3.tree  # emptied
+    assert values[2] == "keep" and o4.last_action_error.startswith(f"type on [{_id_of(o4.tree, chr(34) + 'fixed')}] failed")
+
+
+def test_settle_waits_for_deferred_effects_and_caps_busy_pages(bl) -> None:  # noqa: F811
+    async def go():
+        # a wide quiet window: page timers run late on a loaded machine
+        async with WebEnv(bl.browser, bl.base_url, settle_ms=100, settle_max_ms=600) as env:
+            await env.reset("miniwob/click-button", 5)
+            await env.page.evaluate(_ADD_WIDGETS_JS)
+            obs, st = await env.builder.observe(env.page)
+            env.obs, env.state = obs, st
+            t0 = time.perf_counter()
+            o1, _r, _t, _tr, i1 = await env.step(Action.click(_id_of(obs.tree, '"Later"')))
+            wall = time.perf_counter() - t0
+            s1 = env.state.settled_ms
+            # a page that never stops changing: the wait ends at the cap
+            await env.page.evaluate("() => { const t = document.createElement('i'); document.body.append(t); "
+                                    "setInterval(() => { t.textContent = String(Math.random()); }, 10); }")  # fmt: skip
+            await env.step(Action.press("Shift"))
+            s2 = env.state.settled_ms
+            return o1, wall, s1, s2
+
+    o1, wall, s1, s2 = bl.run(go())
+    assert 'text "arrived last"' in o1.tree  # the page's last deferred change is in the observation
+    assert 120 <= s1 < 600 and wall >= 0.12  # the last change ~60 ms after the click, then 100 ms of quiet
+    assert 600 <= s2 < 700
+
+
+def test_settle_off_observes_at_once(bl) -> None:  # noqa: F811
+    async def go():
+        async with WebEnv(bl.browser, bl.base_url, settle_ms=0) as env:
+            obs, _ = await env.reset("miniwob/click-button", 5)
+            o1, *_ = await env.step(Action.press("Shift"))
+            return env.state.settled_ms, o1
+
+    settled, o1 = bl.run(go())
+    assert settled is None and o1.last_action_error == ""
