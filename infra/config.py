@@ -182,6 +182,8 @@ class GateConfig:
     seeds: str = _f("", "Policy probe seeds A:B, outside the training seeds (empty = 4 seeds from "
                     "collector.seed_stop + 100000, apart from `dynaweb eval policy`'s default seeds).")
     max_steps: int = _f(6, "Policy probe: steps before an episode is truncated.")
+    policy_timeout_s: float = _f(600.0, "Policy probe: overall time limit (s); a probe cut by it has no score, "
+                                 "so the candidate is rejected (0 = no limit).")
     poll_s: float = _f(2.0, "How often `dynaweb gate` looks for a new candidate in S3 (s).")
     timeout_s: float = _f(60.0, "Seconds to read the held-out topic to its sentinel for the world-model probe.")
 

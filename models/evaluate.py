@@ -243,8 +243,12 @@ def check_eval_seeds(seeds: list[int], cfg: Any) -> None:
 
 
 def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], greedy: bool = True,
-                    temperature: float = 1.0, contexts: int = 1) -> list[dict]:  # fmt: skip
-    """One row per episode: task, seed, reward, success, steps (live browser, nothing published)."""
+                    temperature: float = 1.0, contexts: int = 1, deadline_s: float | None = None) -> list[dict]:  # fmt: skip
+    """One row per episode: task, seed, reward, success, steps (live browser, nothing published).
+
+    ``deadline_s``: no episode starts later than this many seconds after Chromium is up; episodes
+    still running 5 s after that are cut, and every episode not run is a row with ``error``
+    ``"deadline"``."""
     import asyncio
 
     from collectors.browser import Browser
@@ -254,6 +258,7 @@ def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], g
     server, _, base = serve()
     jobs = [(t, s) for t in tasks for s in seeds]
     rows: list[dict] = []
+    started = [0.0]
 
     async def go() -> None:
         queue: asyncio.Queue = asyncio.Queue()
@@ -266,6 +271,8 @@ def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], g
                 await env.open()
                 try:
                     while not queue.empty():
+                        if deadline_s is not None and time.monotonic() - started[0] >= deadline_s:
+                            return
                         task, seed = queue.get_nowait()
                         try:
                             obs, _ = await env.reset(task, seed)
@@ -288,13 +295,21 @@ def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], g
                 finally:
                     await env.close()
 
-            await asyncio.gather(*(worker() for _ in range(max(1, contexts))))
+            started[0] = time.monotonic()
+            work = asyncio.gather(*(worker() for _ in range(max(1, contexts))))
+            try:
+                await asyncio.wait_for(work, None if deadline_s is None else deadline_s + 5.0)
+            except TimeoutError:  # an episode ran past the deadline: it and the rest are not scored
+                pass
 
     try:
         asyncio.run(go())
     finally:
         server.shutdown()
         server.server_close()
+    done = {(r["task"], r["seed"]) for r in rows}
+    rows += [{"task": t, "seed": s, "reward": 0.0, "success": False, "steps": 0, "error": "deadline"}
+             for t, s in jobs if (t, s) not in done]  # fmt: skip
     return rows
 
 

@@ -178,13 +178,16 @@ class Probes:
                 runner = PolicyRunner(ck.model, ck.tokenizer, mcfg, policy_version=version, seed=0)
                 cfg = dataclasses.replace(self.cfg, collector=dataclasses.replace(
                     self.cfg.collector, max_steps=self.cfg.gate.max_steps))  # fmt: skip
-                rows = run_live_policy(cfg, runner, tasks, seeds, greedy=True)
+                rows = run_live_policy(cfg, runner, tasks, seeds, greedy=True,
+                                       deadline_s=float(self.cfg.gate.policy_timeout_s) or None)  # fmt: skip
             finally:
                 ck.close()
             ok = [r for r in rows if "error" not in r]
+            late = sum(r.get("error") == "deadline" for r in rows)
             self._cache[key] = {
-                "score": sum(r["success"] for r in ok) / len(ok) if ok else None,
-                "episodes": len(rows), "errors": len(rows) - len(ok),
+                # a probe cut by its deadline has no score (a partial one would favour fast failures)
+                "score": sum(r["success"] for r in ok) / len(ok) if ok and not late else None,
+                "episodes": len(rows), "errors": len(rows) - len(ok), "past_deadline": late,
             }  # fmt: skip
         return self._cache[key]
 

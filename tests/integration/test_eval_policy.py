@@ -78,3 +78,32 @@ def test_eval_world_model_on_the_eval_topic(run_cfg: Config, capsys, monkeypatch
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["checkpoint"] == 0 and res["n"] == 3 and res["episodes"] == 3
     assert abs(res["baseline_exact_match"] - 1 / 3) < 1e-9 and "change_f1" in res and "done_bal_acc" in res
+
+
+def test_live_policy_deadline_stops_starting_episodes_and_marks_the_rest() -> None:
+    """A slow policy (0.3 s per action, pressing Shift: never ends an episode before max_steps) on
+    the real page: with a 1.5 s deadline (from when Chromium is up) the first episodes run, none starts after it, and
+    every job not run is a 'deadline' row."""
+    import time
+
+    from collectors.spaces import Action
+    from models.evaluate import run_live_policy
+
+    require_chromium()
+
+    class Slow:  # a scripted policy, acting through the public action space
+        def act(self, obs_list, hists, temperature=1.0, greedy=True):
+            time.sleep(0.3)
+            return [(Action.press("Shift"), 0.0, 1) for _ in obs_list]
+
+    cfg = Config(run_id="deadline")
+    cfg.collector.max_steps = 2
+    t0 = time.time()
+    rows = run_live_policy(cfg, Slow(), ["miniwob/click-button"], list(range(8)), deadline_s=1.5)
+    wall = time.time() - t0
+    assert len(rows) == 8 and {r["seed"] for r in rows} == set(range(8))
+    ran = [r for r in rows if "error" not in r]
+    late = [r for r in rows if r.get("error") == "deadline"]
+    assert ran and late and len(ran) + len(late) == 8
+    assert all(r["steps"] == 2 and not r["success"] for r in ran)
+    assert wall < 1.5 + 5 + 15  # the deadline, the cut of an episode in flight, Chromium's start
