@@ -130,6 +130,11 @@ class TrainerConfig:
     checkpoint_every: int = _f(5, "Write a checkpoint every N policy steps.")
     checkpoint_every_s: float = _f(60.0, "...or after this many seconds with at least one new step.")
     wm_batch: int = _f(8, "World-model transitions per step.")
+    chunk_rows: int = _f(32, "Policy loss: forward + backward in micro-batches of about this many step rows, so only "
+                         "one micro-batch's graph is in memory; the gradient is unchanged (0 = whole batch).")
+    wm_chunk_rows: int = _f(8, "World-model loss: the same for batches of more than this many transitions "
+                            "(InfoNCE keeps its whole-batch negatives through a GradCache pre-pass, one extra "
+                            "no-grad forward; 0 = whole batch).")
     max_steps: int = _f(0, "Stop after N policy steps (0 = forever).")
     clip_low: float = _f(3e-4, "GSPO lower clip range.")
     clip_high: float = _f(4e-4, "GSPO upper clip range.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -64,6 +65,26 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def port_bindable(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port_block(n: int, lo: int = 20000, hi: int = 29000) -> list[int]:
+    """``n`` consecutive ports that nothing listens on and that can be bound, also at +10000 (where
+    SeaweedFS puts its gRPC ports), for a private stack next to the default one."""
+    for _ in range(200):
+        base = random.randint(lo, hi)
+        block = [base + i for i in range(n)]
+        if all(not port_open("127.0.0.1", q, 0.2) and port_bindable(q) for p in block for q in (p, p + 10000)):
+            return block
+    raise RuntimeError(f"no block of {n} free ports found in {lo}-{hi}")
 
 
 def http_status(url: str, timeout: float = 1.0) -> int | None:

@@ -34,11 +34,14 @@ dream
     with nothing shared.
 
 train
-    ``policy_batch_loss`` + DeepSpeed step (``models.engine``) on batches of the
-    stream worker's shape (``StreamConfig.batch_trajectories`` trajectories, half
-    expert, half one dream group with behaviour log-probs, horizon steps each) and
-    ``world_model_batch_loss`` + step on ``TrainerConfig.wm_batch`` transitions.
-    Figures: trajectories/s, transitions/s, and peak RSS of the process (MiB).
+    The trainer's own updates (``policy_update`` / ``world_model_update``: loss +
+    DeepSpeed step, in micro-batches of ``trainer.chunk_rows`` / ``wm_chunk_rows``)
+    on batches of the stream worker's shape (``StreamConfig.batch_trajectories``
+    trajectories, half expert, half one dream group with behaviour log-probs,
+    horizon steps each) and on ``TrainerConfig.wm_batch`` transitions.  Figures:
+    trajectories/s, transitions/s, peak RSS of the process (MiB), and how far the
+    resident set grows above its level during each phase's steps (sampled every
+    20 ms): that is what chunking lowers.
 
 Both print a table (or nothing but the JSON with ``--json``) and one JSON object
 on the last line.
@@ -235,8 +238,8 @@ def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, li
 
 
 def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
-    from models.engine import engine_step, make_engine
-    from models.learner import policy_batch_loss, world_model_batch_loss
+    from models.engine import make_engine
+    from models.learner import policy_update, world_model_update
     from models.policy import make_policy
     from models.world_model import make_world_model
 
@@ -254,31 +257,35 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     we = make_engine(wm, cfg.trainer.wm_lr, cfg.trainer.zero_stage, cfg.trainer.grad_clip)
     batches = [_synthetic_batch(cfg, obs, k * 7) for k in range(steps + 1)]
 
-    def p_step(trajs: list) -> None:
+    def p_step(trajs: list) -> None:  # what the trainer's policy step does
         pe.train()
-        loss, _ = policy_batch_loss(pe.module, tok, trajs, cfg.trainer, cfg.model)
-        engine_step(pe, loss)
+        policy_update(pe, tok, trajs, cfg.trainer, cfg.model)
 
     def w_step(trans: list) -> None:
         we.train()
-        loss, _ = world_model_batch_loss(we.module, wtok, trans, cfg.trainer, embedder, cfg.dream.max_change_tokens)
-        engine_step(we, loss)
+        world_model_update(we, wtok, trans, cfg.trainer, embedder, cfg.dream.max_change_tokens)
+
+    from collectors.bench import MemorySampler
 
     p_step(batches[0][0])  # warm-up
     w_step(batches[0][1])
     t0 = time.perf_counter()
     n_traj = n_steps = 0
-    for trajs, _ in batches[1:]:
-        p_step(trajs)
-        n_traj += len(trajs)
-        n_steps += sum(len(t.steps()) for t in trajs)
+    with MemorySampler(every=0.02) as mem_p:  # the resident set while the policy steps run
+        base_p = mem_p.peak_mb
+        for trajs, _ in batches[1:]:
+            p_step(trajs)
+            n_traj += len(trajs)
+            n_steps += sum(len(t.steps()) for t in trajs)
     tp = time.perf_counter() - t0
     rss_p = _peak_rss_mib()
     t0 = time.perf_counter()
     n_tr = 0
-    for _, trans in batches[1:]:
-        w_step(trans)
-        n_tr += len(trans)
+    with MemorySampler(every=0.02) as mem_w:
+        base_w = mem_w.peak_mb
+        for _, trans in batches[1:]:
+            w_step(trans)
+            n_tr += len(trans)
     tw = time.perf_counter() - t0
     return {
         "policy_trajectories_per_s": round(n_traj / tp, 3), "policy_steps_per_s": round(n_steps / tp, 3),
@@ -287,6 +294,10 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
         "peak_rss_mib_before_models": round(rss0, 1), "peak_rss_mib_after_policy": round(rss_p, 1),
         "batch_trajectories": cfg.stream.batch_trajectories, "wm_batch": cfg.trainer.wm_batch,
         "horizon": cfg.dream.horizon, "zero_stage": cfg.trainer.zero_stage, "steps": steps,
+        "chunk_rows": cfg.trainer.chunk_rows, "wm_chunk_rows": cfg.trainer.wm_chunk_rows,
+        # growth of the resident set over its level at the start of each phase (the step's graph)
+        "policy_step_rss_growth_mib": round(mem_p.peak_mb - base_p, 1),
+        "world_model_step_rss_growth_mib": round(mem_w.peak_mb - base_w, 1),
         "threads": cfg.threads, "model": f"{cfg.model.layers}x{cfg.model.d_model}",
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }  # fmt: skip

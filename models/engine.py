@@ -55,12 +55,21 @@ def make_engine(model: torch.nn.Module, lr: float, zero_stage: int = 0, grad_cli
     return engine
 
 
-def engine_step(engine: Any, loss: torch.Tensor) -> float:
-    """Backward + step; returns the gradient norm before clipping (nan if unknown)."""
-    engine.backward(loss)
+def engine_step(engine: Any, loss: torch.Tensor | None) -> float:
+    """Backward + step; returns the gradient norm before clipping.  ``loss=None``: the gradients are
+    already there (a loss that ran its own micro-batch backwards through ``engine.backward``)."""
+    if loss is not None:
+        engine.backward(loss)
     total = 0.0
     for p in engine.module.parameters():
         if p.grad is not None:
             total += float(p.grad.detach().pow(2).sum())
     engine.step()
     return total**0.5
+
+
+def chunked_backward_ok(engine: Any, zero_stage: int) -> bool:
+    """Whether a loss may call ``engine.backward`` once per micro-batch before one ``step``: with
+    ZeRO stage 0 the gradients simply add up (and an all-reduce of a sum already reduced on every
+    rank leaves it unchanged); ZeRO 1-3 reduce each parameter once per step, so no."""
+    return int(zero_stage) == 0 and hasattr(engine, "backward")

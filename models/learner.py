@@ -27,6 +27,7 @@ as negatives).  Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -389,3 +390,33 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
     metrics.update(lm_loss=total_lm, n=len(rows), target_tokens_mean=n_tok / max(1, len(rows)),
                    page_fraction=n_page / max(1, len(rows)), loss=loss, chunks=len(chunks))  # fmt: skip
     return torch.tensor(loss), metrics
+
+
+# --- one optimiser step through a DeepSpeed engine (the trainer and `bench train`) -------------
+
+
+def policy_update(engine: Any, tokenizer: Any, trajectories: list, cfg: Any, model_cfg: Any) -> tuple:
+    """``policy_batch_loss`` + the engine's step; in micro-batches of ``cfg.chunk_rows`` step rows
+    (each one forward + ``engine.backward``) where the engine allows it.  Returns
+    ``(loss, stats, grad_norm, time the loss was done)``."""
+    from models.engine import chunked_backward_ok, engine_step
+
+    chunked = cfg.chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
+    loss, stats = policy_batch_loss(engine.module, tokenizer, trajectories, cfg, model_cfg, backward=chunked,
+                                    chunk_rows=max(1, cfg.chunk_rows),
+                                    backward_fn=engine.backward if chunked else None)  # fmt: skip
+    t1 = time.time()
+    return loss, stats, engine_step(engine, None if chunked else loss), t1
+
+
+def world_model_update(engine: Any, tokenizer: Any, transitions: list, cfg: Any, embedder: Any,
+                       max_change_tokens: int) -> tuple:  # fmt: skip
+    """``world_model_batch_loss`` + the engine's step, chunked by ``cfg.wm_chunk_rows`` where the
+    engine allows it.  Returns ``(loss, stats, grad_norm)``."""
+    from models.engine import chunked_backward_ok, engine_step
+
+    chunked = cfg.wm_chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
+    loss, stats = world_model_batch_loss(engine.module, tokenizer, transitions, cfg, embedder, max_change_tokens,
+                                         backward=chunked, chunk_rows=max(1, cfg.wm_chunk_rows),
+                                         backward_fn=engine.backward if chunked else None)  # fmt: skip
+    return loss, stats, engine_step(engine, None if chunked else loss)

@@ -35,7 +35,7 @@ from infra.process import start_component
 from infra.s3 import make_client
 from models import metrics as M
 from models.checkpoint import KINDS, CheckpointStore
-from models.engine import engine_step, make_engine
+from models.engine import make_engine
 from streams import records
 from streams.kafka import (
     Publisher,
@@ -268,7 +268,7 @@ class Trainer:
 
     # --- steps ----------------------------------------------------------------
     def policy_step(self, item: tuple) -> None:
-        from models.learner import policy_batch_loss
+        from models.learner import policy_update
 
         batch, topic, partition, next_offset = item
         if batch is None:
@@ -277,9 +277,7 @@ class Trainer:
         t0 = time.time()
         trajs = batch.trajs()
         self.p_engine.train()
-        loss, stats = policy_batch_loss(self.p_engine.module, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model)
-        t1 = time.time()
-        gn = engine_step(self.p_engine, loss)
+        loss, stats, gn, t1 = policy_update(self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model)
         t2 = time.time()
         self.policy_steps += 1
         M.TRAINER_STEPS.labels(self.run, "policy").inc()
@@ -299,7 +297,7 @@ class Trainer:
         self._advance(topic, partition, next_offset)
 
     def wm_step(self) -> None:
-        from models.learner import world_model_batch_loss
+        from models.learner import world_model_update
 
         n = self.cfg.trainer.wm_batch
         fresh = [self.wm_fresh.popleft() for _ in range(min(len(self.wm_fresh), n // 2 or 1))]
@@ -309,9 +307,8 @@ class Trainer:
             return
         t0 = time.time()
         self.w_engine.train()
-        loss, stats = world_model_batch_loss(self.w_engine.module, self.wm_tokenizer, batch, self.cfg.trainer,
+        loss, stats, gn = world_model_update(self.w_engine, self.wm_tokenizer, batch, self.cfg.trainer,
                                              self.embedder, self.cfg.dream.max_change_tokens)  # fmt: skip
-        gn = engine_step(self.w_engine, loss)
         self.wm_steps += 1
         M.TRAINER_STEPS.labels(self.run, "world_model").inc()
         for t in batch:

@@ -37,6 +37,8 @@ import uuid
 from pathlib import Path
 
 from infra.config import Config, load_config
+from infra.stack import free_port_block, port_open
+from infra.waiting import wait_until
 from streams import kafka as sk
 from streams import records
 from streams.records import Transition
@@ -56,39 +58,6 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def _port_block(n: int) -> list[int]:
-    """n consecutive free ports that are also free at +10000."""
-    for _ in range(200):
-        base = random.randint(20000, 29000)
-        block = [base + i for i in range(n)]
-        if all(
-            not _open(p) and not _open(p + 10000) and _bindable(p) and _bindable(p + 10000)
-            for p in block
-        ):
-            return block
-    raise RuntimeError("no free port block found")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def _wait(cond, timeout: float, what: str, every: float = 0.05):
-    deadline = time.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 class Broker:
@@ -111,12 +80,12 @@ class Broker:
             cfg = load_config(
                 env={}, overrides={"home": str(self.home), "kafka.bootstrap": f"127.0.0.1:{port}"}
             )
-            _wait(lambda: _open(port), 20, "the broker port")
+            wait_until(lambda: port_open("127.0.0.1", port), 20, "the broker port")
             return cfg
         from infra.stack import Stack
 
-        s3, broker, prom, task = _port_block(4)
-        aux = _port_block(5)[0]  # SeaweedFS also binds each of these + 10000 (gRPC)
+        s3, broker, prom, task = free_port_block(4)
+        aux = free_port_block(5)[0]  # SeaweedFS also binds each of these + 10000 (gRPC)
         cfg = load_config(env={}, overrides={
             "home": str(self.home), "stack.broker_storage": "s3", "stack.s3_port": s3,
             "s3.endpoint": f"127.0.0.1:{s3}", "stack.broker_port": broker, "kafka.bootstrap": f"127.0.0.1:{broker}",
@@ -135,14 +104,6 @@ class Broker:
                 self.proc.kill()
         if self.stack is not None:
             self.stack.down()
-
-
-def _open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def episodes(run: str, n_transitions: int, obs_bytes: int, rng: random.Random,
@@ -324,14 +285,14 @@ def run_bench(storage: str = "memory", n: int = 20_000, obs_bytes: int = 1024, l
         log(f"raw kafka-python consumer {raw:,.0f}/s, raw aiokafka consumer {raw_aio:,.0f}/s")
         t_start = time.time()
         worker = WorkerProc(cfg, home)
-        st = _wait(
+        st = wait_until(
             lambda: (s := worker.state()) and s.get("processed", 0) >= n and s,
             900,
             "the worker to process everything",
             0.2,
         )
         # until the output of the last message was handed to the producer (``done_at``)
-        st = _wait(
+        st = wait_until(
             lambda: (s := worker.state()) and (s.get("done_at") or 0) >= s["last_at"] and s,
             60,
             "the worker's output of the last messages",

@@ -4,37 +4,17 @@ from __future__ import annotations
 
 import copy
 import os
-import random
-import socket
-import time
 import uuid
 from collections.abc import Callable
 
 from infra.config import Config, load_config
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def pick_ports(n: int, spread: int = 1) -> list[int]:
-    """n free ports; with spread, a block of consecutive ports (also free at +10000 for gRPC)."""
-    for _ in range(200):
-        base = random.randint(20000, 29000)
-        block = [base + i for i in range(n)]
-        if all(port_free(p) and port_free(p + 10000) for p in block):
-            return block
-    raise RuntimeError("no free port block found")
+from infra.stack import free_port_block
+from infra.waiting import wait_until
 
 
 def stack_config(home: str) -> Config:
-    s3, broker, prom, task = pick_ports(4)
-    aux = pick_ports(5)[0]
+    s3, broker, prom, task = free_port_block(4)
+    aux = free_port_block(5)[0]
     return load_config(env={}, overrides={
         "home": home, "run_id": "tests",
         "stack.s3_port": s3, "s3.endpoint": f"127.0.0.1:{s3}", "stack.broker_port": broker,
@@ -69,12 +49,6 @@ def env_for(cfg: Config, **extra: str) -> dict:
     return env
 
 
-def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.2) -> object:
-    deadline = time.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+def wait_for(cond: Callable[[], object], timeout: float, what: str, every: float = 0.1) -> object:
+    """``infra.waiting.wait_until`` for tests: a time-out is a test failure."""
+    return wait_until(cond, timeout, what, every=every, error=AssertionError)

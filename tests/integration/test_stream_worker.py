@@ -32,6 +32,7 @@ from streams import kafka as sk
 from streams import records
 from streams.records import CheckpointAnnouncement, Control, Transition
 from streams.topics import Topics
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -105,17 +106,6 @@ def bootstrap(tmp_path_factory):
 
 
 # --- helpers -------------------------------------------------------------------
-
-
-def wait_for(cond: Callable[[], object], timeout: float, what: str, every: float = 0.1):
-    deadline = time.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 class Worker:

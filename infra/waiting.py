@@ -1,0 +1,20 @@
+"""One polling helper for "wait until this is true" (benchmarks, tests)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str, every: float = 0.05,
+               error: type[Exception] = TimeoutError) -> object:  # fmt: skip
+    """Call ``cond`` every ``every`` seconds until it returns something truthy (returned); raise
+    ``error`` naming ``what`` after ``timeout`` seconds.  ``cond`` runs at least once."""
+    deadline = time.time() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise error(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
