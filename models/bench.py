@@ -234,6 +234,10 @@ def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, li
         g = f"g{k}-{i // G}"
         t, _ = traj(start, "dream", f"d{k}-{i}", g, float(i % 2), i)
         trajs.append(t)
+    i = n_exp
+    while len(trans) < cfg.trainer.wm_batch:  # the world-model batch is real transitions, as many as asked
+        trans += traj(obs[(k + i) % len(obs)], "expert", f"w{k}-{i}", "", 1.0, i)[1]
+        i += 1
     return trajs, trans[: cfg.trainer.wm_batch]
 
 
