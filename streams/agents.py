@@ -150,9 +150,15 @@ class Runner:
             self.side.drain(st.on_side)
             if not was and self.side.caught_up.is_set() and self.on_caught_up:
                 self.on_caught_up()
+        seen = st.last_at
         st.tick()
+        stale = seen is not None and (st.done_at or 0) < seen
+        if stale:  # the last fetch's after() raced more records in: do its emit once more
+            st.emit()
         await self.sender.drain()
         st.settle()
+        if stale and st.last_at == seen:
+            st.done_at = time.time()
         now = time.monotonic()
         if not self.frozen and not self.app.rebalancing and now - self._committed_at >= _COMMIT_S:
             self._committed_at = now
