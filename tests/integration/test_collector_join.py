@@ -97,7 +97,7 @@ def test_second_collector_joins_a_running_system(run_cfg: Config, tmp_path: Path
                   tmp_path)  # fmt: skip
         procs.append(c1)
         wait_for(lambda: c1.alive() and first in _producers_in_batches(run_cfg, topics), 180,
-                 "the first collector's transitions in training batches", interval=2.0)  # fmt: skip
+                 "the first collector's transitions in training batches", every=2.0)  # fmt: skip
         worker_pid, c1_pid = worker.p.pid, c1.p.pid
 
         c2 = Proc("c2", run_cfg, ["collect", "--policy", "expert", "--contexts", "1", "--tasks",
@@ -105,14 +105,14 @@ def test_second_collector_joins_a_running_system(run_cfg: Config, tmp_path: Path
                   tmp_path)  # fmt: skip
         procs.append(c2)
         wait_for(lambda: c2.alive() and worker.alive() and second in _producers_in_batches(run_cfg, topics), 180,
-                 "the second collector's transitions in training batches", interval=2.0)  # fmt: skip
+                 "the second collector's transitions in training batches", every=2.0)  # fmt: skip
 
         def control_kinds() -> set[str]:
             return {c.kind for c in _decoded(run_cfg, topics.collectors)
                     if isinstance(c, records.Control) and c.sender == second}  # fmt: skip
 
         kinds = wait_for(lambda: {"announce", "heartbeat"} <= control_kinds(), 60,
-                         "the second collector's announce and heartbeat", interval=1.0)  # fmt: skip
+                         "the second collector's announce and heartbeat", every=1.0)  # fmt: skip
         assert kinds
         # nothing else was restarted
         assert worker.alive() and c1.alive() and worker.p.pid == worker_pid and c1.p.pid == c1_pid
