@@ -17,7 +17,7 @@ from tests.unit.test_wm_chunked_loss import _model as _wm_model
 
 
 def _same(a: torch.nn.Module, b: torch.nn.Module) -> float:
-    return max(float((p - q).abs().max()) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    return max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
 def test_policy_update_in_micro_batches_gives_the_same_step():
