@@ -313,7 +313,7 @@ class _Schedule:
     """
 
     def __init__(self, tasks: list[TaskSpec], seed_start: int, seed_stop: int, offset: int, limit: int,
-                 run_length: int = 32, group_size: int = 1):  # fmt: skip
+                 run_length: int, group_size: int = 1):  # fmt: skip
         self.tasks = tasks
         self.seed_start = seed_start
         self.span = max(1, seed_stop - seed_start)
@@ -431,7 +431,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
         seed_offset = int(cc.seed_offset)
     offset = seed_offset if seed_offset is not None else zlib.crc32(collector_id.encode())
     group = int(getattr(cc, "group_size", 1) or 1)
-    run_length = int(run_length or getattr(cc, "run_length", 32) or 32)
+    run_length = int(run_length or cc.run_length)  # the default lives in CollectorConfig
     schedule = _Schedule(
         tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length, group
     )

@@ -242,6 +242,7 @@ def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, li
 
 
 def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
+    from collectors.bench import MemorySampler
     from models.engine import make_engine
     from models.learner import policy_update, world_model_update
     from models.policy import make_policy
@@ -268,8 +269,6 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     def w_step(trans: list) -> None:
         we.train()
         world_model_update(we, wtok, trans, cfg.trainer, embedder, cfg.dream.max_change_tokens)
-
-    from collectors.bench import MemorySampler
 
     p_step(batches[0][0])  # warm-up
     w_step(batches[0][1])

@@ -3,24 +3,13 @@
 import torch
 
 from collectors.spaces import Observation
-from infra.config import ModelConfig, TrainerConfig
+from infra.config import TrainerConfig
 from models.learner import wm_chunks, world_model_batch_loss
 from models.world_model import make_world_model
-from streams.records import Transition
+from tests.unit.test_world_model import A2, B2, CFG, A, B, _tr  # the same small model and pages
 
-CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
-A = Observation('Enter "Kiera" and press Submit.', "u", '[1] textbox "Name"\n[2] button "Submit"', next_id=3)
-A2 = Observation("Click OK.", "u", '[4] button "OK"\n[5] link "Help"', next_id=6)
-B = Observation(A.instruction, "u", '[1] textbox "Name" value "Kiera"\n[2] button "Submit"', next_id=3)
-B2 = Observation(A2.instruction, "u", '[6] heading "Done"', next_id=7)
 C = Observation("Tick the boxes.", "u", '[1] checkbox "a"\n[2] checkbox "b"\n[3] button "Submit"', next_id=4)
 C2 = Observation(C.instruction, "u", '[1] checkbox "a" checked\n[2] checkbox "b"\n[3] button "Submit"', next_id=4)
-
-
-def _tr(obs, act, nxt, reward, done, i):
-    return Transition(run_id="r", episode_id=f"e{i}", step=0, task="t", seed=0, source="real",
-                      policy_version=0, world_model_version=0, obs=obs.to_dict(), action=act,
-                      next_obs=nxt.to_dict(), reward=reward, done=done)  # fmt: skip
 
 
 class FakeEmbedder:
