@@ -22,7 +22,7 @@
 
 Agent protocol (``Agent``)::
 
-    agent.act(obs_list, histories) -> list[(Action, logprob | None, ntokens)]   # may be async
+    agent.act(obs_list, histories) -> list[(Action, logprob | None, ntokens[, info])]   # may be async
     agent.policy_version: int
     agent.world_model_version: int          # optional, default 0
     agent.source: "expert" | "real"         # optional, default "real"
@@ -243,8 +243,8 @@ class _Acting:
         await self._pace()
         if self.wait <= 0:
             pv, wv = self.versions()
-            ((a, lp, nt),) = await self._call([obs], [hist], [task])
-            return a, lp, nt, pv, wv
+            ((a, lp, nt, ex),) = await self._call([obs], [hist], [task])
+            return a, lp, nt, pv, wv, ex
         fut = asyncio.get_running_loop().create_future()
         self.pending.append((obs, hist, task, fut))
         self._wake.set()
@@ -273,20 +273,22 @@ class _Acting:
                     if not b[3].done():
                         b[3].set_exception(e)
                 continue
-            for b, (a, lp, nt) in zip(batch, res, strict=False):
+            for b, (a, lp, nt, ex) in zip(batch, res, strict=False):
                 if not b[3].done():
-                    b[3].set_result((a, lp, nt, pv, wv))
+                    b[3].set_result((a, lp, nt, pv, wv, ex))
 
     def close(self) -> None:
         if self._runner is not None:
             self._runner.cancel()
 
 
-def _norm(x: Any) -> tuple[Action, float | None, int]:
+def _norm(x: Any) -> tuple[Action, float | None, int, dict]:
+    """An agent's answer -> (Action, logprob, ntokens, info); ``info`` (optional 4th element, a policy
+    agent's ``candidates_hash`` and ``temperature``, see ``models.policy.PolicyRunner.act_info``)."""
     if isinstance(x, Action):
-        return x, None, 0
-    a, lp, nt = (tuple(x) + (None, 0))[:3]
-    return a, (None if lp is None else float(lp)), int(nt or 0)
+        return x, None, 0, {}
+    a, lp, nt, ex = (tuple(x) + (None, 0, None))[:4]
+    return a, (None if lp is None else float(lp)), int(nt or 0), dict(ex or {})
 
 
 # --- the loop ---------------------------------------------------------------------
@@ -313,7 +315,7 @@ class _Schedule:
     """
 
     def __init__(self, tasks: list[TaskSpec], seed_start: int, seed_stop: int, offset: int, limit: int,
-                 run_length: int, group_size: int = 1):  # fmt: skip
+                 run_length: int, group_size: int = 1, group_prefix: str = ""):  # fmt: skip
         self.tasks = tasks
         self.seed_start = seed_start
         self.span = max(1, seed_stop - seed_start)
@@ -326,6 +328,8 @@ class _Schedule:
         self.group_index = 0
         self.group_left = 0
         self.current: tuple[TaskSpec, int] | None = None
+        self.group_prefix = group_prefix or new_id()[:8]
+        self.group_id = ""  # the group of the episode handed out last ('' without groups)
         self.k = 0
         self.per_task: Counter = Counter()
         self.slots: dict[int, list] = {}
@@ -342,6 +346,8 @@ class _Schedule:
                 self.per_task[t.name] += 1
                 self.current = (t, self.seed_start + (self.offset + n) % self.span)
                 self.group_left = self.group
+                # named once, here, at the source: every member carries it to the learner
+                self.group_id = f"g:{self.group_prefix}:{self.group_index}"
             self.group_left -= 1
             return self.current
         st = self.slots.setdefault(slot, [slot % len(self.tasks), 0])
@@ -430,11 +436,10 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
     if seed_offset is None and int(getattr(cc, "seed_offset", -1)) >= 0:
         seed_offset = int(cc.seed_offset)
     offset = seed_offset if seed_offset is not None else zlib.crc32(collector_id.encode())
-    group = int(getattr(cc, "group_size", 1) or 1)
+    group = collector_group_size(cfg, source, agent)
     run_length = int(run_length or cc.run_length)  # the default lives in CollectorConfig
-    schedule = _Schedule(
-        tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length, group
-    )
+    schedule = _Schedule(tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length,
+                         group, group_prefix=f"{collector_id}:{new_id()[:6]}")  # fmt: skip
     gpv = float(getattr(cc, "groups_per_version", 0.0) or 0.0)
     pacer = _Pacer(agent, gpv) if gpv > 0 else None
 
@@ -481,6 +486,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                 if job is None:
                     return
                 spec, seed = job
+                group_id = schedule.group_id
                 try:
                     obs, _info = await env.reset(spec, seed)
                     failures = 0
@@ -500,7 +506,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                 reward, term, trunc = 0.0, False, False
                 while not stop_event.is_set():
                     t_act = time.perf_counter()
-                    action, logp, ntok, pv, wv = await acting.act(obs, history, spec.name)
+                    action, logp, ntok, pv, wv, pinfo = await acting.act(obs, history, spec.name)
                     stats.act_latency_s.append(time.perf_counter() - t_act)
                     t0 = time.perf_counter()
                     nobs, reward, term, trunc, info = await env.step(action)
@@ -514,11 +520,13 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                         run_id=run_id, episode_id=episode_id, step=step, task=spec.name, seed=int(seed),
                         source=source, policy_version=pv, world_model_version=wv, obs=obs.to_dict(),
                         action=action.to_text(), next_obs=nobs.to_dict(), reward=float(reward), done=bool(term),
-                        truncated=bool(trunc), producer_id=collector_id, behaviour_logprob=logp,
-                        action_tokens=int(ntok),
+                        truncated=bool(trunc), producer_id=collector_id, group_id=group_id, behaviour_logprob=logp,
+                        action_tokens=int(ntok), candidates_hash=str(pinfo.get("candidates_hash") or ""),
                         info={k: info[k] for k in ("reason", "error", "timeout", "crashed", "max_steps", "stopped")
                               if info.get(k)},
                     )  # fmt: skip
+                    if pinfo.get("temperature") is not None:  # the T of behaviour_logprob = log pi_T
+                        rec.info["temperature"] = float(pinfo["temperature"])
                     publish(rec, episode_id)
                     _call(metrics, "on_step", spec.name, dt, source)
                     history.append((obs, action))
@@ -593,6 +601,17 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
             server.shutdown()
             server.server_close()
     return stats
+
+
+def collector_group_size(cfg: Any, source: str, agent: Any) -> int:
+    """G for this collector: ``collector.group_size``, or with 0 (auto) ``stream.group_size`` for an agent
+    that samples from a policy (it has a ``policy_version`` that loads checkpoints: ``latest``) and 1
+    for experts and the random policy, whose episodes never reach the GSPO loss."""
+    g = int(cfg.collector.group_size)
+    if g > 0:
+        return g
+    samples = source != "expert" and not isinstance(agent, RandomAgent)
+    return max(1, int(cfg.stream.group_size)) if samples else 1
 
 
 def _arity(fn: Callable) -> int:

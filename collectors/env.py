@@ -64,22 +64,11 @@ from collectors.observation import (
     PageState,
     locator_for,
 )
-from collectors.spaces import KEYS, Action, ActionParseError, Observation, parse_action
+from collectors.spaces import Action, ActionParseError, Observation, parse_action, precheck_error
 from collectors.tasks import TaskSpec, get_task
 
 log = logging.getLogger(__name__)
 
-EXTRA_KEYS = (
-    "ArrowLeft",
-    "ArrowRight",
-    "Delete",
-    "Home",
-    "End",
-    "PageUp",
-    "PageDown",
-    "Shift",
-    "Control",
-)
 SCROLL_PX = 120
 
 # Seeds Math.random before any page script runs (so load-time randomness is fixed too).
@@ -463,9 +452,10 @@ class WebEnv:
         """Run one action; returns an error text ('' when it worked)."""
         page = self.page
         t = self.settings.action_timeout_ms
+        err = precheck_error(a, self.state.all_ids if self.state is not None else ())
+        if err:
+            return err
         if a.kind in ("click", "type", "select"):
-            if self.state is None or a.element not in self.state.all_ids:
-                return f"element [{a.element}] is not on the page"
             loc = locator_for(page, a.element)
             try:
                 if a.kind == "click":
@@ -512,12 +502,7 @@ class WebEnv:
                 return f"{a.kind} on [{a.element}] failed: {_short(e)}"
             return ""
         if a.kind == "press":
-            key = a.text or ""
-            if not (key in KEYS or key in EXTRA_KEYS or len(key) == 1):
-                return (
-                    f"unknown key {key!r}; known: {', '.join(KEYS + EXTRA_KEYS)} or one character"
-                )
-            await page.keyboard.press(key)
+            await page.keyboard.press(a.text or "")
             return ""
         if a.kind == "scroll":
             await page.mouse.wheel(0, SCROLL_PX if a.text == "down" else -SCROLL_PX)

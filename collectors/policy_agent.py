@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,12 @@ log = logging.getLogger(__name__)
 
 
 class LatestPolicyAgent:
-    def __init__(self, cfg: Config, stop: threading.Event | None = None):
+    def __init__(self, cfg: Config, stop: threading.Event | None = None, producer_id: str = ""):
+        from models.policy import sampler_generator
+
         self.cfg = cfg
+        # one random stream per sampler for its whole life: a hot reload must not replay earlier draws
+        self.generator = sampler_generator(cfg.run_id, producer_id or f"policy-agent-{uuid.uuid4().hex}")
         self.stop = stop or threading.Event()
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
         self.work = Path(tempfile.mkdtemp(prefix="dynaweb-collector-policy-"))
@@ -75,7 +80,8 @@ class LatestPolicyAgent:
             if self.slot.refresh() or self._runner is None and self.slot.model is not None:
                 from models.policy import PolicyRunner
 
-                self._runner = PolicyRunner(self.slot.model, self.slot.tokenizer, self.cfg.model)
+                self._runner = PolicyRunner(self.slot.model, self.slot.tokenizer, self.cfg.model,
+                                            generator=self.generator)  # fmt: skip
                 self._runner.policy_version = self.slot.version
 
     def wait_ready(self, timeout: float = 120.0) -> None:
@@ -94,7 +100,8 @@ class LatestPolicyAgent:
                     )
 
     def act(self, observations: list[Observation], histories: list[list[str]]) -> list[tuple]:
+        """(Action, log pi_T, ntokens, info with candidates_hash and temperature) per observation."""
         self._refresh()
         if self._runner is None:
             self.wait_ready()
-        return self._runner.act(observations, histories, temperature=self.cfg.dream.temperature)
+        return self._runner.act_info(observations, histories, temperature=self.cfg.dream.temperature)

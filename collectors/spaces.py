@@ -30,6 +30,20 @@ from dataclasses import asdict, dataclass, field
 ACTION_KINDS = ("click", "type", "select", "press", "scroll", "go_back", "stop")
 SCROLL_DIRECTIONS = ("up", "down")
 KEYS = ("Enter", "Tab", "Escape", "Backspace", "ArrowDown", "ArrowUp", "Space")
+EXTRA_KEYS = ("ArrowLeft", "ArrowRight", "Delete", "Home", "End", "PageUp", "PageDown", "Shift", "Control")
+
+
+def precheck_error(action: Action, ids) -> str:
+    """The error an action gets before it touches the page ('' when it may run): an element id
+    that is not on the page, or an unknown key.  The live environment and dreams share it, so a
+    dreamed page carries the same ``Error:`` line a live page would."""
+    if action.kind in ("click", "type", "select") and action.element not in ids:
+        return f"element [{action.element}] is not on the page"
+    if action.kind == "press":
+        key = action.text or ""
+        if not (key in KEYS or key in EXTRA_KEYS or len(key) == 1):
+            return f"unknown key {key!r}; known: {', '.join(KEYS + EXTRA_KEYS)} or one character"
+    return ""
 
 
 class ActionParseError(ValueError):

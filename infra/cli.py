@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("train", "run the DeepSpeed trainer (policy + world model)")
     p.add_argument("--max-steps", type=int, help="stop after N policy steps")
+    p.add_argument("--linger", type=float, default=0.0, metavar="S",
+                   help="after --max-steps, keep serving /metrics for up to S seconds (until stopped), "
+                        "so a controller reads the final counters")  # fmt: skip
 
     add("dream", "run a dream generator (policy rolled out in the world model)")
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import socket
+import threading
 
 from infra.config import Config
 from infra.s3 import S3Unavailable
@@ -68,7 +69,10 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
 
     if args.max_steps is not None:
         cfg.trainer.max_steps = args.max_steps
-    run_trainer(cfg)
+    stop = threading.Event()
+    run_trainer(cfg, stop)
+    if getattr(args, "linger", 0) > 0 and not stop.is_set():
+        stop.wait(args.linger)  # /metrics stays up until SIGTERM (sets ``stop``) or the time is up
     return 0
 
 

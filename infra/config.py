@@ -84,7 +84,9 @@ class CollectorConfig:
     heartbeat_s: float = _f(2.0, "Heartbeat period (s).")
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
     max_steps_per_s: float = _f(0.0, "Rate limit over all contexts of this collector (0 = unlimited).")
-    group_size: int = _f(1, "Episodes run on the same (task, seed) in a row: G > 1 collects live GSPO groups.")
+    group_size: int = _f(0, "G: episodes run on the same (task, seed), one group id at the source (live GSPO "
+                         "groups). 0 = auto: stream.group_size for a policy that samples (latest), 1 for "
+                         "expert and random collectors.")
     run_length: int = _f(32, "Consecutive episodes of one task per context before it moves to the next task "
                          "(the page is loaded again only when the task changes: a load costs ~150 ms of CPU).")
     seed_offset: int = _f(-1, "Offset into the training seeds (-1 = derived from the collector id).")
@@ -136,8 +138,12 @@ class TrainerConfig:
                             "(InfoNCE keeps its whole-batch negatives through a GradCache pre-pass, one extra "
                             "no-grad forward; 0 = whole batch).")
     max_steps: int = _f(0, "Stop after N policy steps (0 = forever).")
-    clip_low: float = _f(3e-4, "GSPO lower clip range.")
-    clip_high: float = _f(4e-4, "GSPO upper clip range.")
+    clip_low: float = _f(0.2, "GSPO lower clip range (on the ratio per decision, geometric mean over a "
+                         "trajectory's steps; docs/algorithm.md).")
+    clip_high: float = _f(0.28, "GSPO upper clip range (clip-higher, as DAPO).")
+    policy_temperature: float = _f(1.0, "T of the policy pi_T(a|s) = softmax over the page's candidate actions of "
+                                   "score/T, for BC on expert steps and for records that carry no temperature (acting "
+                                   "records its own, dream.temperature); keep it equal to dream.temperature.")
     bc_weight: float = _f(1.0, "Weight of the behaviour-cloning term on expert trajectories.")
     infonce_weight: float = _f(0.1, "Weight of the world model's InfoNCE term.")
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage.")
@@ -197,22 +203,44 @@ class GateConfig:
 class ExperimentConfig:
     """``dynaweb experiment sample-efficiency`` (docs/experiment.md); ``--quick`` scales it down.
 
-    Expected wall time of these defaults on the 2-core machine, measured: 48 min (3 seeds x 3
-    arms, 4,050 evaluation episodes); ``--quick``: 3 min."""
+    Frozen: these defaults are the study's configuration, fixed before it is run (not tuned
+    after the fact): G = 8 rollouts per GSPO group, the five tasks below, sampling temperature
+    1.0 for live and dreamed rollouts, binary reward for RL (1 if MiniWoB's raw reward > 0, else
+    0: set in the collectors and the dream generator, not here), the same number of policy
+    optimizer steps (``online_policy_steps``) and of expert samples per step in ``real_only``,
+    ``dynaweb`` and the matched imitation control ``imitation_matched``.  Changing any field
+    makes another experiment (its id is a hash of this section).  ``--quick`` only checks the
+    plumbing with scaled-down values.
+
+    Wall time: 48 min was measured on the 2-core machine for the earlier 3-arm study (3 seeds,
+    4,050 evaluation episodes); these 4-arm defaults have not been timed yet. ``--quick``: a few
+    minutes."""
 
     tasks: list = _f(["miniwob/click-collapsible", "miniwob/choose-list", "miniwob/enter-text",
                       "miniwob/enter-password", "miniwob/login-user"],
-                     "Tasks (scripted experts, more than one step each).")  # fmt: skip
+                     "Tasks (scripted experts, more than one step each). Frozen.")  # fmt: skip
     demos_per_task: int = _f(10, "K: expert demonstrations per task, from training seeds (scarce on purpose).")
     seeds: list = _f([0, 1, 2], "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.")
-    arms: list = _f(["imitation", "real_only", "dynaweb"], "Arms to run.")
-    budget: list = _f([200, 350, 500], "Real-step budget points (demonstrations count); success is measured at each.")
-    imitation_steps: int = _f(60, "Arm 1: behaviour-cloning steps on the demonstrations.")
-    group_size: int = _f(8, "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state).")
-    batch_trajectories: int = _f(16, "Trajectories per training batch (the expert share is expert_fraction).")
-    expert_fraction: float = _f(0.5, "Expert share of every training batch, the same in arms 2 and 3.")
-    dream_real_share: float = _f(0.25, "Arm 3: real on-policy groups per policy version (the rest are dreams).")
-    dream_horizon: int = _f(5, "Arm 3: dream length in steps.")
+    arms: list = _f(["imitation", "imitation_matched", "real_only", "dynaweb"],
+                    "Arms to run: imitation (BC on the demos), imitation_matched (BC with the online arms' "
+                    "policy steps and expert samples per step), real_only (live GSPO), dynaweb (dreamed GSPO).")  # fmt: skip
+    budget: list = _f([200, 350, 500], "Real-step budget points (demonstrations count): each online cell is read "
+                      "out at the newest checkpoint within each point, then at its final checkpoint.")  # fmt: skip
+    imitation_steps: int = _f(60, "Arm imitation: behaviour-cloning steps on the demonstrations (its checkpoint is "
+                              "where every other arm starts).")  # fmt: skip
+    online_policy_steps: int = _f(20, "Policy optimizer steps of real_only, dynaweb and imitation_matched (the "
+                                  "cell's trainer.max_steps; one checkpoint per step), the same in each. Frozen.")  # fmt: skip
+    group_size: int = _f(8, "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state). "
+                         "Frozen.")  # fmt: skip
+    temperature: float = _f(1.0, "Policy sampling temperature of live and dreamed training rollouts "
+                            "(dream.temperature, used by the collectors and the dream generator; evaluation is "
+                            "greedy). Frozen.")  # fmt: skip
+    batch_trajectories: int = _f(16, "Trajectories per training batch of the online arms (the expert share is "
+                                 "expert_fraction; imitation_matched trains on batch_trajectories * expert_fraction "
+                                 "experts per step, the same expert samples).")  # fmt: skip
+    expert_fraction: float = _f(0.5, "Expert share of every training batch, the same in real_only and dynaweb.")
+    dream_real_share: float = _f(0.25, "Arm dynaweb: real on-policy groups per policy version (the rest are dreams).")
+    dream_horizon: int = _f(5, "Arm dynaweb: dream length in steps.")
     max_steps: int = _f(6, "Episode step limit (live training and evaluation; the experts need 2-3).")
     episode_time_limit_ms: int = _f(60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted).")
     eval_seeds_per_task: int = _f(30, "Evaluation episodes per task and point.")
@@ -221,9 +249,10 @@ class ExperimentConfig:
     layers: int = _f(2, "Model layers (policy and world model, the same in every arm).")
     d_model: int = _f(128, "Model hidden size.")
     heads: int = _f(4, "Attention heads.")
-    wm_steps_per_policy_step: float = _f(2.0, "World-model steps per policy step in arms 1 and 3 (fixed, so runs "
-                                         "are reproducible whatever the machine's speed).")
-    parallel_arms: bool = _f(True, "Run arms 2 and 3 of a seed at the same time (they only share arm 1's checkpoint).")
+    wm_steps_per_policy_step: float = _f(2.0, "World-model steps per policy step in arms imitation and dynaweb "
+                                         "(fixed, so runs are reproducible whatever the machine's speed).")  # fmt: skip
+    parallel_arms: bool = _f(True, "Run real_only and dynaweb of a seed at the same time (they only share the "
+                             "imitation checkpoint).")  # fmt: skip
     cell_timeout_s: float = _f(3600.0, "A cell (one arm, one seed) that has not finished after this fails.")
 
 

@@ -1,24 +1,41 @@
 """``dynaweb experiment sample-efficiency``: does training by imagination save real interactions?
 
-Three arms, each run through the real system (the broker, the stream worker, the
-DeepSpeed trainer, S3 checkpoints, Playwright collectors and, in arm 3, a dream
+Four arms, each run through the real system (the broker, the stream worker, the
+DeepSpeed trainer, S3 checkpoints, Playwright collectors and, in ``dynaweb``, a dream
 generator: the same processes as ``dynaweb up``), one run id per (arm, seed):
 
 1. ``imitation``: the policy trained by behaviour cloning on K demonstrations per task
    (``stream.expert_fraction=1``; the world model trains on the same demonstrations).
-2. ``real_only``: from arm 1's checkpoint, GSPO on groups collected in the live browser
+   Its checkpoint is where every other arm starts (``trainer.init_from``).
+2. ``imitation_matched``: the control for "more behaviour-cloning updates": from arm 1's
+   checkpoint, exactly ``online_policy_steps`` policy steps on expert-only batches of
+   ``expert_samples_per_step(ex)`` demonstrations each, i.e. the same optimizer steps, the
+   same demonstration samples per step, the same learning rate and initialisation as the
+   online arms, and no interaction at all.
+3. ``real_only``: from arm 1's checkpoint, GSPO on groups collected in the live browser
    (G rollouts of one seed, ``collector.group_size``), paced on-policy: one group per
    policy version (``collector.groups_per_version=1``); demonstrations mixed in at
    ``expert_fraction``.
-3. ``dynaweb``: from arm 1's checkpoint (policy and world model), the dream generator
+4. ``dynaweb``: from arm 1's checkpoint (policy and world model), the dream generator
    produces the GSPO groups; real interactions go only to a share of on-policy real
    groups (``dream_real_share`` groups per version), which also refresh the world model.
 
-Real steps are counted from the collectors' own metrics; demonstration steps count.
-While a cell runs, the controller records which checkpoint version existed at which
-real-step count; for each budget point it evaluates the newest version announced no
-later than that count (so a point never uses more real steps than its budget), in the
-live browser on the evaluation seeds, greedy, on MiniWoB's raw reward.
+Arms 2-4 take exactly ``online_policy_steps`` policy optimizer steps (``trainer.max_steps``,
+one checkpoint per step, so version = policy steps); a cell ends when its trainer
+announces that last version.  Real steps are counted on the broker; demonstration steps
+count.  While a cell runs, the controller records which checkpoint version existed at
+which real-step count; each budget point evaluates the newest version announced no later
+than that count (so a point never uses more real steps than its budget), then the final
+version (``budget`` None) is evaluated at the real steps it had used.  ``imitation_matched``
+spends no real steps: its point i is read out at the largest policy-step count an online
+arm of the same seed had at its point i (the final point: ``online_policy_steps``).
+Evaluation: the live browser on the evaluation seeds, greedy, success = MiniWoB's raw
+reward > 0.
+
+The GSPO diagnostics (groups that reached the loss, and how many with a nonzero
+advantage, per source) are read from the trainer's own counters (its /metrics; the
+trainer keeps serving them after its last step, ``dynaweb train --linger``), never
+recomputed from topics.
 
 Resume: every finished cell writes ``cells/<arm>-s<seed>.json``; a rerun with the same
 ``--out`` skips those and restarts unfinished cells under a fresh run id.
@@ -37,16 +54,18 @@ import uuid
 from pathlib import Path
 
 from infra.config import Config, ExperimentConfig
-from infra.experiment_report import ARMS, write_all
+from infra.experiment_report import ARMS, ONLINE_ARMS, pooled_gspo, write_all
 
 log = logging.getLogger(__name__)
 
 QUICK = {  # --quick: every artifact through every real component in a few minutes, not a result
     "tasks": ["miniwob/click-collapsible", "miniwob/enter-text"], "demos_per_task": 2, "seeds": [0],
-    "budget": [14, 22, 30], "imitation_steps": 3, "group_size": 2, "batch_trajectories": 4,
-    "dream_real_share": 0.5, "dream_horizon": 2, "max_steps": 4, "eval_seeds_per_task": 2,
-    "layers": 1, "d_model": 64, "heads": 2, "cell_timeout_s": 240.0,
+    "budget": [14, 22, 30], "imitation_steps": 3, "online_policy_steps": 3, "group_size": 2,
+    "batch_trajectories": 4, "dream_real_share": 0.5, "dream_horizon": 2, "max_steps": 4,
+    "eval_seeds_per_task": 2, "layers": 1, "d_model": 64, "heads": 2, "cell_timeout_s": 240.0,
 }  # fmt: skip
+REWARD = "binary: 1 if MiniWoB's raw reward > 0 else 0 (live and dreamed groups; evaluation counts the same success)"
+LINGER_S = 900  # a finished trainer keeps serving /metrics this long (or until stopped) for the final scrape
 
 
 class ExperimentError(RuntimeError):
@@ -62,12 +81,30 @@ def resolve_experiment(cfg: Config, quick: bool) -> ExperimentConfig:
     if bad:
         raise ValueError(f"experiment.arms: unknown {bad}; choose from {list(ARMS)}")
     if "imitation" not in ex.arms:
-        raise ValueError("experiment.arms must include 'imitation' (arms 2 and 3 start from its checkpoint)")
+        raise ValueError("experiment.arms must include 'imitation' (every other arm starts from its checkpoint)")
     if sorted(ex.budget) != list(ex.budget) or len(ex.budget) < 1:
         raise ValueError(f"experiment.budget must be increasing real-step counts, got {ex.budget}")
     if not 0 < ex.dream_real_share <= 1:
         raise ValueError("experiment.dream_real_share must be in (0, 1]")
+    if ex.online_policy_steps < 1 or ex.imitation_steps < 1:
+        raise ValueError("experiment.online_policy_steps and imitation_steps must be >= 1")
+    if not 0 < ex.expert_fraction < 1:
+        raise ValueError("experiment.expert_fraction must be in (0, 1): the online batches hold experts and groups")
+    if expert_samples_per_step(ex) < 1:
+        raise ValueError("experiment.batch_trajectories * expert_fraction must give at least one expert per step")
     return ex
+
+
+def expert_samples_per_step(ex: ExperimentConfig) -> int:
+    """Expert (behaviour-cloning) trajectories in every policy step of the online arms, as the hybrid
+    mixer (``streams/mixer.py``) builds a mixed batch: whole groups of G up to its non-expert target
+    ``round(batch * (1 - f))`` (at least one group), then ``round(f * n_d / (1 - f))`` experts.  With the
+    defaults (16, 0.5, G = 8): 8 = ``batch_trajectories * expert_fraction``.  ``imitation_matched`` trains
+    on expert-only batches of exactly this size, so every arm gets the same BC samples per step."""
+    f = float(ex.expert_fraction)
+    target = max(1, int(round(ex.batch_trajectories * (1.0 - f))))
+    n_d = ex.group_size * max(1, target // max(1, ex.group_size))
+    return int(round(f * n_d / (1.0 - f) + 1e-9))
 
 
 def experiment_id(ex: ExperimentConfig) -> str:
@@ -78,10 +115,15 @@ def experiment_id(ex: ExperimentConfig) -> str:
     return "se" + hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:6]
 
 
-def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed: int) -> Config:
-    """The resolved config of one (arm, seed) run: the same model, tokenizer, optimiser in every arm."""
+def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed: int,
+                init_from: str = "") -> Config:  # fmt: skip
+    """The resolved config of one (arm, seed) run: the same model, tokenizer, optimiser and learning rate
+    in every arm; every arm but ``imitation`` starts from ``init_from`` (the imitation checkpoint
+    'RUN:VERSION', weights only: the optimizer starts fresh in each)."""
     c = copy.deepcopy(base)
     c.run_id = run_id
+    if arm != "imitation":
+        c.trainer.init_from = init_from
     c.model.layers, c.model.d_model, c.model.heads = ex.layers, ex.d_model, ex.heads
     c.model.seed = int(seed)
     cc = c.collector
@@ -104,23 +146,34 @@ def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed:
     t.wm_steps_per_policy_step = ex.wm_steps_per_policy_step
     c.dream.group_size = ex.group_size
     c.dream.horizon = ex.dream_horizon
-    c.dream.temperature = 1.0
+    c.dream.temperature = ex.temperature  # frozen: live (collectors) and dreamed rollouts sample at it
+    t.policy_temperature = ex.temperature  # the trainer's pi_T for BC and records without a temperature
     if arm == "imitation":
         s.expert_fraction = 1.0
         s.cold_start_batch_s = 0.05
         t.max_steps = ex.imitation_steps
         t.checkpoint_every = ex.imitation_steps
+    elif arm == "imitation_matched":
+        # the online arms' optimizer steps, each on the same number of demonstration samples, from the same
+        # checkpoint with the same optimiser and learning rate; nothing but demonstrations
+        s.expert_fraction = 1.0
+        s.batch_trajectories = expert_samples_per_step(ex)
+        s.cold_start_batch_s = 0.05
+        t.max_steps = ex.online_policy_steps
+        t.checkpoint_every = 1  # every step count can be read out, as in the online arms
+        t.train_world_model = False  # nothing dreams from it (the policy's update does not depend on it)
     else:
         s.expert_fraction = ex.expert_fraction
         s.expert_only_batches = False  # every policy step holds an online group
         s.group_timeout_s = 120.0
+        t.max_steps = ex.online_policy_steps  # fixed: the cell ends when this many steps are taken
         t.checkpoint_every = 1  # a new version per step: on-policy collectors wait for it
         t.train_world_model = arm == "dynaweb"
         cc.group_size = ex.group_size
         cc.run_length = ex.group_size
         cc.policy = "latest"
         cc.groups_per_version = 1.0 if arm == "real_only" else ex.dream_real_share
-        cc.seed_offset = 7919 * (int(seed) + 1)  # arms 2 and 3 of one seed walk the same task seeds
+        cc.seed_offset = 7919 * (int(seed) + 1)  # the online arms of one seed walk the same task seeds
     return c
 
 
@@ -187,37 +240,67 @@ class RunWatch:
         self._thread.join(10)
 
 
-SELECTED = {  # metric -> (label filter, key) kept from a cell's last scrape, for the diagnostics
+SELECTED = {  # metric -> key kept from a cell's last scrape (summed over label sets), for the diagnostics
     "dynaweb_stream_stale_dropped_trajectories_total": "stale_dropped",
     "dynaweb_stream_dead_letters_total": "dead_letters",
     "dynaweb_dream_world_model_invalid_total": "wm_invalid_outputs",
     "dynaweb_dream_steps_total": "dream_steps",
     "dynaweb_trainer_nonzero_advantage_share": "nonzero_advantage_share_last",
-    "dynaweb_trainer_steps_total": "trainer_steps",
+}
+# the trainer's per-source counters of what reached the policy loss (models/metrics.py), by sample name
+GSPO_COUNTERS = {
+    "dynaweb_trainer_gspo_trajectories_total": "trajectories",
+    "dynaweb_trainer_gspo_groups_total": "groups",
+    "dynaweb_trainer_gspo_groups_nonzero_total": "groups_nonzero",
+    "dynaweb_trainer_gspo_advantage_abs_sum_total": "adv_abs_sum",
+    "dynaweb_trainer_gspo_clipped_total": "clipped",
+    "dynaweb_trainer_gspo_ratio_sum_total": "ratio_sum",
+    "dynaweb_trainer_stale_dropped_total": "stale_dropped",
+    "dynaweb_trainer_ungrouped_total": "ungrouped",
 }
 
 
-def scrape_selected(cfg: Config) -> dict:
-    """A few counters and gauges of a run's live components (summed over label sets)."""
+def parse_scrape(scraped: list[tuple[dict, str]]) -> dict:
+    """The diagnostics kept from one scrape of a run's components (``(target labels, metrics text)``):
+    the ``SELECTED`` series summed, and from the trainer only: its optimizer steps per model
+    (``trainer_policy_steps``), policy samples per source (``trainer_samples_<source>``) and the GSPO
+    counters per source (``gspo``: {source: {groups, groups_nonzero, trajectories, ...}})."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from infra.up import scrape_targets
-
     out: dict = {}
-    for _labels, text in scrape_targets(cfg):
+    gspo: dict = {}
+    for labels, text in scraped:
+        trainer = labels.get("component") == "trainer"
         for fam in text_string_to_metric_families(text):
             for smp in fam.samples:
-                key = SELECTED.get(smp.name)
-                if key == "trainer_steps":
-                    key = f"trainer_{smp.labels.get('model', '')}_steps"
+                name, lab, v = smp.name, smp.labels, float(smp.value)
+                key = SELECTED.get(name)
+                if trainer and name == "dynaweb_trainer_steps_total":
+                    key = f"trainer_{lab.get('model', '')}_steps"
+                elif trainer and name == "dynaweb_trainer_samples_total" and lab.get("model") == "policy":
+                    key = f"trainer_samples_{lab.get('source', '')}"
+                elif trainer and name in GSPO_COUNTERS:
+                    d = gspo.setdefault(lab.get("source", ""), {})
+                    d[GSPO_COUNTERS[name]] = round(d.get(GSPO_COUNTERS[name], 0.0) + v, 4)
+                    continue
                 if key:
-                    out[key] = round(out.get(key, 0.0) + smp.value, 4)
+                    out[key] = round(out.get(key, 0.0) + v, 4)
+    if gspo:
+        out["gspo"] = gspo
     return out
 
 
+def scrape_selected(cfg: Config) -> dict:
+    """``parse_scrape`` of the run's live components, read from their /metrics now."""
+    from infra.up import scrape_targets
+
+    return parse_scrape(scrape_targets(cfg))
+
+
 def topic_stats(cfg: Config) -> dict:
-    """From the run's topics: live episodes and their success during training, dreamed rollouts,
-    their success, and the share of dream groups with a nonzero advantage."""
+    """Read back from the run's topics (labelled ``topic_``: a record of what was produced, not of what
+    the trainer learned from): live episodes and their success during training, dreamed rollouts and
+    their success.  The GSPO group diagnostics come from the trainer's counters instead."""
     from models.evaluate import read_topic
     from streams.topics import Topics
 
@@ -227,7 +310,7 @@ def topic_stats(cfg: Config) -> dict:
         try:
             trans = read_topic(cfg, topic, 60)
         except Exception as e:  # noqa: BLE001 - diagnostics only
-            out[f"{name}_error"] = str(e)[:200]
+            out[f"topic_{name}_error"] = str(e)[:200]
             continue
         last: dict = {}
         for t in trans:
@@ -235,12 +318,8 @@ def topic_stats(cfg: Config) -> dict:
                 last[t.episode_id] = t
         if not last:
             continue
-        groups: dict = {}
-        for t in last.values():
-            groups.setdefault(t.group_id or f"{t.task}:{t.seed}", set()).add(round(float(t.reward), 6))
-        out[f"{name}_episodes"] = len(last)
-        out[f"{name}_success"] = round(sum(float(t.reward) > 0 for t in last.values()) / len(last), 4)
-        out[f"{name}_nonzero_adv_groups"] = round(sum(len(r) > 1 for r in groups.values()) / len(groups), 4)
+        out[f"topic_{name}_episodes"] = len(last)
+        out[f"topic_{name}_success"] = round(sum(float(t.reward) > 0 for t in last.values()) / len(last), 4)
     return out
 
 
@@ -252,6 +331,38 @@ def pick_versions(history: list[tuple[int, int]], budget: list[int], demo_steps:
         ok = [(v, s) for v, s in history if s <= b]
         v, s = ok[-1] if ok else history[0]
         out.append({"budget": int(b), "version": int(v), "real_steps": int(max(s, demo_steps))})
+    return out
+
+
+def online_points(history: list[tuple[int, int]], budget: list[int], demo_steps: int) -> list[dict]:
+    """The read-outs of an online cell: ``pick_versions`` at every budget point, then the final version
+    (``budget`` None) at the real steps counted when it was announced.  One checkpoint per policy step
+    from version 0, so ``policy_steps`` = version."""
+    pts = pick_versions(history, budget, demo_steps)
+    v, s = history[-1]
+    pts.append({"budget": None, "version": int(v), "real_steps": int(max(s, demo_steps))})
+    return [dict(p, policy_steps=p["version"]) for p in pts]
+
+
+def matched_points(online: list[list[dict]], budget: list[int], steps: int, demo_steps: int) -> list[dict]:
+    """The read-outs of ``imitation_matched``, aligned with the online arms' points (one per budget point,
+    then the final one): point i is its checkpoint after the largest policy-step count that an online arm
+    of the same seed had at its point i (``online``: those cells' points), so at no point does an online
+    arm have more behaviour-cloning updates than this control; the final point is ``steps``
+    (= ``online_policy_steps``, as in every online arm).  Without online cells, evenly spaced.
+    ``real_steps`` is the demonstrations only: this arm never interacts."""
+    n = len(budget) + 1
+    out = []
+    for i in range(n):
+        have = [int(pts[i]["policy_steps"]) for pts in online
+                if i < len(pts) and pts[i].get("policy_steps") is not None]  # fmt: skip
+        if have:
+            k = max(have)
+        else:
+            k = steps if i == n - 1 else int(round(steps * (i + 1) / n))
+        k = min(max(k, 0), int(steps))
+        out.append({"budget": int(budget[i]) if i < len(budget) else None, "version": k, "policy_steps": k,
+                    "real_steps": int(demo_steps)})  # fmt: skip
     return out
 
 
@@ -357,28 +468,29 @@ class SampleEfficiency:
 
         demo_steps = sum(1 for line in demos.read_text().splitlines() if line.strip())
         run_id = self._new_run_id(arm, seed)
-        c = cell_config(self.base, self.ex, run_id, arm, seed)
-        comps: dict[str, list[str]] = {"stream-worker": ["stream-worker"], "trainer": ["train"]}
-        once: tuple = ()
-        if arm == "imitation":
-            once = ("trainer",)
-        else:
+        init = ""
+        if arm != "imitation":
             imit = json.loads(self.cell_file("imitation", seed).read_text())
-            c.trainer.init_from = f"{imit['run_id']}:{imit['points'][-1]['version']}"
+            init = f"{imit['run_id']}:{imit['points'][-1]['version']}"
+        c = cell_config(self.base, self.ex, run_id, arm, seed, init_from=init)
+        # the trainer stops by itself after trainer.max_steps and keeps serving its counters for the final scrape
+        comps: dict[str, list[str]] = {"stream-worker": ["stream-worker"],
+                                       "trainer": ["train", "--linger", str(LINGER_S)]}  # fmt: skip
+        if arm in ONLINE_ARMS:
             comps["collector"] = ["collect", "--policy", "latest", "--contexts", str(self.ex.contexts),
                                   "--id", f"collector-{run_id}"]  # fmt: skip
             if arm == "dynaweb":
                 comps["dream"] = ["dream"]
+        final_version = c.trainer.max_steps // c.trainer.checkpoint_every  # one version per checkpoint after v0
         ensure_topics(c)
         import_file(c, demos)
-        sup = Supervisor(c, comps, once=once)
-        self.say(f"{arm} seed {seed}: run {run_id} ({', '.join(comps)}), logs in {sup.logs}")
+        sup = Supervisor(c, comps, once=("trainer",))
+        self.say(f"{arm} seed {seed}: run {run_id} ({', '.join(comps)}), {c.trainer.max_steps} policy steps, "
+                 f"logs in {sup.logs}")  # fmt: skip
         t0 = time.time()
         watch = RunWatch(c)
-        live_target = max(0, self.ex.budget[-1] - demo_steps)
-        stop_at_version = None
-        t_stop = 0.0
-        last_print = 0.0
+        last_print = next_scrape = 0.0
+        periodic: dict = {}
         try:
             while True:
                 sup.supervise()
@@ -387,24 +499,28 @@ class SampleEfficiency:
                     raise ExperimentError(f"reading run {run_id} from the broker failed: {watch.error}")
                 live, version = watch.real_steps, watch.version
                 if time.time() - last_print > 15:
-                    self.say(f"{arm} seed {seed}: real steps {demo_steps + live}/{self.ex.budget[-1]}, "
-                             f"policy v{version}, {time.time() - t0:.0f}s")  # fmt: skip
+                    self.say(f"{arm} seed {seed}: policy v{version}/{final_version}, real steps {demo_steps + live}, "
+                             f"{time.time() - t0:.0f}s")  # fmt: skip
                     last_print = time.time()
-                if arm == "imitation":
-                    if sup.child("trainer").done:
-                        break
-                elif stop_at_version is None and live >= live_target:
-                    sup.stop_one("collector")  # budget spent: no more real steps
-                    stop_at_version, t_stop = version or 0, time.time()
-                elif stop_at_version is not None and ((version or 0) > stop_at_version or time.time() - t_stop > 90):
-                    break  # the last group was trained (or nothing more will come)
+                if (version is not None and version >= final_version) or sup.child("trainer").done:
+                    break  # the last policy step is taken (its checkpoint announced)
+                if time.time() > next_scrape:  # a fallback, should the final scrape miss the trainer
+                    snap = scrape_selected(c)
+                    if "trainer_policy_steps" in snap:
+                        periodic = snap
+                    next_scrape = time.time() + 10
                 if self._stop.is_set():
                     raise ExperimentError(f"{arm} seed {seed}: stopped")
                 if time.time() - t0 > self.ex.cell_timeout_s:
                     raise ExperimentError(f"{arm} seed {seed} did not finish in {self.ex.cell_timeout_s:.0f}s "
                                           f"(real steps {demo_steps + live}, version {version}); logs in {sup.logs}")  # fmt: skip
                 time.sleep(0.3)
+            for name in ("collector", "dream"):  # no more real steps or dreams: the counters settle
+                if name in comps:
+                    sup.stop_one(name)
             final_metrics = scrape_selected(c)
+            if "trainer_policy_steps" not in final_metrics and periodic:
+                final_metrics = {**periodic, "trainer_scrape": "periodic (the trainer had exited)"}
         finally:
             sup.stop()
             watch.close()
@@ -419,25 +535,39 @@ class SampleEfficiency:
             if latest is None:
                 raise ExperimentError(f"imitation seed {seed}: no checkpoint in S3 (logs in {sup.logs})")
             version = int(latest["version"])
-            picks = [{"budget": None, "version": int(version), "real_steps": demo_steps}]
+            picks = [{"budget": None, "version": version, "real_steps": demo_steps,
+                      "policy_steps": version * c.trainer.checkpoint_every}]  # fmt: skip
+        elif not history:
+            raise ExperimentError(f"{arm} seed {seed}: the trainer never announced a checkpoint")
+        elif arm == "imitation_matched":
+            online = [json.loads(self.cell_file(a, seed).read_text())["points"] for a in ONLINE_ARMS
+                      if self.cell_file(a, seed).exists()]  # fmt: skip
+            picks = matched_points(online, self.ex.budget, self.ex.online_policy_steps, demo_steps)
+            have = {v for v, _ in history}
+            missing = sorted({p["version"] for p in picks} - have)
+            if missing:
+                raise ExperimentError(f"{arm} seed {seed}: versions {missing} were never announced "
+                                      f"(have {sorted(have)})")  # fmt: skip
         else:
-            if not history:
-                raise ExperimentError(f"{arm} seed {seed}: the trainer never announced a checkpoint")
-            picks = pick_versions(history, self.ex.budget, demo_steps)
+            picks = online_points(history, self.ex.budget, demo_steps)
         points = self.evaluate(c, picks)
+        diag = {**final_metrics, **topic_stats(c)}
         res = {"arm": arm, "seed": seed, "run_id": run_id, "demo_steps": demo_steps, "points": points,
                "history": history, "train_s": round(train_s, 1), "eval_s": round(time.time() - t0 - train_s, 1),
-               "live_steps": int(live_steps),
-               "diagnostics": {**final_metrics, **topic_stats(c)}}  # fmt: skip
+               "live_steps": int(live_steps), "policy_steps": int(c.trainer.max_steps),
+               "expert_samples_per_step": c.stream.batch_trajectories if c.stream.expert_fraction >= 1
+               else expert_samples_per_step(self.ex), "diagnostics": diag}  # fmt: skip
         self.cell_file(arm, seed).write_text(json.dumps(res, indent=1))
-        self.say(f"{arm} seed {seed}: " + ", ".join(f"{p['real_steps']} steps -> {100 * p['success']:.0f}%"
-                                                    for p in points) + f" ({time.time() - t0:.0f}s)")  # fmt: skip
+        self.say(f"{arm} seed {seed}: " + ", ".join(f"{p['policy_steps']} policy / {p['real_steps']} real steps -> "
+                                                    f"{100 * p['success']:.0f}%" for p in points)
+                 + f" ({time.time() - t0:.0f}s)")  # fmt: skip
         return res
 
     def run_cells(self, arms: list[str], seed: int, demos: Path) -> None:
-        """Arms 2 and 3 of one seed: at the same time with ``parallel_arms`` (they share only arm
-        1's checkpoint; pacing is by policy version, not by time, so neither result depends on
-        the other's speed), else one after the other.  The first failure is raised."""
+        """The online arms of one seed: at the same time with ``parallel_arms`` (they share only the
+        imitation checkpoint; pacing is by policy version, not by time, and each takes a fixed number
+        of policy steps, so neither result depends on the other's speed), else one after the other.
+        The first failure is raised."""
         if len(arms) < 2 or not self.ex.parallel_arms:
             for a in arms:
                 self.run_cell(a, seed, demos)
@@ -513,8 +643,8 @@ class SampleEfficiency:
 
         self._check_out()
         self.say(f"{self.id}: {len(self.ex.seeds)} seeds x arms {', '.join(self.ex.arms)}, budget {self.ex.budget} "
-                 f"real steps; expected wall time on 2 cores: "
-                 f"{'3 min' if self.quick else '48 min with the defaults (measured; docs/experiment.md)'}")  # fmt: skip
+                 f"real steps, {self.ex.online_policy_steps} policy steps per arm after imitation; expected wall "
+                 f"time on 2 cores: {'a few minutes' if self.quick else 'not yet measured for 4 arms (3 arms: 48 min)'}")  # fmt: skip
         t0 = time.time()
         stack = Stack(self.base)
         if self.start_stack:
@@ -528,8 +658,9 @@ class SampleEfficiency:
                 demos = self.demos(seed)
                 if "imitation" in todo:
                     self.run_cell("imitation", seed, demos)
-                    todo.remove("imitation")
-                self.run_cells(todo, seed, demos)
+                self.run_cells([a for a in todo if a in ONLINE_ARMS], seed, demos)
+                if "imitation_matched" in todo:  # after the online arms: its read-outs follow their points
+                    self.run_cell("imitation_matched", seed, demos)
                 try:
                     self.wm_probe(seed)
                 except Exception as e:  # noqa: BLE001 - a diagnostic never fails the study
@@ -542,25 +673,41 @@ class SampleEfficiency:
     def load_cells(self) -> list[dict]:
         return [json.loads(f.read_text()) for f in sorted(self.cells_dir.glob("*-s*.json"))]
 
+    def frozen(self) -> dict:
+        """The study's fixed configuration, as stated in the summary."""
+        ex = self.ex
+        return {"tasks": list(ex.tasks), "group_size": ex.group_size, "temperature": ex.temperature, "reward": REWARD,
+                "imitation_steps": ex.imitation_steps, "online_policy_steps": ex.online_policy_steps,
+                "expert_samples_per_step": expert_samples_per_step(ex), "batch_trajectories": ex.batch_trajectories,
+                "expert_fraction": ex.expert_fraction, "budget": list(ex.budget), "seeds": list(ex.seeds),
+                "arms": list(ex.arms), "eval_episodes_per_point": ex.eval_seeds_per_task * len(ex.tasks)}  # fmt: skip
+
     def report(self, wall_s: float) -> dict:
+        """Write the artifacts and ``summary.json``; returns that summary (the ``--json`` line)."""
         cells = self.load_cells()
         prev = json.loads(self._meta_file().read_text())
         total_wall = float(prev.get("wall_s_total", 0.0)) + wall_s
         meta = {"experiment_id": self.id, "command": self.command, "wall_s": total_wall, "tasks": list(self.ex.tasks),
                 "seeds": list(self.ex.seeds), "eval_seeds_per_task": self.ex.eval_seeds_per_task,
                 "eval_seed_start": self.ex.eval_seed_start, "diagnostics": _diag_by_arm(cells),
-                "per_task": _per_task(cells)}  # fmt: skip
+                "per_task": _per_task(cells), "frozen": self.frozen()}  # fmt: skip
         summary = write_all(cells, self.out, meta)
         prev.update(wall_s_total=round(total_wall, 1), command=self.command)
         self._meta_file().write_text(json.dumps(prev, indent=1))
-        out = {"experiment_id": self.id, "quick": self.quick, "out": str(self.out), "wall_s": round(total_wall, 1),
-               "cells": len(cells), "rows": summary["rows"], "headline": summary["headline"],
-               "artifacts": {k: str(self.out / k) for k in ("results.csv", "success_vs_real.png", "results.md")}}  # fmt: skip
+        out = {"arms": summary["arms"], "experiment_id": self.id, "quick": self.quick, "config": meta["frozen"],
+               "out": str(self.out), "wall_s": round(total_wall, 1), "cells": len(cells), "rows": summary["rows"],
+               "headline": summary["headline"],
+               "artifacts": {k: str(self.out / k) for k in ("results.csv", "success_vs_real.png", "results.md",
+                                                            "summary.json")}}  # fmt: skip
+        (self.out / "summary.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
         return out
 
 
-DIAG_KEYS = ("trainer_policy_steps", "live_success", "live_nonzero_adv_groups", "dream_steps", "dream_success",
-             "dream_nonzero_adv_groups", "wm_invalid_outputs", "stale_dropped")  # fmt: skip
+# per-cell diagnostics averaged over seeds: the trainer's own counters (policy steps, policy samples per
+# source), the stream's and dream generator's counters, and what the run's topics held (``topic_``)
+DIAG_KEYS = ("trainer_policy_steps", "trainer_samples_expert", "trainer_samples_real", "trainer_samples_dream",
+             "dream_steps", "wm_invalid_outputs", "stale_dropped", "topic_live_episodes", "topic_live_success",
+             "topic_dream_episodes", "topic_dream_success")  # fmt: skip
 
 
 def _mean(xs: list) -> float | None:
@@ -569,9 +716,10 @@ def _mean(xs: list) -> float | None:
 
 
 def _diag_by_arm(cells: list[dict]) -> dict:
-    """Per arm, means over seeds of what explains a result: updates, live and dreamed success
-    during training, groups with a nonzero advantage, world-model repairs, stale drops, and
-    the world model's fidelity on held-out real transitions next to the "nothing changes" baseline."""
+    """Per arm, means over seeds of what explains a result: updates, live and dreamed success during
+    training, world-model repairs, stale drops, the world model's fidelity on held-out real transitions
+    next to the "nothing changes" baseline; and, from the trainer's counters pooled over seeds, the
+    GSPO groups that reached the loss per source and the share with a nonzero advantage."""
     out: dict = {}
     for arm in ARMS:
         cs = [c for c in cells if c["arm"] == arm]
@@ -584,6 +732,16 @@ def _diag_by_arm(cells: list[dict]) -> dict:
             v = _mean([c.get("diagnostics", {}).get(k) for c in cs])
             if v is not None:
                 d[k] = v
+        pooled = pooled_gspo([c.get("diagnostics", {}).get("gspo") or {} for c in cs])
+        for name, src in (("live", "real"), ("dream", "dream")):
+            g = pooled.get(src, {})
+            if g.get("groups"):
+                d[f"trainer_{name}_groups"] = round(g["groups"] / len(cs), 3)
+                d[f"trainer_{name}_nonzero_adv_share"] = round(g.get("groups_nonzero", 0.0) / g["groups"], 4)
+            if g.get("stale_dropped"):
+                d[f"trainer_{name}_stale_dropped"] = round(g["stale_dropped"] / len(cs), 3)
+            if g.get("ungrouped"):
+                d[f"trainer_{name}_ungrouped"] = round(g["ungrouped"] / len(cs), 3)
         fids = [c["wm_fidelity"]["dynaweb_final"] for c in cs if c.get("wm_fidelity", {}).get("dynaweb_final")]
         for k in ("exact_match", "change_f1", "baseline_exact_match", "baseline_change_f1", "ok_rate"):
             v = _mean([f.get(k) for f in fids])

@@ -1,10 +1,11 @@
 """Artifacts of ``dynaweb experiment sample-efficiency``: pure functions, no services.
 
 Input: the per-cell results (one JSON per (arm, seed), see ``infra.experiment``).
-Output: the CSV of (arm, seed, real steps, success), the aggregated curves with
-Student-t 95% intervals over training seeds, the headline table (final success,
-real interactions needed to reach the real-only arm's final success), a PNG and
-a Markdown page.
+Output: the CSV of (arm, seed, real steps, policy steps, success), the aggregated
+curves with Student-t 95% intervals over training seeds, the headline table (final
+success, real interactions needed to reach the real-only arm's final success), the
+per-arm summary (``arm_summary``: the ``--json`` line and ``summary.json``), a PNG
+and a Markdown page.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-ARMS = ("imitation", "real_only", "dynaweb")
-LABELS = {"imitation": "Imitation only (K demos)", "real_only": "Real-only online GSPO",
-          "dynaweb": "DynaWeb (dreamed GSPO groups)"}  # fmt: skip
-CSV_FIELDS = ("arm", "seed", "point", "budget", "real_steps", "version", "success", "episodes", "timeouts")
+ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb")
+ONLINE_ARMS = ("real_only", "dynaweb")  # the arms that interact (and run GSPO)
+LABELS = {"imitation": "Imitation only (K demos)",
+          "imitation_matched": "Imitation, matched updates (online arms' steps and BC samples)",
+          "real_only": "Real-only online GSPO", "dynaweb": "DynaWeb (dreamed GSPO groups)"}  # fmt: skip
+CSV_FIELDS = ("arm", "seed", "point", "budget", "real_steps", "policy_steps", "version", "success", "episodes",
+              "timeouts")  # fmt: skip
+SOURCES = (("live", "real"), ("dream", "dream"))  # summary key -> the trainer's ``source`` label
 
 # two-sided 95% Student-t quantiles t_{0.975, df}
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -50,20 +55,22 @@ def mean_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
 
 
 def rows_from_cells(cells: list[dict]) -> list[dict]:
-    """One CSV row per evaluated point.  Arms 2 and 3 start from arm 1's checkpoint, so their
-    curves begin (point 0) at the imitation result of the same seed."""
+    """One CSV row per evaluated point.  Every other arm starts from the imitation checkpoint, so its
+    curve begins (point 0, 0 policy steps of its own) at the imitation result of the same seed.
+    ``policy_steps``: optimizer steps the arm's own run had taken at that point (imitation: its BC steps)."""
     imit = {c["seed"]: c for c in cells if c["arm"] == "imitation"}
     rows = []
     for c in sorted(cells, key=lambda c: (ARMS.index(c["arm"]), c["seed"])):
         pts = list(c["points"])
         if c["arm"] != "imitation" and c["seed"] in imit:
-            start = dict(imit[c["seed"]]["points"][-1], point=0)
+            start = dict(imit[c["seed"]]["points"][-1], point=0, policy_steps=0, budget=None)
             pts = [start] + [dict(p, point=i + 1) for i, p in enumerate(pts)]
         for i, p in enumerate(pts):
+            ps = p.get("policy_steps")
             rows.append({"arm": c["arm"], "seed": c["seed"], "point": p.get("point", i), "budget": p.get("budget"),
-                         "real_steps": int(p["real_steps"]), "version": p["version"],
-                         "success": round(float(p["success"]), 6), "episodes": int(p["episodes"]),
-                         "timeouts": int(p.get("timeouts", 0))})  # fmt: skip
+                         "real_steps": int(p["real_steps"]), "policy_steps": None if ps is None else int(ps),
+                         "version": p["version"], "success": round(float(p["success"]), 6),
+                         "episodes": int(p["episodes"]), "timeouts": int(p.get("timeouts", 0))})  # fmt: skip
     return rows
 
 
@@ -80,8 +87,10 @@ def aggregate(rows: list[dict]) -> dict[str, list[dict]]:
         for k in sorted(by[arm]):
             rs = by[arm][k]
             m, lo, hi = mean_ci([r["success"] for r in rs])
+            ps = [r["policy_steps"] for r in rs if r.get("policy_steps") is not None]
             pts.append({"point": k, "real_steps": sum(r["real_steps"] for r in rs) / len(rs), "success": m,
                         "ci_low": lo, "ci_high": hi, "n": len(rs), "budget": rs[0]["budget"],
+                        "policy_steps": sum(ps) / len(ps) if ps else None,
                         "timeouts": sum(r["timeouts"] for r in rs), "episodes": sum(r["episodes"] for r in rs)})  # fmt: skip
         out[arm] = pts
     return out
@@ -120,6 +129,67 @@ def headline(agg: dict[str, list[dict]]) -> dict:
     return out
 
 
+def pooled_gspo(per_cell: list[dict]) -> dict:
+    """The trainer's GSPO counters (``{source: {groups, groups_nonzero, ...}}``, one dict per cell) summed
+    over cells."""
+    out: dict = {}
+    for g in per_cell:
+        for src, d in (g or {}).items():
+            acc = out.setdefault(src, {})
+            for k, v in d.items():
+                if isinstance(v, int | float):
+                    acc[k] = acc.get(k, 0.0) + v
+    return out
+
+
+def nonzero_adv_share(gspo: dict) -> dict:
+    """Share of the GSPO groups that reached the trainer's loss with a nonzero advantage, per source:
+    ``groups_nonzero / groups`` of the trainer's counters; ``live`` is the source ``real`` (on-policy
+    rollouts in the browser), ``dream`` the dreamed ones; None where no group of that source reached it."""
+    out: dict = {}
+    for key, src in SOURCES:
+        d = gspo.get(src) or {}
+        n = float(d.get("groups", 0.0))
+        out[key] = round(float(d.get("groups_nonzero", 0.0)) / n, 4) if n > 0 else None
+    return out
+
+
+def _r(x: float | None, nd: int) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> dict:
+    """Per arm (those with cells, in ``ARMS`` order), at its last point (online arms and
+    ``imitation_matched``: the final checkpoint, ``online_policy_steps`` steps): ``final_success`` (mean
+    over seeds), ``ci95`` ([low, high], Student-t 95% over seeds; [None, None] with one seed),
+    ``real_steps`` and ``policy_steps`` (means over seeds; policy steps of the arm's own run),
+    ``nonzero_adv_share`` ({"live", "dream"}: the trainer's counters pooled over seeds), ``seeds``,
+    ``expert_samples_per_step`` (configured) and ``expert_samples_per_step_trained`` (the trainer's
+    expert samples / its policy steps, mean over seeds; None when not scraped)."""
+    agg = aggregate(rows_from_cells(cells)) if agg is None else agg
+    out: dict = {}
+    for arm in ARMS:
+        curve = agg.get(arm)
+        if not curve:
+            continue
+        cs = [c for c in cells if c["arm"] == arm]
+        last = curve[-1]
+        gspo = pooled_gspo([c.get("diagnostics", {}).get("gspo") or {} for c in cs])
+        per_step = []
+        for c in cs:
+            d = c.get("diagnostics", {})
+            if d.get("trainer_policy_steps"):
+                per_step.append(d.get("trainer_samples_expert", 0.0) / d["trainer_policy_steps"])
+        cfg_eps = [c["expert_samples_per_step"] for c in cs if c.get("expert_samples_per_step") is not None]
+        out[arm] = {"final_success": _r(last["success"], 4), "ci95": [_r(last["ci_low"], 4), _r(last["ci_high"], 4)],
+                    "real_steps": _r(last["real_steps"], 1), "policy_steps": _r(last.get("policy_steps"), 1),
+                    "nonzero_adv_share": nonzero_adv_share(gspo), "seeds": last["n"],
+                    "expert_samples_per_step": cfg_eps[0] if cfg_eps else None,
+                    "expert_samples_per_step_trained": _r(sum(per_step) / len(per_step), 2) if per_step else None,
+                    }  # fmt: skip
+    return out
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS), lineterminator="\n")
@@ -136,14 +206,16 @@ def write_png(agg: dict[str, list[dict]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    colors = {"imitation": "tab:gray", "real_only": "tab:blue", "dynaweb": "tab:red"}
+    colors = {"imitation": "tab:gray", "imitation_matched": "tab:green", "real_only": "tab:blue", "dynaweb": "tab:red"}
     for arm, curve in agg.items():
+        if arm in ("imitation", "imitation_matched"):
+            # no interaction beyond the demonstrations: a level at the final point, not a curve
+            curve = curve[-1:]
+            ax.axhline(curve[-1]["success"], color=colors[arm], ls="--" if arm == "imitation" else ":", lw=1)
         xs = [p["real_steps"] for p in curve]
         ys = [p["success"] for p in curve]
         lo = [p["success"] - p["ci_low"] if p["ci_low"] is not None else 0 for p in curve]
         hi = [p["ci_high"] - p["success"] if p["ci_high"] is not None else 0 for p in curve]
-        if arm == "imitation":
-            ax.axhline(ys[-1], color=colors[arm], ls="--", lw=1)
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colors.get(arm), label=LABELS.get(arm, arm))
     ax.set_xlabel("real environment steps (demonstrations included)")
     ax.set_ylabel("success on evaluation seeds")
@@ -166,25 +238,42 @@ def _ci(p: dict) -> str:
     return f"[{_pct(p['ci_low'])}, {_pct(p['ci_high'])}]"
 
 
-def markdown(agg: dict[str, list[dict]], head: dict, meta: dict) -> str:
+def _share(x: dict | None) -> str:
+    x = x or {}
+    return " / ".join(_pct(x.get(k)) for k, _ in SOURCES)
+
+
+def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | None = None) -> str:
     lines = [f"# Sample efficiency: {meta.get('experiment_id', '')}", "",
              f"Command: `{meta.get('command', '')}`  ", f"Wall time: {meta.get('wall_s', 0) / 60:.1f} min  ",
              f"Tasks: {', '.join(meta.get('tasks', []))}  ",
              f"Training seeds: {meta.get('seeds')}; evaluation: {meta.get('eval_seeds_per_task')} seeds per task "
-             f"starting at {meta.get('eval_seed_start')} (greedy, live browser, raw reward)  ",
-             "Interval: Student-t 95% over training seeds (n/a with one seed).", "",
+             f"starting at {meta.get('eval_seed_start')} (greedy, live browser, success = raw reward > 0)  ",
+             "Interval: Student-t 95% over training seeds (n/a with one seed).  ",
+             "Policy steps: optimizer steps of the arm's own run (after the imitation checkpoint it starts from); "
+             "nonzero-advantage share: GSPO groups that reached the trainer's loss with a nonzero advantage, "
+             "from the trainer's counters (- where no group reached it).", "",
              "## Headline", "",
-             "| arm | final success | 95% interval | real steps used | real steps to reach real-only's final |",
-             "|---|---|---|---|---|"]  # fmt: skip
+             "| arm | final success | 95% interval | policy steps | real steps used | real steps to reach real-only's "
+             "final | nonzero-advantage groups (live / dream) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    fz = meta.get("frozen") or {}
+    if fz:
+        lines[6:6] = [f"Frozen configuration: G = {fz.get('group_size')}, temperature {fz.get('temperature')}, reward "
+                      f"{fz.get('reward')}; {fz.get('online_policy_steps')} policy steps in every arm after imitation, "
+                      f"{fz.get('expert_samples_per_step')} demonstration samples per step.  "]  # fmt: skip
     tgt = head.get("target")
+    arms = arms or {}
     for arm in ARMS:
         a = head["arms"].get(arm)
         if a is None:
             continue
         need = a["steps_to_target"]
+        ps = (arms.get(arm) or {}).get("policy_steps")
         lines.append(f"| {LABELS[arm]} | {_pct(a['final_success'])} | "
-                     f"{_ci({'ci_low': a['ci_low'], 'ci_high': a['ci_high']})} | {a['final_real_steps']:.0f} | "
-                     f"{'not reached' if need is None else f'{need:.0f}'} |")  # fmt: skip
+                     f"{_ci({'ci_low': a['ci_low'], 'ci_high': a['ci_high']})} | "
+                     f"{'-' if ps is None else f'{ps:.0f}'} | "
+                     f"{a['final_real_steps']:.0f} | {'not reached' if need is None else f'{need:.0f}'} | "
+                     f"{_share((arms.get(arm) or {}).get('nonzero_adv_share'))} |")  # fmt: skip
     lines.append("")
     if head.get("ratio") is not None:
         lines.append(f"DynaWeb needs **{head['ratio']:.2f}x** the real interactions of the real-only arm to reach "
@@ -194,13 +283,22 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict) -> str:
                      "the ratio of real interactions is undefined in this run.")  # fmt: skip
     elif tgt is not None and "dynaweb" in head["arms"]:
         lines.append(f"DynaWeb did not reach the real-only arm's final success ({_pct(tgt)}) within the budget.")
-    lines += ["", "## All points", "", "| arm | point | budget | real steps (mean) | success | 95% interval | "
-              "episodes | time-outs |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    m, d = arms.get("imitation_matched"), arms.get("dynaweb")
+    if m and d:
+        lines.append(f"Matched control: with the same {m['policy_steps']:.0f} policy steps and demonstration samples "
+                     f"per step, behaviour cloning alone reaches {_pct(m['final_success'])} against DynaWeb's "
+                     f"{_pct(d['final_success'])}.")  # fmt: skip
+    lines += ["", "## All points", "", "Point 0 is the imitation checkpoint every other arm starts from; the last "
+              "point of an online arm is its final checkpoint (budget -), read out at the real steps it used; "
+              "imitation_matched's point i is its checkpoint at the largest policy-step count an online arm had at "
+              "point i.", "", "| arm | point | budget | policy steps (mean) | real steps (mean) | success | "
+              "95% interval | episodes | time-outs |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for arm, curve in agg.items():
         for p in curve:
+            ps = p.get("policy_steps")
             lines.append(f"| {arm} | {p['point']} | {p['budget'] if p['budget'] is not None else '-'} | "
-                         f"{p['real_steps']:.0f} | {_pct(p['success'])} | {_ci(p)} | {p['episodes']} | "
-                         f"{p['timeouts']} |")  # fmt: skip
+                         f"{'-' if ps is None else f'{ps:.0f}'} | {p['real_steps']:.0f} | {_pct(p['success'])} | "
+                         f"{_ci(p)} | {p['episodes']} | {p['timeouts']} |")  # fmt: skip
     per_task = meta.get("per_task") or {}
     if per_task:
         tasks = sorted({t for d in per_task.values() for t in d})
@@ -217,13 +315,14 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict) -> str:
 
 
 def write_all(cells: list[dict], out: Path, meta: dict) -> dict:
-    """Write results.csv, success_vs_real.png, results.md; returns the summary."""
+    """Write results.csv, success_vs_real.png, results.md; returns the summary (``arms``: ``arm_summary``)."""
     rows = rows_from_cells(cells)
     if not rows:
         raise ValueError("no evaluated cells to report")
     agg = aggregate(rows)
     head = headline(agg)
+    arms = arm_summary(cells, agg)
     write_csv(rows, out / "results.csv")
     write_png(agg, out / "success_vs_real.png", f"{meta.get('experiment_id', '')}: success vs real interactions")
-    (out / "results.md").write_text(markdown(agg, head, meta))
-    return {"rows": len(rows), "curves": agg, "headline": head}
+    (out / "results.md").write_text(markdown(agg, head, meta, arms))
+    return {"rows": len(rows), "curves": agg, "headline": head, "arms": arms}

@@ -19,14 +19,35 @@ output (``ok`` False) leaves the page unchanged with reward 0, not done.
 ``dream_rollouts`` advances all G x S rollouts one step together: one batched
 ``PolicyRunner.act`` and one batched ``WorldModelRunner.predict`` per step
 (finished rollouts drop out of the batch).
+
+Dreamed and live episodes end by the same rules and render the same fields
+(``dream_outcome``): ``stop`` ends the episode (reward 0, page unchanged, no
+world-model call), as in ``collectors.env.WebEnv``; an action the live page
+would refuse before touching it (an element id not on the page, an unknown key:
+``collectors.spaces.precheck_error``) leaves the page unchanged with the same
+``Error:`` line; otherwise the world model predicts the change, reward and
+done; the step limit (the horizon) truncates.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
-from collectors.spaces import Action, Observation, parse_action
+from collectors.spaces import Action, Observation, parse_action, precheck_error
+
+
+def dream_outcome(obs: Observation, action: Action) -> tuple[Observation, bool, str] | None:
+    """The outcome of ``action`` that needs no world model, as the live environment gives it:
+    ``(next page, done, reason)`` for ``stop`` and for an action refused before it touches the page;
+    None when the world model must predict."""
+    if action.kind == "stop":
+        return replace(obs, last_action_error=""), True, "stop"
+    err = precheck_error(action, set(obs.element_ids))
+    if err:
+        return replace(obs, last_action_error=err), False, "refused"
+    return None
 
 
 class DreamEnv:
@@ -48,14 +69,19 @@ class DreamEnv:
         if self.obs is None:
             raise RuntimeError("call reset() before step()")
         act = action if isinstance(action, Action) else parse_action(action)
-        pred = self.wm.predict([self.obs], [act], sample=self.sample)[0]
         self.t += 1
         self.history.append(act.to_text())
-        self.obs = pred.next_obs
-        terminated = bool(pred.done)
+        fixed = dream_outcome(self.obs, act)
+        if fixed is not None:
+            nxt, terminated, reason = fixed
+            reward, info = 0.0, {"ok": True, "reason": reason, "text": "", "step": self.t}
+        else:
+            pred = self.wm.predict([self.obs], [act], sample=self.sample)[0]
+            nxt, terminated, reward = pred.next_obs, bool(pred.done), float(pred.reward)
+            info = {"ok": pred.ok, "reason": pred.reason, "text": pred.text, "step": self.t}
+        self.obs = nxt
         truncated = not terminated and self.t >= self.max_steps
-        info = {"ok": pred.ok, "reason": pred.reason, "text": pred.text, "step": self.t}
-        return pred.next_obs, float(pred.reward), terminated, truncated, info
+        return nxt, reward, terminated, truncated, info
 
 
 class Rollout(list):
@@ -82,8 +108,9 @@ def dream_rollouts(
     """G rollouts per start state (sharing a fresh group id), at most ``horizon`` steps.
 
     ``start_states``: Observations (or objects with ``.obs``).  Step dict keys:
-    obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob),
-    ntokens, ok, reason.  ``batch`` caps how many rollouts advance together.
+    obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob =
+    log pi_T of the candidate set), ntokens, candidates_hash, temperature (the T of
+    the logprob), ok, reason.  ``batch`` caps how many rollouts advance together.
     """
     starts = [s if isinstance(s, Observation) else s.obs for s in start_states]
     rollouts: list[Rollout] = []
@@ -103,14 +130,24 @@ def dream_rollouts(
             idx = active[c : c + cap]
             obs_b = [state[k][1] for k in idx]
             acts = policy_runner.act(obs_b, [state[k][2] for k in idx], temperature=temperature, greedy=greedy)
-            preds = wm_runner.predict(obs_b, [a for a, _, _ in acts], sample=sample_world)
-            for k, (act, lp, nt), pred in zip(idx, acts, preds, strict=True):
+            infos = getattr(policy_runner, "last_info", None) or []  # candidates_hash, temperature per decision
+            infos = infos if len(infos) == len(acts) else [{}] * len(acts)
+            fixed = [dream_outcome(o, a) for o, (a, _, _) in zip(obs_b, acts, strict=True)]
+            ask = [j for j, f in enumerate(fixed) if f is None]  # only these need the world model
+            preds = dict(zip(ask, wm_runner.predict([obs_b[j] for j in ask], [acts[j][0] for j in ask],
+                                                    sample=sample_world) if ask else [], strict=True))  # fmt: skip
+            for j, (k, (act, lp, nt)) in enumerate(zip(idx, acts, strict=True)):
                 ro, obs, hist = state[k]
                 text = act.to_text()
-                ro.append({
-                    "obs": obs, "action": text, "next_obs": pred.next_obs, "reward": float(pred.reward),
-                    "done": bool(pred.done), "behaviour_logprob": float(lp), "logprob": float(lp),
-                    "ntokens": int(nt), "ok": pred.ok, "reason": pred.reason,
-                })  # fmt: skip
-                state[k] = (ro, pred.next_obs, hist + [text])
+                if fixed[j] is not None:
+                    nxt, done, reason = fixed[j]
+                    step = {"next_obs": nxt, "reward": 0.0, "done": done, "ok": True, "reason": reason}
+                else:
+                    p = preds[j]
+                    step = {"next_obs": p.next_obs, "reward": float(p.reward), "done": bool(p.done), "ok": p.ok,
+                            "reason": p.reason}  # fmt: skip
+                ro.append({"obs": obs, "action": text, **step, "behaviour_logprob": float(lp), "logprob": float(lp),
+                           "ntokens": int(nt), "candidates_hash": str(infos[j].get("candidates_hash") or ""),
+                           "temperature": float(infos[j].get("temperature") or (temperature if temperature > 0 else 1.0))})  # fmt: skip
+                state[k] = (ro, step["next_obs"], hist + [text])
     return rollouts

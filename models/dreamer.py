@@ -13,7 +13,6 @@ from the stream worker scale the dream rate.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import shutil
 import tempfile
@@ -106,7 +105,11 @@ class Dreamer:
         self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
         self.rate_factor = 1.0
         self.steps_published = 0
-        self.rng = random.Random(os.getpid())
+        # this sampler's own random streams (start states, actions), never rewound by a hot reload
+        self.rng = random.Random(f"{cfg.run_id}|{self.producer_id}")
+        from models.policy import sampler_generator
+
+        self.generator = sampler_generator(cfg.run_id, self.producer_id)
         self._runners: tuple | None = None
 
     def setup(self) -> None:
@@ -136,7 +139,7 @@ class Dreamer:
             from models.world_model import WorldModelRunner
 
             p, w = self.slots["policy"], self.slots["world_model"]
-            pr = PolicyRunner(p.model, p.tokenizer, self.cfg.model)
+            pr = PolicyRunner(p.model, p.tokenizer, self.cfg.model, generator=self.generator)
             pr.policy_version = p.version
             self._runners = (pr, WorldModelRunner(w.model, w.tokenizer, self.cfg.dream))
         return self._runners
@@ -189,7 +192,8 @@ class Dreamer:
                     done=bool(st["done"]) and last, truncated=last and not st["done"],
                     producer_id=self.producer_id, group_id=ro.group_id,
                     behaviour_logprob=float(st["logprob"]), action_tokens=int(st["ntokens"]),
-                    info={"wm_ok": bool(st.get("ok", True))},
+                    candidates_hash=str(st.get("candidates_hash") or ""),
+                    info={"wm_ok": bool(st.get("ok", True)), "temperature": float(st.get("temperature") or 1.0)},
                 )  # fmt: skip
                 self.pub.send(self.topics.dream, rec, key=ro.group_id)
                 n += 1

@@ -6,8 +6,11 @@ history = the trajectory's previous action texts).  Per trajectory the
 sequence is *all* its action tokens.
 
 * on-policy / dream trajectories (every step has ``behaviour_logprob``): GSPO
-  with group advantages (groups = ``group_id``, reward = the trajectory's
-  terminal reward ``Trajectory.reward``);
+  with group advantages (groups = ``group_id``, named once at the source: the
+  collector or dream generator that ran the group; the learner never invents
+  one; reward = task success of the trajectory's terminal raw reward,
+  ``losses.task_success_reward``).  A trajectory without a group id is counted
+  (``ungrouped``, per source) and used for nothing else;
 * expert trajectories (``source == "expert"``): behaviour cloning (token NLL),
   weighted by ``TrainerConfig.bc_weight``;
 * anything else (real steps without log-probs): skipped and counted.
@@ -28,13 +31,16 @@ as negatives).  Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from collectors.spaces import Observation
-from models.losses import bc_loss, group_advantages, gspo_loss, info_nce, lm_loss, token_logprobs
+from collectors.spaces import Observation, parse_action
+from models.losses import bc_loss, group_advantages, gspo_loss, info_nce, lm_loss, task_success_reward, token_logprobs
+from models.policy import MAX_CANDIDATES, candidate_logprobs, candidates_hash, policy_candidates
 from models.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
 from models.tokenizer import encode, pad_id
 from models.world_model import change_target
@@ -130,6 +136,7 @@ def action_logprobs(
 
 
 def trajectory_rows(tokenizer: Any, steps: list, max_positions: int) -> list[tuple[list[int], list[int]]]:
+    """(policy prompt, action tokens) per step, history = the trajectory's previous action texts."""
     rows, history = [], []
     for t in steps:
         obs = Observation.from_dict(t.obs)
@@ -138,8 +145,47 @@ def trajectory_rows(tokenizer: Any, steps: list, max_positions: int) -> list[tup
     return rows
 
 
+@dataclass
+class Decision:
+    """One step as the policy saw it: the prompt, the rebuilt candidate set C(s), the action's place in it."""
+
+    prompt: list[int]
+    cand_ids: list[list[int]]  # token ids (text + eos) of every candidate, in ``policy_candidates`` order
+    index: int  # the recorded action's index in the candidates, -1 if it is not one of them
+    action_ids: list[int]
+    hash: str  # ``candidates_hash`` of the rebuilt set
+    recorded_hash: str  # the transition's ``candidates_hash`` ("" = not recorded)
+    temperature: float  # T of ``log pi_T``: the transition's ``info["temperature"]``, else the trainer's
+
+
+def _canonical(text: str) -> str:
+    try:
+        return parse_action(text).to_text()
+    except Exception:  # noqa: BLE001 - an unparsable text simply matches no candidate
+        return text
+
+
+def trajectory_decisions(tokenizer: Any, steps: list, max_positions: int, default_temperature: float = 1.0,
+                         max_candidates: int = MAX_CANDIDATES) -> list[Decision]:  # fmt: skip
+    """``Decision`` per step: prompt as in ``trajectory_rows``, C(s) from ``policy_candidates`` (the
+    function the runner acts with)."""
+    out = []
+    for (prompt, a_ids), t in zip(trajectory_rows(tokenizer, steps, max_positions), steps, strict=True):
+        acts, ids = policy_candidates(tokenizer, Observation.from_dict(t.obs), prompt, max_positions, max_candidates)
+        texts = [a.to_text() for a in acts]
+        k = texts.index(t.action) if t.action in texts else -1
+        if k < 0:
+            c = _canonical(t.action)
+            k = texts.index(c) if c in texts else -1
+        temp = (t.info or {}).get("temperature")
+        ok_t = isinstance(temp, int | float) and not isinstance(temp, bool) and temp > 0
+        out.append(Decision(prompt, ids, k, a_ids, candidates_hash(texts), getattr(t, "candidates_hash", "") or "",
+                            float(temp) if ok_t else float(default_temperature)))  # fmt: skip
+    return out
+
+
 def _flat(parts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-trajectory token log-probs -> (N, T) padded + mask."""
+    """Per-trajectory log-probs (one per decision or token) -> (N, T) padded + mask."""
     T = max(int(p.shape[0]) for p in parts)
     mask = torch.zeros(len(parts), T, device=parts[0].device)
     rows = [torch.cat([p, p.new_zeros(T - p.shape[0])]) for p in parts]
@@ -149,27 +195,54 @@ def _flat(parts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return lp, mask
 
 
+class _Rows:
+    """Distinct (prompt, continuation) rows of a micro-batch (a group's shared first page is scored once)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[list[int], list[int]]] = []
+        self._index: dict[tuple, int] = {}
+
+    def add(self, prompt: list[int], cont: list[int]) -> int:
+        key = (tuple(prompt), tuple(cont))
+        if key not in self._index:
+            self._index[key] = len(self.rows)
+            self.rows.append((prompt, cont))
+        return self._index[key]
+
+
 def policy_batch_loss(
     model: Any, tokenizer: Any, trajectories: list, cfg: Any, model_cfg: Any,
     backward: bool = False, chunk_rows: int = 32, backward_fn: Callable | None = None,
 ) -> tuple[torch.Tensor, dict]:  # fmt: skip
-    """GSPO on trajectories with behaviour log-probs + bc_weight * BC on expert ones."""
+    """GSPO on trajectories with behaviour log-probs + bc_weight * BC on expert ones (see module doc).
+
+    Both train ``log pi_T(a|s)`` over the rebuilt candidate sets.  Extra metrics:
+    ``log_ratios`` (per GSPO trajectory, in batch order: ``(sum log pi - sum
+    behaviour) / n_decisions``), ``cand_mismatch`` (GSPO steps whose rebuilt
+    candidate hash differs from the recorded one; trained with the rebuilt set),
+    ``cand_missing`` (GSPO steps whose action is not in the rebuilt set: added to
+    it), ``cand_unhashed`` (GSPO steps without a recorded hash), ``bc_not_candidate``
+    (expert steps whose action is not a candidate: token NLL instead),
+    ``cand_per_step`` and ``cand_rows`` (distinct candidate rows scored).
+    """
     max_pos = int(getattr(model_cfg, "max_positions", model.config.max_position_embeddings))
-    gspo, bc, skipped = [], [], 0
+    t_default = float(getattr(cfg, "policy_temperature", 1.0) or 1.0)
+    gspo, bc, skipped, ungrouped = [], [], 0, Counter()
     for tr in trajectories:
         steps = tr.steps()
         if tr.source == "expert":
             bc.append((tr, steps))
-        elif steps and all(s.behaviour_logprob is not None for s in steps):
-            gspo.append((tr, steps))
-        else:
+        elif not (steps and all(s.behaviour_logprob is not None for s in steps)):
             skipped += 1
-    adv = group_advantages(
-        torch.tensor([float(tr.reward) for tr, _ in gspo]),
-        [tr.group_id or f"solo:{tr.episode_id}:{i}" for i, (tr, _) in enumerate(gspo)],
-    ) if gspo else torch.zeros(0)  # fmt: skip
+        elif not tr.group_id:
+            ungrouped[tr.source] += 1  # counted, never trained on (a group of one has no advantage)
+        else:
+            gspo.append((tr, steps))
+    rewards = torch.tensor([task_success_reward(tr.reward) for tr, _ in gspo])
+    adv = group_advantages(rewards, [tr.group_id for tr, _ in gspo]) if gspo else torch.zeros(0)
+    by_source = source_stats([tr for tr, _ in gspo], adv)
     items = [("gspo", i, tr, st) for i, (tr, st) in enumerate(gspo)] + [("bc", i, tr, st) for i, (tr, st) in enumerate(bc)]
-    bc_tokens = sum(len(action_ids(tokenizer, s.action)) for _, st in bc for s in st)
+    bc_steps = sum(len(st) for _, st in bc)
     chunks, cur, n_rows = [], [], 0
     for it in items:
         cur.append(it)
@@ -183,16 +256,47 @@ def policy_batch_loss(
         chunks = [[it for c in chunks for it in c]]
     total = torch.zeros(())
     agg = {"clip_frac": 0.0, "kl": 0.0, "ratio_mean": 0.0, "ratio_min": float("inf"), "ratio_max": -float("inf")}
+    cnt = {"cand_mismatch": 0, "cand_missing": 0, "cand_unhashed": 0, "bc_not_candidate": 0, "cand_rows": 0,
+           "cand_total": 0, "decisions": 0}  # fmt: skip
+    log_ratios = [0.0] * len(gspo)
     g_loss = b_loss = 0.0
     dev = next(model.parameters()).device
     for chunk in chunks:
-        rows, spans = [], []
-        for it in chunk:
-            r = trajectory_rows(tokenizer, it[3], max_pos)
-            spans.append((len(rows), len(rows) + len(r)))
-            rows += r
-        lps = action_logprobs(model, tokenizer, rows)
-        per_traj = [torch.cat(lps[a:b]) for a, b in spans]
+        rows = _Rows()
+        plan = []  # per item: [(candidate row ids, index of the action | -1, fallback row id, T)] per step
+        for kind, _, _, st in chunk:
+            steps_plan = []
+            for d in trajectory_decisions(tokenizer, st, max_pos, t_default):
+                ids = [rows.add(d.prompt, c) for c in d.cand_ids]
+                k, fb = d.index, -1
+                cnt["decisions"] += 1
+                cnt["cand_total"] += len(ids)
+                if kind == "gspo":
+                    if not d.recorded_hash:
+                        cnt["cand_unhashed"] += 1
+                    elif d.recorded_hash != d.hash:
+                        cnt["cand_mismatch"] += 1
+                    if k < 0:  # the set changed under the sample: score the action along with it
+                        cnt["cand_missing"] += 1
+                        ids.append(rows.add(d.prompt, d.action_ids))
+                        k = len(ids) - 1
+                elif k < 0:
+                    cnt["bc_not_candidate"] += 1
+                    fb = rows.add(d.prompt, d.action_ids)
+                steps_plan.append((ids, k, fb, d.temperature))
+            plan.append(steps_plan)
+        cnt["cand_rows"] += len(rows.rows)
+        lps = action_logprobs(model, tokenizer, rows.rows)
+        seq = [lp.sum() for lp in lps]
+        per_traj = []
+        for steps_plan in plan:
+            vals = []
+            for ids, k, fb, temp in steps_plan:
+                if k >= 0:
+                    vals.append(candidate_logprobs(torch.stack([seq[r] for r in ids]), temp)[k])
+                else:  # expert action outside C(s): mean token log-likelihood of its text + eos
+                    vals.append(lps[fb].mean())
+            per_traj.append(torch.stack(vals))
         part = torch.zeros((), device=dev)
         gi = [k for k, it in enumerate(chunk) if it[0] == "gspo"]
         if gi:
@@ -200,6 +304,14 @@ def policy_batch_loss(
             old = torch.tensor([sum(float(s.behaviour_logprob) for s in chunk[k][3]) for k in gi], device=dev)
             a = adv[[chunk[k][1] for k in gi]].to(dev)
             loss_g, st = gspo_loss(lp, old, mask, a, cfg.clip_low, cfg.clip_high)
+            for k, r, c in zip(gi, st["ratio_seq"], st["clipped_seq"], strict=True):
+                src = by_source[chunk[k][2].source]
+                src["ratio_sum"] += r
+                src["clipped"] += int(c)
+            with torch.no_grad():
+                lr = ((lp * mask).sum(-1) - old) / mask.sum(-1).clamp(min=1.0)
+            for j, k in enumerate(gi):
+                log_ratios[chunk[k][1]] = float(lr[j])
             w = len(gi) / len(gspo)
             part = part + w * loss_g
             g_loss += w * float(loss_g.detach())
@@ -210,7 +322,7 @@ def policy_batch_loss(
         bi = [k for k, it in enumerate(chunk) if it[0] == "bc"]
         if bi:
             lp, mask = _flat([per_traj[k] for k in bi])
-            w = float(mask.sum()) / max(1, bc_tokens)
+            w = float(mask.sum()) / max(1, bc_steps)
             loss_b = bc_loss(lp, mask)
             part = part + cfg.bc_weight * w * loss_b
             b_loss += w * float(loss_b.detach())
@@ -221,12 +333,33 @@ def policy_batch_loss(
             total = total + part
     if not gspo:
         agg.update(ratio_min=1.0, ratio_max=1.0, ratio_mean=1.0)
+    n_dec = cnt.pop("decisions")
     metrics = {
         "loss": float(total.detach()), "gspo_loss": g_loss, "bc_loss": b_loss, "n_gspo": len(gspo), "n_bc": len(bc),
         "n_skipped": skipped, "adv_abs": float(adv.abs().mean()) if len(adv) else 0.0,
-        "reward_mean": sum(float(tr.reward) for tr, _ in gspo) / max(1, len(gspo)), **agg,
+        "reward_mean": float(rewards.mean()) if len(rewards) else 0.0, **agg,
+        "cand_per_step": cnt.pop("cand_total") / max(1, n_dec), **cnt, "log_ratios": log_ratios,
+        "by_source": by_source, "ungrouped": dict(ungrouped),
     }  # fmt: skip
     return total, metrics
+
+
+def source_stats(trajs: list, adv: torch.Tensor) -> dict[str, dict]:
+    """Per source (``real``, ``dream``): trajectories, groups, groups with a nonzero advantage and the
+    sum of |advantage| of the GSPO trajectories; ``ratio_sum`` and ``clipped`` are filled in by the loss."""
+    out: dict[str, dict] = {}
+    groups: dict[tuple, bool] = {}
+    for tr, a in zip(trajs, adv.tolist(), strict=True):
+        s = out.setdefault(tr.source, {"trajectories": 0, "groups": 0, "groups_nonzero": 0, "adv_abs_sum": 0.0,
+                                       "ratio_sum": 0.0, "clipped": 0})  # fmt: skip
+        s["trajectories"] += 1
+        s["adv_abs_sum"] += abs(a)
+        key = (tr.source, tr.group_id)
+        groups[key] = groups.get(key, False) or a != 0.0
+    for (src, _), nonzero in groups.items():
+        out[src]["groups"] += 1
+        out[src]["groups_nonzero"] += int(nonzero)
+    return out
 
 
 def _wm_rows(tokenizer: Any, transitions: list, max_pos: int, max_change_tokens: int) -> tuple[list, list, int]:

@@ -32,6 +32,15 @@ def group_advantages(rewards: torch.Tensor, group_ids: list, eps: float = EPS) -
     return adv
 
 
+def task_success_reward(raw_reward: float) -> float:
+    """The reward RL trains on: task success, 1.0 if MiniWoB's raw reward is > 0 else 0.0.
+
+    The same for live and dreamed rollouts (a dream's raw reward is the world model's predicted
+    reward line).  A wrong attempt (raw -1) and quitting with ``stop`` (raw 0) are both failures,
+    so stopping early never beats trying; the raw reward stays on the record for reporting."""
+    return 1.0 if float(raw_reward) > 0 else 0.0
+
+
 def sequence_logprob(logp_tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum of masked token log-probs per sequence: (N, T) -> (N,)."""
     assert logp_tokens.shape == mask.shape and logp_tokens.dim() == 2, (logp_tokens.shape, mask.shape)
@@ -43,21 +52,27 @@ def gspo_loss(
     logp_old_seq: torch.Tensor,
     mask: torch.Tensor,
     advantages: torch.Tensor,
-    clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
 ) -> tuple[torch.Tensor, dict]:
     """GSPO (Zheng et al. 2025) clipped sequence-level surrogate.
 
-    ``logp_new_tokens``: (N, T) log-probs of the generated tokens under the model
-    being trained (with grad); ``logp_old_seq``: (N,) their summed log-prob under
-    the behaviour policy; ``mask``: (N, T); ``advantages``: (N,).
+    ``logp_new_tokens``: (N, T) log-probs of the T units of each sequence under
+    the model being trained (with grad) -- for the policy (``models.learner``) one
+    unit per *decision*: ``log pi_T(a_t|s_t)`` over the step's candidate set, so T
+    = steps of the trajectory; ``logp_old_seq``: (N,) their sum under the
+    behaviour policy; ``mask``: (N, T); ``advantages``: (N,).
 
-    ``s_i = exp((sum_t logp_new - logp_old_seq) / |y_i|)`` (length-normalised,
-    i.e. the geometric mean of the token ratios), and
+    ``s_i = exp((sum_t logp_new - logp_old_seq) / |y_i|)`` (length-normalised by
+    the number of units |y_i|, i.e. the geometric mean of the per-decision
+    ratios), and
     ``loss = -mean_i min(s_i A_i, clip(s_i, 1 - clip_low, 1 + clip_high) A_i)``.
+    Defaults 0.2 / 0.28: with 1-6 decisions per trajectory ``s_i`` is close to a
+    per-action PPO ratio, so PPO's range with DAPO's clip-higher
+    (``docs/algorithm.md``).
 
     Stats: ``clip_frac`` (share of sequences whose clipped term is the active
-    one), ``ratio_mean/min/max``, ``kl`` (k3 estimate per token of
+    one), ``ratio_mean/min/max``, ``kl`` (k3 estimate per unit of
     KL(behaviour || new) from the length-normalised log-ratio), ``adv_abs``.
     """
     assert logp_new_tokens.dim() == 2 and logp_new_tokens.shape == mask.shape, (
@@ -81,6 +96,9 @@ def gspo_loss(
             "ratio_max": float(ratio.max()) if n else 1.0,
             "kl": float((torch.exp(-lr) - 1.0 + lr).mean()) if n else 0.0,
             "adv_abs": float(adv.abs().mean()) if n else 0.0,
+            # per sequence, for per-source reporting by the caller
+            "ratio_seq": [float(x) for x in ratio.detach()],
+            "clipped_seq": [bool(x) for x in (clipped < unclipped)],
         }
     return loss, stats
 

@@ -30,6 +30,25 @@ TRAINER_DUPES = Counter("dynaweb_trainer_duplicates_total", "Batches/transitions
 TRAINER_FIDELITY = Gauge("dynaweb_trainer_world_model_fidelity", "World-model fidelity on a rolling window of "
                          "fresh real transitions.", ["run", "metric"])  # fmt: skip
 TRAINER_BATCH_KIND = Counter("dynaweb_trainer_batches_total", "Training batches consumed by kind.", ["run", "kind"])
+# what the policy loss learned from, per source (``real`` = live on-policy rollouts, ``dream``); running
+# totals, so shares over any window are ratios of ``increase()`` and survive nothing but a restart's reset
+GSPO_TRAJ = Counter("dynaweb_trainer_gspo_trajectories_total", "Trajectories that reached the GSPO loss.",
+                    ["run", "source"])  # fmt: skip
+GSPO_GROUPS = Counter("dynaweb_trainer_gspo_groups_total", "GSPO groups that reached the loss.", ["run", "source"])
+GSPO_GROUPS_NONZERO = Counter("dynaweb_trainer_gspo_groups_nonzero_total", "GSPO groups that reached the loss with "
+                              "a nonzero advantage (their rewards differ).", ["run", "source"])  # fmt: skip
+GSPO_ADV_ABS = Counter("dynaweb_trainer_gspo_advantage_abs_sum", "Sum of |advantage| over trajectories at the loss "
+                       "(mean = this / trajectories).", ["run", "source"])  # fmt: skip
+GSPO_CLIPPED = Counter("dynaweb_trainer_gspo_clipped_total", "Trajectories whose clipped GSPO term was the active one.",
+                       ["run", "source"])  # fmt: skip
+GSPO_RATIO_SUM = Counter("dynaweb_trainer_gspo_ratio_sum", "Sum of GSPO importance ratios at the loss (mean = this / "
+                         "trajectories).", ["run", "source"])  # fmt: skip
+TRAINER_STALE = Counter("dynaweb_trainer_stale_dropped_total", "Samples dropped at train time as older than "
+                        "latest - stream.max_staleness.", ["run", "source"])  # fmt: skip
+TRAINER_UNGROUPED = Counter("dynaweb_trainer_ungrouped_total", "Non-expert trajectories on the GSPO path without a "
+                            "group id: counted, never trained on.", ["run", "source"])  # fmt: skip
+TRAINER_SOURCE_NONZERO = Gauge("dynaweb_trainer_source_nonzero_advantage_share", "Share of the last batch's GSPO "
+                               "groups with a nonzero advantage, per source.", ["run", "source"])  # fmt: skip
 
 # --- dream generator ---------------------------------------------------------
 DREAM_STEPS = Counter("dynaweb_dream_steps_total", "Dreamed transitions published.", ["run"])

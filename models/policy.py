@@ -4,10 +4,31 @@
 heads, max_positions; all dropout 0 so behaviour and training log-probs agree)
 with the byte tokenizer, or loads ``model_cfg.policy_path`` (a local HF dir).
 
-Acting (``PolicyRunner.act``): for every observation the valid actions are
-enumerated (``candidate_actions``), every candidate's tokens (action text + eos)
-are scored as a continuation of the prompt, and one candidate is drawn from
-``softmax(score / temperature)`` (or the argmax).  Scoring shares work wherever
+The policy is a distribution over the page's valid actions.  ``C(s) =
+policy_candidates(tokenizer, obs, prompt_ids, max_positions, max_candidates)``
+enumerates them (``candidate_actions``: typeable elements x texts from the
+instruction, options of selects, Enter, stop, a click per element, scroll; then
+only those whose tokens fit after the prompt; ``stop("")`` if none does); the
+score of a candidate is the summed token log-prob of its text + eos given the
+prompt, and
+
+    pi_T(a|s) = softmax_{c in C(s)}(score(c) / T)[a].
+
+The *same* function builds C(s) when acting and when learning
+(``models.learner``), and ``candidates_hash`` (sha1 of the candidate texts
+joined by newlines, 16 hex chars) is recorded on every transition, so the
+learner can tell when its rebuilt set differs from the one acted on.
+
+Acting (``PolicyRunner.act_info``; ``act`` is the 3-tuple view): for every
+observation every candidate's tokens are scored, one is drawn from ``pi_T`` (or
+the argmax when ``greedy``), and the recorded behaviour log-probability is
+``log pi_T(a|s)`` -- exactly the probability the action was sampled with, at
+the temperature it was sampled with (``info["temperature"]``; a temperature <= 0
+means argmax and records ``log pi_1``; greedy acting with T > 0 records
+``log pi_T``).  Dropout is off (``model.eval()``), so the learner's recomputation
+of ``log pi_T`` with the unchanged model gives the same number.
+
+Scoring shares work wherever
 inputs share tokens: identical (observation, history) inputs -- the G rollouts of a group at their first step --
 are scored once and sampled independently; prompts with a common prefix of at
 least ``MIN_SHARED`` tokens (the same page under different histories, pages of
@@ -21,16 +42,11 @@ node sees the prefix and its ancestors) and position ids = prefix length +
 depth, so the cache is shared, never copied.  Tries that do not fit
 ``max_positions`` are split into rounds (the cache is cropped back to the prefix
 between rounds).  The scores equal those of scoring every candidate alone.
-
-The recorded behaviour log-probability is the *unconstrained* sequence
-log-probability: the sum over the action's tokens (text + eos) of log softmax
-over the whole vocabulary at temperature 1, dropout off (``model.eval()``); it is
-what ``models.learner`` recomputes for the GSPO ratio.  The sampling
-distribution (renormalised over candidates, tempered) is not what is recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -208,6 +224,44 @@ def candidate_actions(obs: Observation, max_candidates: int = MAX_CANDIDATES) ->
     return out[:max_candidates]
 
 
+def candidates_hash(texts: list[str]) -> str:
+    """Identity of a candidate set: sha1 of the texts joined by newlines, first 16 hex chars."""
+    return hashlib.sha1("\n".join(texts).encode("utf-8")).hexdigest()[:16]
+
+
+def policy_candidates(
+    tokenizer: Any, obs: Observation, prompt_ids: list[int], max_positions: int,
+    max_candidates: int = MAX_CANDIDATES,
+) -> tuple[list[Action], list[list[int]]]:  # fmt: skip
+    """C(s): the actions the policy chooses among after ``prompt_ids``, and their token ids.
+
+    ``candidate_actions(obs, max_candidates)`` keeping those whose tokens (text +
+    eos) fit the room left after the prompt; ``stop("")`` if none does.  Acting
+    (``PolicyRunner``) and learning (``models.learner``) both call this, so the
+    distribution trained is the one sampled.
+    """
+    room = max_positions - len(prompt_ids)
+    acts, ids = [], []
+    for a in candidate_actions(obs, max_candidates):
+        t = action_ids(tokenizer, a.to_text())
+        if len(t) <= room:
+            acts.append(a)
+            ids.append(t)
+    if not acts:
+        acts, ids = [Action.stop("")], [action_ids(tokenizer, Action.stop("").to_text())]
+    return acts, ids
+
+
+def record_temperature(temperature: float) -> float:
+    """The T of the recorded ``log pi_T``: the sampling temperature, or 1 for argmax (T <= 0)."""
+    return float(temperature) if temperature > 0 else 1.0
+
+
+def candidate_logprobs(scores: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``log pi_T`` over one candidate set: ``log_softmax(scores / T)`` (T <= 0 -> T = 1)."""
+    return torch.log_softmax(scores.float() / record_temperature(temperature), -1)
+
+
 # --- batched scoring ---------------------------------------------------------------
 
 
@@ -339,11 +393,23 @@ def score_continuations(
     return scores
 
 
+def sampler_generator(run_id: str, producer_id: str, counter: int = 0) -> torch.Generator:
+    """The random stream of one sampler (a dream generator, a live-policy collector): seeded from
+    (run, producer, counter), so two samplers, or two incarnations of one, never replay the same
+    draws; the sampler keeps it across hot reloads (a reload must not rewind it)."""
+    import hashlib
+
+    g = torch.Generator()
+    g.manual_seed(int.from_bytes(hashlib.sha256(f"{run_id}|{producer_id}|{counter}".encode()).digest()[:8], "big"))
+    return g
+
+
 class PolicyRunner:
     """Batched constrained acting.  ``policy_version`` is set by the checkpoint loader."""
 
     def __init__(self, model: Any, tokenizer: Any, cfg: Any, max_candidates: int = MAX_CANDIDATES,
-                 policy_version: int = 0, seed: int | None = None):  # fmt: skip
+                 policy_version: int = 0, seed: int | None = None,
+                 generator: torch.Generator | None = None):  # fmt: skip
         self.model = model
         self.tokenizer = tokenizer
         self.cfg = cfg
@@ -351,17 +417,40 @@ class PolicyRunner:
         self.max_candidates = max_candidates
         self.policy_version = policy_version
         self.stats: dict = {"tokens": 0}  # tokens run through the model (prompts + candidate tries)
-        self.generator = torch.Generator()
-        self.generator.manual_seed(getattr(cfg, "seed", 0) if seed is None else seed)
+        self.last_info: list[dict] = []  # act(): per-decision extras of act_info (hash, temperature)
+        # a long-lived sampler passes its own stream (``sampler_generator``), kept across hot reloads
+        if generator is None:
+            generator = torch.Generator()
+            generator.manual_seed(getattr(cfg, "seed", 0) if seed is None else seed)
+        self.generator = generator
 
     def act(
         self, observations: list[Observation], histories: list[list[str]],
         temperature: float = 1.0, greedy: bool = False,
     ) -> list[tuple[Action, float, int]]:  # fmt: skip
-        """One action per observation: (Action, behaviour logprob, action token count)."""
+        """One action per observation: (Action, behaviour logprob ``log pi_T(a|s)``, action token count).
+
+        The per-decision extras of ``act_info`` (candidate-set hash, temperature) are
+        kept in ``self.last_info`` (one dict per observation) for callers of this
+        3-tuple form; concurrent callers should use ``act_info``.
+        """
+        out = self.act_info(observations, histories, temperature, greedy)
+        self.last_info = [x[3] for x in out]
+        return [x[:3] for x in out]
+
+    def act_info(
+        self, observations: list[Observation], histories: list[list[str]],
+        temperature: float = 1.0, greedy: bool = False,
+    ) -> list[tuple[Action, float, int, dict]]:  # fmt: skip
+        """One decision per observation: (Action, ``log pi_T(a|s)``, action token count, info).
+
+        ``info``: ``candidates_hash`` (of C(s)), ``temperature`` (the T of the
+        recorded log-prob, see ``record_temperature``), ``n_candidates``.
+        """
         assert len(observations) == len(histories), (len(observations), len(histories))
         if not observations:
             return []
+        t_rec = record_temperature(temperature)
         # identical (observation, history) inputs -- e.g. the G rollouts of a group at
         # their first step -- are scored once and sampled independently
         keys: dict[tuple, int] = {}
@@ -371,24 +460,22 @@ class PolicyRunner:
             key = (tuple(p), obs.tree, obs.instruction)
             if key not in keys:
                 keys[key] = len(prompts)
-                room = self.max_positions - len(p)
-                acts = [a for a in candidate_actions(obs, self.max_candidates)
-                        if len(action_ids(self.tokenizer, a.to_text())) <= room]  # fmt: skip
-                if not acts:
-                    acts = [Action.stop("")]
+                acts, ids = policy_candidates(self.tokenizer, obs, p, self.max_positions, self.max_candidates)
                 prompts.append(p)
                 cands.append(acts)
-                cand_ids.append([action_ids(self.tokenizer, a.to_text()) for a in acts])
+                cand_ids.append(ids)
             which.append(keys[key])
         scores = score_continuations(self.model, prompts, cand_ids, self.max_positions, pad_id(self.tokenizer),
                                      stats=self.stats)
+        logps = [candidate_logprobs(s, t_rec) for s in scores]
+        hashes = [candidates_hash([a.to_text() for a in acts]) for acts in cands]
         out = []
         for u in which:
-            acts, ids, s = cands[u], cand_ids[u], scores[u]
+            acts, ids, lp = cands[u], cand_ids[u], logps[u]
             if greedy or temperature <= 0:
-                k = int(torch.argmax(s))
+                k = int(torch.argmax(lp))
             else:
-                probs = torch.softmax(s / temperature, -1)
-                k = int(torch.multinomial(probs, 1, generator=self.generator))
-            out.append((acts[k], float(s[k]), len(ids[k])))
+                k = int(torch.multinomial(lp.exp(), 1, generator=self.generator))
+            info = {"candidates_hash": hashes[u], "temperature": t_rec, "n_candidates": len(acts)}
+            out.append((acts[k], float(lp[k]), len(ids[k]), info))
         return out

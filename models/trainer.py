@@ -275,7 +275,7 @@ class Trainer:
             self._advance(topic, partition, next_offset)
             return
         t0 = time.time()
-        trajs = batch.trajs()
+        trajs = self.drop_stale(batch.trajs())
         self.p_engine.train()
         loss, stats, gn, t1 = policy_update(self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model)
         t2 = time.time()
@@ -287,14 +287,25 @@ class Trainer:
         M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
         M.TRAINER_LOSS.labels(self.run, "policy", "total").set(float(loss.detach()))
         _export_stats(self.run, stats)
-        share = nonzero_advantage_share(trajs)
-        if share is not None:
-            M.TRAINER_NONZERO_ADV.labels(self.run).set(share)
+        export_source_stats(self.run, stats)
         M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
         M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
         self.batches_consumed += 1
         self.consumed_by_worker[batch.worker_id] = self.consumed_by_worker.get(batch.worker_id, 0) + 1
         self._advance(topic, partition, next_offset)
+
+    def drop_stale(self, trajs: list[records.Trajectory]) -> list[records.Trajectory]:
+        """Staleness enforced where samples are used: non-expert trajectories made by a policy older
+        than ``version - stream.max_staleness`` are dropped and counted (batches may have waited in
+        Kafka and in this trainer since the stream worker checked them)."""
+        floor = self.version - int(self.cfg.stream.max_staleness)
+        kept = []
+        for t in trajs:
+            if t.source != "expert" and t.policy_version < floor:
+                M.TRAINER_STALE.labels(self.run, t.source).inc()
+            else:
+                kept.append(t)
+        return kept
 
     def wm_step(self) -> None:
         from models.learner import world_model_update
@@ -391,15 +402,25 @@ class Trainer:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
-def nonzero_advantage_share(trajs: list[records.Trajectory]) -> float | None:
-    """Share of GSPO groups (non-expert, by group id) whose rewards differ (a nonzero advantage)."""
-    groups: dict[str, set] = {}
-    for t in trajs:
-        if t.source != "expert" and t.group_id:
-            groups.setdefault(t.group_id, set()).add(round(float(t.reward), 6))
-    if not groups:
-        return None
-    return sum(len(r) > 1 for r in groups.values()) / len(groups)
+def export_source_stats(run: str, stats: dict) -> None:
+    """What the policy loss learned from, per source (``models.learner.source_stats``): running totals
+    and the last batch's nonzero-advantage share; trajectories without a group are counted only."""
+    groups = nonzero = 0
+    for src, s in stats.get("by_source", {}).items():
+        M.GSPO_TRAJ.labels(run, src).inc(s["trajectories"])
+        M.GSPO_GROUPS.labels(run, src).inc(s["groups"])
+        M.GSPO_GROUPS_NONZERO.labels(run, src).inc(s["groups_nonzero"])
+        M.GSPO_ADV_ABS.labels(run, src).inc(s["adv_abs_sum"])
+        M.GSPO_CLIPPED.labels(run, src).inc(s["clipped"])
+        M.GSPO_RATIO_SUM.labels(run, src).inc(s["ratio_sum"])
+        if s["groups"]:
+            M.TRAINER_SOURCE_NONZERO.labels(run, src).set(s["groups_nonzero"] / s["groups"])
+        groups += s["groups"]
+        nonzero += s["groups_nonzero"]
+    if groups:
+        M.TRAINER_NONZERO_ADV.labels(run).set(nonzero / groups)
+    for src, n in stats.get("ungrouped", {}).items():
+        M.TRAINER_UNGROUPED.labels(run, src).inc(n)
 
 
 def _export_stats(run: str, stats: dict) -> None:

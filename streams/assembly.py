@@ -12,10 +12,15 @@ tested without sleeping; the Faust agents pass ``time.monotonic()``.
   (then it is marked truncated and cut to its contiguous prefix; one without
   step 0 is dropped and counted as ``headless``). Open episodes are bounded (oldest evicted,
   emitted as truncated).
-- ``GroupAssembler``: collects non-expert trajectories that share a group key
-  (``group_id`` for dreams; ``live:<task>:<seed>`` for live rollouts without a
-  group id); a group is emitted when all ``group_size`` members arrived or,
-  after ``timeout_s``, emitted with its real size or dropped (config).
+- ``GroupAssembler``: collects non-expert trajectories that share a
+  ``group_id``, named once at the source (the collector that ran the G rollouts
+  of one (task, seed), or the dream generator); it never invents a group: a
+  trajectory without one is counted (``ungrouped``) and goes no further.  A
+  group is emitted when all ``group_size`` members arrived or, after
+  ``timeout_s``, emitted with its real size or dropped (config).  On emission
+  its members are checked to agree (``check_group``: task, seed, start page,
+  policy versions within ``max_staleness`` of the newest member); members that
+  do not are dropped and counted by reason (``stats["mismatch_<reason>"]``).
 """
 
 from __future__ import annotations
@@ -163,11 +168,31 @@ def to_trajectory(ts: list[Transition], truncated: bool = False) -> Trajectory:
     )  # fmt: skip
 
 
-def group_key(traj: Trajectory) -> str:
-    """Dreams share ``group_id``; live rollouts of the same task+seed form a group."""
-    if traj.group_id:
-        return traj.group_id
-    return f"live:{traj.task}:{traj.seed}:{traj.policy_version}"
+def _start_page(traj: Trajectory) -> tuple:
+    obs = traj.transitions[0].get("obs") or {}
+    return obs.get("instruction", ""), obs.get("tree", "")
+
+
+def check_group(members: list[Trajectory], max_staleness: int) -> tuple[list[Trajectory], Counter]:
+    """(members that agree, Counter of rejected members by reason).
+
+    The reference is the most common (task, seed, start page) of the group; a member that
+    differs in task, seed or start page is rejected (``task``, ``seed``, ``start_page``), and so is
+    one whose policy version is older than the newest member's minus ``max_staleness``
+    (``version``).  Deterministic: ties go to the first member in episode-id order."""
+    keys = [(t.task, t.seed, _start_page(t)) for t in members]
+    ref = Counter(keys).most_common(1)[0][0] if keys else None
+    rejected: Counter = Counter()
+    agree = []
+    for t, k in zip(members, keys, strict=True):
+        if k != ref:
+            rejected["task" if k[0] != ref[0] else "seed" if k[1] != ref[1] else "start_page"] += 1
+        else:
+            agree.append(t)
+    newest = max((t.policy_version for t in agree), default=0)
+    kept = [t for t in agree if t.policy_version >= newest - max_staleness]
+    rejected["version"] += len(agree) - len(kept)
+    return kept, +rejected
 
 
 @dataclass
@@ -178,25 +203,32 @@ class _Group:
 
 class GroupAssembler:
     def __init__(self, group_size: int = 8, timeout_s: float = 30.0, emit_incomplete: bool = True,
-                 max_open: int = 10_000):  # fmt: skip
+                 max_open: int = 10_000, max_staleness: int = 2):  # fmt: skip
         self.group_size = max(1, int(group_size))
+        self.max_staleness = int(max_staleness)
         self.timeout_s = float(timeout_s)
         self.emit_incomplete = bool(emit_incomplete)
         self.max_open = max(1, int(max_open))
         self.open: OrderedDict[str, _Group] = OrderedDict()
-        self.stats: Counter = Counter()  # complete, incomplete_emitted, incomplete_dropped
+        # complete, incomplete_emitted, incomplete_dropped, ungrouped, mismatch_<reason>
+        self.stats: Counter = Counter()
         self.sizes: Counter = Counter()  # emitted group size -> count
         self._overflow: list[list[Trajectory]] = []
 
     def add(self, traj: Trajectory, now: float) -> list[Trajectory] | None:
-        key = group_key(traj)
+        """Add one trajectory; return its group once complete.  Without a ``group_id`` it is
+        counted (``ungrouped``) and dropped: the learner must never see it as a group of one."""
+        key = traj.group_id
+        if not key:
+            self.stats["ungrouped"] += 1
+            return None
         g = self.open.get(key)
         if g is None:
             g = self.open[key] = _Group(first_seen=now)
         g.members[traj.episode_id] = traj
         if len(g.members) >= self.group_size:
             self.stats["complete"] += 1
-            return self._emit(key)
+            return self._emit(key)  # None when no member agreed (counted)
         if len(self.open) > self.max_open:
             oldest = next(iter(self.open))
             res = self._timeout(oldest)
@@ -220,9 +252,13 @@ class GroupAssembler:
         self.open.pop(key)
         return None
 
-    def _emit(self, key: str) -> list[Trajectory]:
+    def _emit(self, key: str) -> list[Trajectory] | None:
         g = self.open.pop(key)
-        members = sorted(g.members.values(), key=lambda t: t.episode_id)
+        members, rejected = check_group(sorted(g.members.values(), key=lambda t: t.episode_id), self.max_staleness)
+        for reason, n in rejected.items():
+            self.stats[f"mismatch_{reason}"] += n
+        if not members:
+            return None
         self.sizes[len(members)] += 1
         return members
 

@@ -72,7 +72,9 @@ stale_dropped = Counter(
 )
 groups = Counter(
     "dynaweb_stream_groups",
-    "Dream/live groups closed, by outcome (complete, incomplete_emitted, incomplete_dropped).",
+    "Dream/live groups closed, by outcome (complete, incomplete_emitted, incomplete_dropped); also trajectories "
+    "refused: ungrouped (no group id from the source), mismatch_<task|seed|start_page|version> (a member that "
+    "disagrees with its group).",
     L + ("outcome",),
 )
 reuse_over_bound = Counter(
@@ -230,7 +232,7 @@ def sync_state(st, now: float, window_s: float) -> None:
     m.sync(batch_trajectories, mx.emitted_by_source, label="source")
     m.sync_value(reuse_over_bound, mx.stats["reuse_over_bound"])
     m.sync_value(recovery_skipped, st.dedupe.late)
-    closed = sum(st.groups.stats.values())
+    closed = sum(st.groups.stats[k] for k in ("complete", "incomplete_emitted", "incomplete_dropped"))
     m(group_completeness).set(st.groups.stats["complete"] / closed if closed else 1.0)
     m(expert_fraction).set(mx.realised_mixed_fraction)
     while st.window and now - st.window[0][0] > window_s:

@@ -95,6 +95,7 @@ class Transition:
     behaviour_logprob: float | None = None
     action_tokens: int = 0
     info: dict = field(default_factory=dict)
+    candidates_hash: str = ""  # models.policy.candidates_hash of the set the action was drawn from ("" = none)
     type: str = "transition"
     schema: int = SCHEMA
 
@@ -127,6 +128,7 @@ class Transition:
         _check(d, "created_at", "float", optional=True)
         _check(d, "behaviour_logprob", "float", optional=True)
         _check(d, "group_id", "str", optional=True)
+        _check(d, "candidates_hash", "str", optional=True)
         return _build(Transition, d)
 
 

@@ -73,7 +73,8 @@ class StreamState:
         self.m = M.Bound(cfg.run_id, self.worker_id)
         self.dedupe = Deduper(capacity=s.dedupe_capacity)
         self.episodes = EpisodeAssembler(s.episode_idle_timeout_s, deduper=self.dedupe)
-        self.groups = GroupAssembler(s.group_size, s.group_timeout_s, s.emit_incomplete_groups)
+        self.groups = GroupAssembler(s.group_size, s.group_timeout_s, s.emit_incomplete_groups,
+                                     max_staleness=s.max_staleness)
         self.expert_dedupe = Deduper(capacity=10_000_000)
         self.expert_asm = EpisodeAssembler(s.episode_idle_timeout_s, max_open=1_000_000,
                                            deduper=self.expert_dedupe)  # fmt: skip
@@ -215,7 +216,8 @@ class StreamState:
             self.dedupe.close(eid)
         stats, gstats = self.episodes.stats, self.groups.stats
         self.episodes = EpisodeAssembler(s.episode_idle_timeout_s, deduper=self.dedupe)
-        self.groups = GroupAssembler(s.group_size, s.group_timeout_s, s.emit_incomplete_groups)
+        self.groups = GroupAssembler(s.group_size, s.group_timeout_s, s.emit_incomplete_groups,
+                                     max_staleness=s.max_staleness)
         self.episodes.stats, self.groups.stats = stats, gstats
         self.mixer.pending.clear()
         log.info("stream state reset for a new assignment: %s", info)

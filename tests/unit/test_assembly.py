@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.assembly import BoundedSet, Deduper, EpisodeAssembler, GroupAssembler, group_key
+from streams.assembly import BoundedSet, Deduper, EpisodeAssembler, GroupAssembler, check_group
 from streams.records import Trajectory, Transition
 
 
@@ -128,11 +128,41 @@ def test_incomplete_group_dropped_when_configured():
     assert g.stats["incomplete_dropped"] == 1 and len(g) == 0
 
 
-def test_live_rollouts_group_by_task_and_seed():
-    a = traj("a", group="")
-    b = traj("b", group="")
-    assert group_key(a) == group_key(b) and group_key(a).startswith("live:")
-    assert group_key(traj("c", group="x")) == "x"
+def test_trajectory_without_group_id_is_counted_never_grouped():
+    g = GroupAssembler(group_size=2, timeout_s=1)
+    assert g.add(traj("a", group=""), 0) is None
+    assert g.add(traj("b", group=""), 0) is None
+    assert len(g) == 0 and g.stats["ungrouped"] == 2
+    assert g.sweep(10) == []  # nothing was kept to emit later either
+
+
+def _member(ep: str, task: str = "miniwob/click-button", seed: int = 1, page: str = "page 0", pv: int = 0):
+    t = traj(ep, group="g", pv=pv)
+    t.task, t.seed = task, seed
+    t.transitions[0]["obs"] = {"instruction": "click", "tree": page}
+    return t
+
+
+def test_check_group_rejects_members_that_disagree():
+    members = [_member("a"), _member("b"), _member("c", seed=2), _member("d", task="miniwob/other"),
+               _member("e", page="another page"), _member("f", pv=-3)]  # fmt: skip
+    kept, rejected = check_group(members, max_staleness=2)
+    assert [t.episode_id for t in kept] == ["a", "b"]
+    assert rejected == {"seed": 1, "task": 1, "start_page": 1, "version": 1}
+
+
+def test_check_group_keeps_versions_within_staleness():
+    kept, rejected = check_group([_member("a", pv=5), _member("b", pv=3), _member("c", pv=2)], max_staleness=2)
+    assert [t.policy_version for t in kept] == [5, 3] and rejected == {"version": 1}
+
+
+def test_disagreeing_members_are_dropped_and_counted_on_emission():
+    g = GroupAssembler(group_size=3, timeout_s=10, max_staleness=1)
+    g.add(_member("a", pv=4), 0)
+    g.add(_member("b", pv=4), 0)
+    out = g.add(_member("c", pv=1), 0)
+    assert [t.episode_id for t in out] == ["a", "b"]
+    assert g.stats["mismatch_version"] == 1 and g.sizes[2] == 1
 
 
 def test_idle_episode_without_first_step_is_dropped():

@@ -1,8 +1,11 @@
 """Pure parts of the sample-efficiency experiment: statistics, headline, artifacts, version picks,
-the collector's group schedule and on-policy pacing, the per-arm configs."""
+the collector's group schedule and on-policy pacing, the per-arm configs (the matched imitation
+control among them), the trainer-metrics diagnostics and the JSON summary."""
 
 import asyncio
 import csv
+import dataclasses
+import json
 import math
 
 import pytest
@@ -10,12 +13,25 @@ import pytest
 from collectors.collector import _Pacer, _Schedule
 from collectors.tasks import resolve_tasks
 from infra.config import Config
-from infra.experiment import QUICK, cell_config, experiment_id, pick_versions, resolve_experiment
+from infra.experiment import (
+    QUICK,
+    cell_config,
+    experiment_id,
+    expert_samples_per_step,
+    matched_points,
+    online_points,
+    parse_scrape,
+    pick_versions,
+    resolve_experiment,
+)
 from infra.experiment_report import (
+    ARMS,
     aggregate,
+    arm_summary,
     headline,
     markdown,
     mean_ci,
+    nonzero_adv_share,
     rows_from_cells,
     steps_to_reach,
     t975,
@@ -135,11 +151,13 @@ def test_pick_versions_never_exceeds_the_budget():
 def test_cell_configs_differ_only_where_the_arms_do():
     cfg = Config()
     ex = resolve_experiment(cfg, quick=False)
-    cells = {a: cell_config(cfg, ex, f"r-{a}", a, 1) for a in ("imitation", "real_only", "dynaweb")}
-    for c in cells.values():  # same model, tokenizer, optimiser, seeds
+    cells = {a: cell_config(cfg, ex, f"r-{a}", a, 1, init_from="imit:1") for a in ARMS}
+    for c in cells.values():  # same model, tokenizer, optimiser, seeds, sampling temperature
         assert (c.model.layers, c.model.d_model, c.model.seed) == (ex.layers, ex.d_model, 1)
         assert c.trainer.lr == cfg.trainer.lr and c.collector.tasks == ex.tasks
         assert c.collector.seed_stop <= ex.eval_seed_start
+        assert c.dream.temperature == c.trainer.policy_temperature == ex.temperature
+    assert cells["imitation"].trainer.init_from == ""
     assert cells["imitation"].stream.expert_fraction == 1.0
     assert cells["real_only"].stream.expert_fraction == cells["dynaweb"].stream.expert_fraction == ex.expert_fraction
     assert cells["real_only"].collector.groups_per_version == 1.0
@@ -219,10 +237,233 @@ def test_markdown_per_task_and_diagnostics_sections():
 
     cells = _cells()
     for c in cells:
-        c.update(train_s=10, eval_s=5, live_steps=100, history=[(0, 50)], diagnostics={"dream_success": 0.0})
+        c.update(train_s=10, eval_s=5, live_steps=100, history=[(0, 50)], diagnostics={"topic_dream_success": 0.0})
         c["points"][-1]["per_task"] = {"miniwob/a": 0.5 if c["arm"] == "dynaweb" else 0.1}
     meta = {"per_task": _per_task(cells), "diagnostics": _diag_by_arm(cells)}
     assert meta["per_task"]["dynaweb"] == {"miniwob/a": 0.5}
     agg = aggregate(rows_from_cells(cells))
     md = markdown(agg, headline(agg), meta)
-    assert "| dynaweb | 50.0% |" in md and "dream_success 0.0" in md
+    assert "| dynaweb | 50.0% |" in md and "topic_dream_success 0.0" in md
+
+
+# --- the matched imitation control -----------------------------------------------------------------
+
+
+def _mixer_for(c):
+    """The stream worker's mixer as ``streams/state.py`` builds it from a cell's config."""
+    from streams.mixer import HybridMixer
+
+    s = c.stream
+    return HybridMixer(run_id=c.run_id, worker_id="w", expert_fraction=s.expert_fraction,
+                       batch_trajectories=s.batch_trajectories, max_staleness=s.max_staleness,
+                       samples_per_insert=s.samples_per_insert, expert_pool_size=s.expert_pool_size,
+                       cold_start_batch_s=s.cold_start_batch_s, reuse_wait_s=s.reuse_wait_s)  # fmt: skip
+
+
+def _traj(source, i, group=""):
+    from streams.records import Trajectory, Transition
+
+    obs = {"instruction": "click", "tree": "page"}
+    t = Transition(run_id="r", episode_id=f"{source}-{group}-{i}", step=0, task="t", seed=i, source=source,
+                   policy_version=0, world_model_version=0, obs=obs, action="stop", next_obs=obs, reward=1.0,
+                   done=True, group_id=group)  # fmt: skip
+    return Trajectory.from_transitions([t])
+
+
+def _experts_per_batch(c, groups: int) -> list[int]:
+    m = _mixer_for(c)
+    for i in range(50):
+        m.add_expert(_traj("expert", i))
+    for g in range(groups):
+        m.add_group([_traj("real", i, f"g{g}") for i in range(c.stream.group_size)], now=0.0)
+    out = []
+    allow = c.stream.expert_only_batches  # as the stream worker polls it (online arms: never expert-only)
+    for b in m.poll(100.0, allow_expert_only=allow) + m.poll(200.0, allow_expert_only=allow):
+        out.append(sum(t.source == "expert" for t in b.trajs()))
+    return out
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_imitation_matched_has_the_online_arms_steps_init_and_expert_samples(quick):
+    cfg = Config()
+    ex = resolve_experiment(cfg, quick=quick)
+    cells = {a: cell_config(cfg, ex, f"r-{a}", a, 0, init_from="seX-imitation-s0:1") for a in ARMS}
+    m = cells["imitation_matched"]
+    for arm in ("real_only", "dynaweb"):
+        o = cells[arm]
+        assert m.trainer.init_from == o.trainer.init_from == "seX-imitation-s0:1"  # same initialisation
+        assert m.trainer.max_steps == o.trainer.max_steps == ex.online_policy_steps  # same optimizer steps
+        assert m.trainer.checkpoint_every == o.trainer.checkpoint_every == 1  # same read-out granularity
+        assert m.trainer == dataclasses.replace(o.trainer, train_world_model=False)  # same lr, clip, schedule
+    assert cells["imitation"].trainer.max_steps == ex.imitation_steps
+    # expert-only batches of exactly the online arms' demonstration samples per step
+    assert m.stream.expert_fraction == 1.0 and m.stream.expert_only_batches
+    assert m.stream.batch_trajectories == expert_samples_per_step(ex)
+    assert m.collector.policy != "latest"  # no collector: it never interacts
+    if not quick:
+        assert expert_samples_per_step(ex) == ex.batch_trajectories * ex.expert_fraction == 8
+    # ...as the real mixer builds them: one batch per online group, each with that many experts
+    online = _experts_per_batch(cells["real_only"], groups=3)
+    assert online == [expert_samples_per_step(ex)] * 3
+    matched = _experts_per_batch(m, groups=0)
+    assert matched and set(matched) == {expert_samples_per_step(ex)}
+
+
+def test_frozen_defaults_and_quick_keeps_scaled_down_values():
+    ex = resolve_experiment(Config(), quick=False)
+    assert ex.arms == ["imitation", "imitation_matched", "real_only", "dynaweb"]
+    assert ex.group_size == 8 and ex.temperature == 1.0 and ex.online_policy_steps == 20
+    assert ex.tasks == ["miniwob/click-collapsible", "miniwob/choose-list", "miniwob/enter-text",
+                        "miniwob/enter-password", "miniwob/login-user"]  # fmt: skip
+    q = resolve_experiment(Config(), quick=True)
+    assert q.arms == ex.arms and q.online_policy_steps < ex.online_policy_steps and q.group_size < ex.group_size
+    cfg = Config()
+    cfg.experiment.expert_fraction = 1.0
+    with pytest.raises(ValueError, match="expert_fraction"):
+        resolve_experiment(cfg, False)
+
+
+def test_online_points_end_at_the_final_version():
+    hist = [(0, 50), (1, 50), (2, 70), (3, 95), (4, 120), (5, 160)]
+    pts = online_points(hist, [100, 150], demo_steps=50)
+    assert [(p["budget"], p["version"], p["policy_steps"]) for p in pts] == [(100, 3, 3), (150, 4, 4), (None, 5, 5)]
+    assert pts[-1]["real_steps"] == 160  # the final point reports what it used, past the last budget point
+
+
+def test_matched_points_follow_the_online_arms_policy_steps():
+    ro = [{"policy_steps": 3}, {"policy_steps": 6}, {"policy_steps": 20}]
+    dyn = [{"policy_steps": 12}, {"policy_steps": 20}, {"policy_steps": 20}]
+    pts = matched_points([ro, dyn], [100, 200], steps=20, demo_steps=40)
+    assert [p["policy_steps"] for p in pts] == [12, 20, 20]  # the most BC updates any online arm had
+    assert [p["version"] for p in pts] == [12, 20, 20]  # one checkpoint per step
+    assert [p["budget"] for p in pts] == [100, 200, None]
+    assert all(p["real_steps"] == 40 for p in pts)  # demonstrations only
+    alone = matched_points([], [100, 200, 300], steps=20, demo_steps=40)
+    assert [p["policy_steps"] for p in alone] == [5, 10, 15, 20]
+
+
+# --- trainer metrics: the nonzero-advantage share per source -------------------------------------
+
+TRAINER_TEXT = """# HELP dynaweb_trainer_steps_total Optimizer steps.
+# TYPE dynaweb_trainer_steps_total counter
+dynaweb_trainer_steps_total{model="policy",run="r1"} 20.0
+dynaweb_trainer_steps_total{model="world_model",run="r1"} 40.0
+# TYPE dynaweb_trainer_samples_total counter
+dynaweb_trainer_samples_total{model="policy",run="r1",source="expert"} 160.0
+dynaweb_trainer_samples_total{model="policy",run="r1",source="real"} 40.0
+dynaweb_trainer_samples_total{model="policy",run="r1",source="dream"} 120.0
+dynaweb_trainer_samples_total{model="world_model",run="r1",source="real"} 300.0
+# TYPE dynaweb_trainer_gspo_groups_total counter
+dynaweb_trainer_gspo_groups_total{run="r1",source="real"} 5.0
+dynaweb_trainer_gspo_groups_total{run="r1",source="dream"} 15.0
+# TYPE dynaweb_trainer_gspo_groups_created gauge
+dynaweb_trainer_gspo_groups_created{run="r1",source="real"} 1.7e+09
+# TYPE dynaweb_trainer_gspo_groups_nonzero_total counter
+dynaweb_trainer_gspo_groups_nonzero_total{run="r1",source="real"} 2.0
+dynaweb_trainer_gspo_groups_nonzero_total{run="r1",source="dream"} 0.0
+# TYPE dynaweb_trainer_gspo_advantage_abs_sum_total counter
+dynaweb_trainer_gspo_advantage_abs_sum_total{run="r1",source="real"} 12.5
+# TYPE dynaweb_trainer_stale_dropped_total counter
+dynaweb_trainer_stale_dropped_total{run="r1",source="dream"} 7.0
+# TYPE dynaweb_trainer_nonzero_advantage_share gauge
+dynaweb_trainer_nonzero_advantage_share{run="r1"} 0.1
+"""
+OTHER_TEXT = """# TYPE dynaweb_dream_steps_total counter
+dynaweb_dream_steps_total{run="r1"} 640.0
+# TYPE dynaweb_trainer_gspo_groups_total counter
+dynaweb_trainer_gspo_groups_total{run="r1",source="real"} 99.0
+"""
+
+
+def test_nonzero_adv_share_from_the_trainers_scrape():
+    d = parse_scrape([({"component": "trainer"}, TRAINER_TEXT), ({"component": "dream"}, OTHER_TEXT)])
+    assert d["trainer_policy_steps"] == 20 and d["trainer_world_model_steps"] == 40
+    assert d["trainer_samples_expert"] == 160 and d["trainer_samples_dream"] == 120
+    assert d["dream_steps"] == 640 and d["nonzero_advantage_share_last"] == 0.1
+    g = d["gspo"]  # only the trainer's series: the 99 groups of another component are not counted
+    assert g["real"] == {"groups": 5.0, "groups_nonzero": 2.0, "adv_abs_sum": 12.5}
+    assert g["dream"] == {"groups": 15.0, "groups_nonzero": 0.0, "stale_dropped": 7.0}
+    assert nonzero_adv_share(g) == {"live": 0.4, "dream": 0.0}
+    assert nonzero_adv_share({}) == {"live": None, "dream": None}  # no group reached the loss
+    assert nonzero_adv_share({"dream": {"stale_dropped": 3.0}}) == {"live": None, "dream": None}
+
+
+def test_parse_scrape_reads_prometheus_client_output():
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    groups = Counter("dynaweb_trainer_gspo_groups_total", "g", ["run", "source"], registry=reg)
+    nonzero = Counter("dynaweb_trainer_gspo_groups_nonzero_total", "n", ["run", "source"], registry=reg)
+    adv = Counter("dynaweb_trainer_gspo_advantage_abs_sum", "a", ["run", "source"], registry=reg)
+    groups.labels("r", "real").inc(4)
+    nonzero.labels("r", "real").inc(3)
+    adv.labels("r", "real").inc(2.5)
+    g = parse_scrape([({"component": "trainer"}, generate_latest(reg).decode())])["gspo"]
+    assert g == {"real": {"groups": 4.0, "groups_nonzero": 3.0, "adv_abs_sum": 2.5}}
+    assert nonzero_adv_share(g) == {"live": 0.75, "dream": None}
+
+
+# --- the JSON summary -------------------------------------------------------------------------------
+
+
+def _study_cells():
+    """Two seeds of all four arms, as ``run_cell`` writes them."""
+    cells = []
+    for seed, (r, d, m) in enumerate([([0.2, 0.3, 0.4], [0.3, 0.4, 0.5], 0.3), ([0.2, 0.2, 0.2], [0.4, 0.4, 0.4], 0.2)]):
+        imit = _cell("imitation", seed, [(None, 1, 50, 0.1)])
+        imit["points"][0]["policy_steps"] = 60
+        cells.append(imit)
+        for arm, ys, gspo in (("real_only", r, {"real": {"groups": 4.0, "groups_nonzero": 1.0}}),
+                              ("dynaweb", d, {"real": {"groups": 1.0, "groups_nonzero": 1.0},
+                                              "dream": {"groups": 3.0, "groups_nonzero": 0.0}})):  # fmt: skip
+            c = _cell(arm, seed, [(100, 3, 100, ys[0]), (200, 6, 200, ys[1]), (None, 20, 260, ys[2])])
+            for p in c["points"]:
+                p["policy_steps"] = p["version"]
+            c["diagnostics"] = {"gspo": gspo, "trainer_policy_steps": 20.0, "trainer_samples_expert": 160.0}
+            cells.append(c)
+        mc = _cell("imitation_matched", seed, [(100, 6, 50, m), (200, 20, 50, m), (None, 20, 50, m)])
+        for p in mc["points"]:
+            p["policy_steps"] = p["version"]
+        mc["diagnostics"] = {"trainer_policy_steps": 20.0, "trainer_samples_expert": 160.0}
+        mc["expert_samples_per_step"] = 8
+        cells.append(mc)
+    return cells
+
+
+def test_arm_summary_shape_and_values():
+    arms = arm_summary(_study_cells())
+    assert list(arms) == ["imitation", "imitation_matched", "real_only", "dynaweb"]
+    for a in arms.values():
+        assert {"final_success", "ci95", "real_steps", "policy_steps", "nonzero_adv_share"} <= set(a)
+        assert len(a["ci95"]) == 2 and set(a["nonzero_adv_share"]) == {"live", "dream"}
+    ro = arms["real_only"]
+    h = 12.706 * math.sqrt(((0.4 - 0.3) ** 2 + (0.2 - 0.3) ** 2) / 1) / math.sqrt(2)
+    assert ro["final_success"] == pytest.approx(0.3)
+    assert ro["ci95"] == [pytest.approx(max(0.0, 0.3 - h), abs=1e-4), pytest.approx(min(1.0, 0.3 + h), abs=1e-4)]
+    assert ro["real_steps"] == 260 and ro["policy_steps"] == 20
+    assert ro["nonzero_adv_share"] == {"live": 0.25, "dream": None}  # pooled over seeds: 2 of 8 groups
+    assert arms["dynaweb"]["nonzero_adv_share"] == {"live": 1.0, "dream": 0.0}
+    m = arms["imitation_matched"]
+    assert m["policy_steps"] == 20 and m["real_steps"] == 50 and m["final_success"] == pytest.approx(0.25)
+    assert m["nonzero_adv_share"] == {"live": None, "dream": None}  # behaviour cloning only
+    assert m["expert_samples_per_step"] == 8 and m["expert_samples_per_step_trained"] == 8.0
+    imit = arms["imitation"]
+    assert imit["policy_steps"] == 60 and imit["ci95"] == [0.1, 0.1]
+    one = arm_summary([c for c in _study_cells() if c["seed"] == 0])
+    assert one["dynaweb"]["ci95"] == [None, None]  # one seed: no interval
+    json.dumps(arms)  # plain JSON
+
+
+def test_write_all_with_four_arms(tmp_path):
+    cells = _study_cells()
+    res = write_all(cells, tmp_path, {"experiment_id": "seX", "frozen": {"group_size": 8, "temperature": 1.0,
+                                                                         "reward": "binary", "online_policy_steps": 20,
+                                                                         "expert_samples_per_step": 8}})  # fmt: skip
+    assert set(res["arms"]) == set(ARMS)
+    with open(tmp_path / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    matched = [r for r in rows if r["arm"] == "imitation_matched" and r["seed"] == "0"]
+    assert [r["policy_steps"] for r in matched] == ["0", "6", "20", "20"]  # starts at the imitation point
+    md = (tmp_path / "results.md").read_text()
+    assert "Imitation, matched updates" in md and "Matched control" in md and "G = 8" in md
+    assert "| 25.0% / - |" in md  # real-only: live share, no dream groups

@@ -1,21 +1,62 @@
-"""Pure helpers of the trainer loop."""
+"""Pure helpers of the trainer loop and the learner's per-source report."""
 
 from __future__ import annotations
 
-from models.trainer import BoundedSet, nonzero_advantage_share
+from types import SimpleNamespace
+
+import torch
+
+from infra.config import Config
+from models import metrics as M
+from models.learner import source_stats
+from models.losses import group_advantages, task_success_reward
+from models.trainer import BoundedSet, Trainer, export_source_stats
 from streams.records import Trajectory
 
 
-def _traj(group: str, reward: float, source: str = "dream") -> Trajectory:
-    return Trajectory(run_id="r", episode_id=f"{group}-{reward}", source=source, task="t", seed=0,
-                      policy_version=0, world_model_version=0, transitions=[{}], reward=reward,
+def _traj(group: str, reward: float, source: str = "dream", pv: int = 0, ep: str = "") -> Trajectory:
+    return Trajectory(run_id="r", episode_id=ep or f"{group}-{reward}", source=source, task="t", seed=0,
+                      policy_version=pv, world_model_version=0, transitions=[{}], reward=reward,
                       group_id=group)  # fmt: skip
 
 
-def test_nonzero_advantage_share_counts_groups_with_different_rewards() -> None:
-    trajs = [_traj("a", 1.0), _traj("a", 0.0), _traj("b", 1.0), _traj("b", 1.0), _traj("", 1.0, "expert")]
-    assert nonzero_advantage_share(trajs) == 0.5
-    assert nonzero_advantage_share([_traj("", 1.0, "expert")]) is None
+def test_task_success_reward_is_binary() -> None:
+    assert [task_success_reward(r) for r in (-1.0, 0.0, 0.4, 1.0)] == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_source_stats_count_groups_with_a_nonzero_advantage_per_source() -> None:
+    trajs = [_traj("a", 1.0, ep="1"), _traj("a", 0.0, ep="2"), _traj("b", 1.0, ep="3"), _traj("b", 1.0, ep="4"),
+             _traj("c", 1.0, "real", ep="5"), _traj("c", -1.0, "real", ep="6"), _traj("d", -1.0, "real", ep="7"),
+             _traj("d", 0.0, "real", ep="8")]  # fmt: skip
+    rewards = torch.tensor([task_success_reward(t.reward) for t in trajs])
+    adv = group_advantages(rewards, [t.group_id for t in trajs])
+    s = source_stats(trajs, adv)
+    assert s["dream"]["groups"] == 2 and s["dream"]["groups_nonzero"] == 1 and s["dream"]["trajectories"] == 4
+    # -1 and 0 are both failures: group d has no advantage, group c has one
+    assert s["real"]["groups"] == 2 and s["real"]["groups_nonzero"] == 1
+    assert abs(s["real"]["adv_abs_sum"] - 2.0) < 1e-3
+
+
+def test_export_source_stats_accumulates_running_totals() -> None:
+    run = "export-test"
+    stats = {"by_source": {"real": {"trajectories": 4, "groups": 2, "groups_nonzero": 1, "adv_abs_sum": 2.0,
+                                    "ratio_sum": 4.0, "clipped": 1}}, "ungrouped": {"real": 3}}  # fmt: skip
+    export_source_stats(run, stats)
+    export_source_stats(run, stats)
+    assert M.GSPO_GROUPS.labels(run, "real")._value.get() == 4
+    assert M.GSPO_GROUPS_NONZERO.labels(run, "real")._value.get() == 2
+    assert M.TRAINER_UNGROUPED.labels(run, "real")._value.get() == 6
+    assert M.TRAINER_SOURCE_NONZERO.labels(run, "real")._value.get() == 0.5
+
+
+def test_trainer_drops_stale_samples_at_train_time() -> None:
+    cfg = Config(run_id="stale-test")
+    cfg.stream.max_staleness = 2
+    me = SimpleNamespace(version=10, cfg=cfg, run=cfg.run_id)
+    trajs = [_traj("a", 1.0, pv=7, ep="old"), _traj("a", 1.0, pv=8, ep="ok"), _traj("", 1.0, "expert", pv=0, ep="e")]
+    kept = Trainer.drop_stale(me, trajs)
+    assert [t.episode_id for t in kept] == ["ok", "e"]
+    assert M.TRAINER_STALE.labels(cfg.run_id, "dream")._value.get() == 1
 
 
 def test_bounded_set_forgets_oldest() -> None:

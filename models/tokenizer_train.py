@@ -1,0 +1,246 @@
+"""The project's BPE tokenizer: its corpus, its (deterministic) training, its measurement.
+
+``dynaweb tokenizer corpus --out FILE``
+    Collects the corpus in the live browser (own task server, no broker): the
+    scripted experts on every task that has one and the random policy on all 130
+    MiniWoB tasks, a few episodes each (``collectors.collector.run_collector``,
+    as ``dynaweb experiment world-model`` does).  One transition per line
+    (episode, step, task, source, obs, action, next_obs, reward, done), gzipped.
+    The committed corpus is ``models/assets/tokenizer-corpus.jsonl.gz``.
+
+``dynaweb tokenizer train --out DIR [--corpus FILE] [--vocab-size N]``
+    Renders every *training* transition of the corpus (episodes outside
+    ``streams.state.heldout(episode_id, HELDOUT)``) into exactly the texts the
+    models read and write -- the policy prompt (``models.prompts.policy_prompt``:
+    task, page tree, focus, error, history) + the action text, and the
+    world-model prompt + its target (``models.world_model.change_target``: why
+    line, change script, reward, done) -- and trains a byte-level BPE on them
+    (``train_bpe``), saved with ``save_pretrained`` (what ``load_tokenizer(DIR)``
+    reads).  The shipped tokenizer is ``models/assets/tokenizer-bpe`` and is the
+    output of this command on the committed corpus with the defaults
+    (``tests/unit/test_tokenizer.py`` retrains it and compares byte for byte).
+
+``dynaweb tokenizer stats [--corpus FILE] [--vocab-sizes 1024,2048,...] [--json]``
+    Tokens per transition (policy prompt + action + eos, world-model prompt +
+    target + eos; the texts in full, before any fitting to ``max_positions``) on
+    the *held-out* episodes, for the byte tokenizer, the shipped BPE and BPEs of
+    other vocabulary sizes trained on the same training episodes.
+
+Training is deterministic: the texts come in corpus order, ``tokenizers``'
+BPE trainer breaks ties between equally frequent pairs by the pair itself, and
+nothing depends on the number of threads (checked by the test above).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gzip
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+CORPUS = ASSETS / "tokenizer-corpus.jsonl.gz"
+BPE_DIR = ASSETS / "tokenizer-bpe"
+VOCAB_SIZE = 2048
+HELDOUT = 0.2  # share of the corpus's episodes kept out of training (streams.state.heldout)
+SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2: the same as the byte tokenizer's
+_OBS_KEYS = ("instruction", "url", "tree", "focused", "last_action_error", "next_id")
+
+
+# --- corpus --------------------------------------------------------------------------
+
+
+def _row(t: Any) -> dict:
+    return {"episode_id": t.episode_id, "step": t.step, "task": t.task, "source": t.source,
+            "obs": {k: t.obs.get(k) for k in _OBS_KEYS}, "action": t.action,
+            "next_obs": {k: t.next_obs.get(k) for k in _OBS_KEYS}, "reward": t.reward, "done": t.done}  # fmt: skip
+
+
+def collect_corpus(cfg: Any, out: Path, expert_per_task: int = 4, random_per_task: int = 2,
+                   max_steps: int = 8, contexts: int = 2, log: Any = print) -> dict:  # fmt: skip
+    """Expert episodes on every expert task and random-policy episodes on every task, written to
+    ``out`` (gzipped JSONL, episodes in collection order); returns counts."""
+    from collectors.collector import ExpertAgent, RandomAgent, run_collector
+    from collectors.experts import ALL_EXPERTS
+    from collectors.tasks import list_tasks
+    from infra.taskserver import serve
+    from models.wm_experiment import _ListSink
+    from streams.topics import Topics
+
+    all_tasks = [t.name for t in list_tasks()]
+    expert_tasks = [t for t in all_tasks if t in ALL_EXPERTS]
+    rows: list[dict] = []
+    counts: dict = {}
+    server, _, base = serve()
+
+    async def one(policy: str, tasks: list[str], per_task: int, offset: int) -> None:
+        # run_length 1: every context walks through the task list, context i starting at task i
+        n = per_task * len(tasks)
+        cc = dataclasses.replace(cfg, collector=dataclasses.replace(
+            cfg.collector, tasks=tasks, contexts=contexts, max_steps=max_steps, seed_start=0, max_episodes=n))  # fmt: skip
+        sink = _ListSink()
+        agent = (lambda: ExpertAgent()) if policy == "expert" else (lambda: RandomAgent(seed=1))
+        t0 = time.time()
+        st = await run_collector(cc, sink, Topics(cc.run_id), agent, asyncio.Event(), base_url=base,
+                                 collector_id=f"tokenizer-corpus-{policy}", seed_offset=offset, run_length=1)  # fmt: skip
+        first: dict[str, float] = {}
+        for t in sink.transitions:
+            first[t.episode_id] = min(first.get(t.episode_id, t.created_at), t.created_at)
+        ts = sorted(sink.transitions, key=lambda t: (first[t.episode_id], t.episode_id, t.step))
+        rows.extend(_row(t) for t in ts)
+        counts[policy] = {"tasks": len(tasks), "episodes": st.episodes, "transitions": len(ts),
+                          "seconds": round(time.time() - t0, 1)}  # fmt: skip
+        log(f"{policy}: {counts[policy]}")
+
+    try:
+        asyncio.run(one("expert", expert_tasks, expert_per_task, 0))
+        asyncio.run(one("random", all_tasks, random_per_task, 500_000))
+    finally:
+        server.shutdown()
+        server.server_close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode()
+    out.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+    counts["transitions"] = len(rows)
+    counts["bytes_gz"] = out.stat().st_size
+    return counts
+
+
+def read_corpus(path: Path | str = CORPUS) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(x) for x in fh if x.strip()]
+
+
+def split_corpus(rows: list[dict], fraction: float = HELDOUT) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) by episode with the stream worker's rule."""
+    from streams.state import heldout
+
+    train, held = [], []
+    for r in rows:
+        (held if heldout(r["episode_id"], fraction) else train).append(r)
+    return train, held
+
+
+def transition_texts(rows: list[dict]) -> list[tuple[str, str, str, str]]:
+    """Per transition: (policy prompt, action text, world-model prompt, world-model target), in full,
+    with the episode's own action history (rows of an episode in step order)."""
+    from collectors.spaces import Observation
+    from models.prompts import policy_prompt, world_model_prompt
+    from models.world_model import change_target
+
+    history: dict[str, list[tuple[int, str]]] = {}
+    for r in rows:
+        history.setdefault(r["episode_id"], []).append((int(r["step"]), r["action"]))
+    out = []
+    for r in rows:
+        obs, nxt = Observation.from_dict(r["obs"]), Observation.from_dict(r["next_obs"])
+        hist = [a for s, a in sorted(history[r["episode_id"]]) if s < int(r["step"])]
+        out.append((policy_prompt(obs, hist), r["action"], world_model_prompt(obs, r["action"]),
+                    change_target(obs, nxt, float(r["reward"]), bool(r["done"]))))  # fmt: skip
+    return out
+
+
+def training_texts(rows: list[dict]) -> list[str]:
+    """What the models read and write, one string per model per transition."""
+    return [s for p, a, w, t in transition_texts(rows) for s in (p + a, w + t)]
+
+
+# --- training ----------------------------------------------------------------------------
+
+
+def train_bpe(texts: list[str], vocab_size: int = VOCAB_SIZE) -> Any:
+    """A byte-level BPE (``tokenizers.Tokenizer``) trained on ``texts``.
+
+    * pre-tokenizer: every digit on its own (``click(12)`` = ``click ( 1 2 )``: ids
+      and numbers are compositional, ``click(1`` is a token prefix of ``click(12``),
+      then GPT-2's byte-level split (words, a leading space, runs of punctuation);
+    * no normalizer, ByteLevel decoder: ``decode(encode(s)) == s`` for every string;
+    * ids 0/1/2 = ``<pad>``/``</s>``/``<unk>`` (as the byte tokenizer), then the 256 bytes,
+      then the merges; ``</s>`` is appended by ``tokenizer(text)`` like ByT5 does.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tk = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])  # fmt: skip
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tk.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    eos = tk.token_to_id("</s>")
+    tk.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                      special_tokens=[("</s>", eos)])  # fmt: skip
+    return tk
+
+
+def wrap(tk: Any) -> Any:
+    """The ``tokenizers.Tokenizer`` as a transformers fast tokenizer (pad/eos/unk set; special-token
+    strings in text stay text: ``split_special_tokens``; no clean-up of spaces on decode)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+        split_special_tokens=True, clean_up_tokenization_spaces=False, model_max_length=1 << 30,
+    )  # fmt: skip
+
+
+def train(out: Path | str, corpus: Path | str = CORPUS, vocab_size: int = VOCAB_SIZE,
+          heldout_fraction: float = HELDOUT) -> dict:  # fmt: skip
+    """Train on the corpus's training episodes and ``save_pretrained`` into ``out``."""
+    rows = read_corpus(corpus)
+    train_rows, held = split_corpus(rows, heldout_fraction)
+    t0 = time.time()
+    tok = wrap(train_bpe(training_texts(train_rows), vocab_size))
+    secs = time.time() - t0
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out))
+    return {"out": str(out), "vocab_size": len(tok), "train_transitions": len(train_rows),
+            "heldout_transitions": len(held), "seconds": round(secs, 2)}  # fmt: skip
+
+
+# --- measurement -----------------------------------------------------------------------
+
+
+def tokens_per_transition(tok: Any, texts: list[tuple[str, str, str, str]]) -> dict:
+    """Mean tokens per transition (policy prompt + action + eos; world-model prompt + target + eos)."""
+    from models.tokenizer import encode
+
+    pol = [len(encode(tok, p)) + len(encode(tok, a)) + 1 for p, a, _, _ in texts]
+    wm = [len(encode(tok, w)) + len(encode(tok, t)) + 1 for _, _, w, t in texts]
+    act = [len(encode(tok, a)) + 1 for _, a, _, _ in texts]
+    tgt = [len(encode(tok, t)) + 1 for _, _, _, t in texts]
+    n = max(1, len(texts))
+    return {"policy": round(sum(pol) / n, 1), "world_model": round(sum(wm) / n, 1),
+            "total": round((sum(pol) + sum(wm)) / n, 1), "action": round(sum(act) / n, 2),
+            "wm_target": round(sum(tgt) / n, 1), "vocab": len(tok)}  # fmt: skip
+
+
+def stats(corpus: Path | str = CORPUS, vocab_sizes: tuple = (512, 1024, 2048, 4096, 8192),
+          heldout_fraction: float = HELDOUT) -> dict:  # fmt: skip
+    """Tokens per held-out transition: byte, the shipped BPE, and BPEs of ``vocab_sizes``."""
+    from models.tokenizer import build_tokenizer
+
+    rows = read_corpus(corpus)
+    train_rows, held = split_corpus(rows, heldout_fraction)
+    texts = transition_texts(held)
+    res: dict = {"heldout_transitions": len(held), "train_transitions": len(train_rows)}
+    byte = tokens_per_transition(build_tokenizer("byte"), texts)
+    res["byte"] = byte
+    res["bpe"] = tokens_per_transition(build_tokenizer("bpe"), texts)
+    res["bpe"]["ratio_byte_over_bpe"] = round(byte["total"] / res["bpe"]["total"], 3)
+    train_texts = training_texts(train_rows)
+    sweep = {}
+    for v in vocab_sizes:
+        s = tokens_per_transition(wrap(train_bpe(train_texts, int(v))), texts)
+        s["ratio_byte_over_bpe"] = round(byte["total"] / s["total"], 3)
+        sweep[str(v)] = s
+    res["sweep"] = sweep
+    return res

@@ -1,0 +1,232 @@
+"""The probability trained is the probability sampled: pi_T(a|s) = softmax over the page's candidate
+actions of score/T, recorded by the runner (with the candidate-set hash and T) and recomputed by the
+learner's real path (``policy_batch_loss``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from collectors.collector import _norm
+from collectors.spaces import Action, Observation
+from infra.config import TrainerConfig
+from models.dream_env import dream_rollouts
+from models.learner import action_logprobs, policy_batch_loss, trajectory_decisions
+from models.policy import (
+    PolicyRunner,
+    candidate_logprobs,
+    candidates_hash,
+    make_policy,
+    policy_candidates,
+    score_continuations,
+)
+from models.prompts import action_ids, policy_prompt_ids
+from models.world_model import Prediction
+from streams import records
+from streams.records import Trajectory, Transition
+from tests.unit.test_policy import CFG, OBS
+
+PAGE = Observation('Type "ab" in the box and press OK.', "u",
+                   '[4] button "OK"\n[5] link "Help"\n[6] textbox "Name"\n[7] combobox "Size"\n  [8] option "S"\n'
+                   '  [9] option "M"', focused=6)  # fmt: skip
+STARTS = [OBS[0], OBS[2], PAGE]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    return make_policy(CFG)
+
+
+def _rec(obs, action, step, last, gid, ep, reward, lp, nt, info, source="real") -> Transition:
+    """A transition built as ``run_collector`` builds it, then through the wire format."""
+    rec = Transition(run_id="r", episode_id=ep, step=step, task="t", seed=0, source=source, policy_version=0,
+                     world_model_version=0, obs=obs.to_dict(), action=action, next_obs=obs.to_dict(),
+                     reward=reward if last else 0.0, done=last, group_id=gid, behaviour_logprob=lp,
+                     action_tokens=nt, candidates_hash=str(info.get("candidates_hash") or ""))  # fmt: skip
+    if info.get("temperature") is not None:
+        rec.info["temperature"] = float(info["temperature"])
+    return records.decode(records.encode(rec), expect="transition")
+
+
+def _collect(runner, G=3, H=3, T=0.7, greedy=False) -> list[Trajectory]:
+    trajs = []
+    for s, obs in enumerate(STARTS):
+        for g in range(G):
+            hist, ts = [], []
+            for i in range(H):
+                a, lp, nt, info = runner.act_info([obs], [hist], temperature=T, greedy=greedy)[0]
+                ts.append(_rec(obs, a.to_text(), i, i == H - 1, f"g{s}-{T}", f"e{s}-{g}-{T}", float(g % 2), lp, nt, info))
+                hist = hist + [a.to_text()]
+            trajs.append(Trajectory.from_transitions(ts))
+    return trajs
+
+
+class _SamePage:
+    """A world model that changes nothing (reward 1 for the second rollout of a group, at its end)."""
+
+    def predict(self, obs_list, actions, sample=False):
+        return [Prediction(o, 0.0, False, True, "", "") for o in obs_list]
+
+
+def _dream(runner, T=1.3) -> list[Trajectory]:
+    """``dream_rollouts`` (batched acting) and the dreamer's record fields (``Dreamer.dream_once``)."""
+    out = []
+    for ro in dream_rollouts(runner, _SamePage(), STARTS, group_size=3, horizon=3, temperature=T):
+        ep = f"d{ro.group_id}-{len(out)}"
+        ts = []
+        for i, st in enumerate(ro.steps):
+            last = i == len(ro.steps) - 1
+            info = {"candidates_hash": st["candidates_hash"], "temperature": st["temperature"]}
+            ts.append(_rec(st["obs"], st["action"], i, last, ro.group_id, ep, float(len(out) % 2), st["logprob"],
+                           st["ntokens"], info, source="dream"))  # fmt: skip
+        out.append(Trajectory.from_transitions(ts))
+    return out
+
+
+def test_candidate_set_is_one_function_and_hashed(policy):
+    _, tok = policy
+    p = policy_prompt_ids(tok, PAGE, [], CFG.max_positions)
+    acts, ids = policy_candidates(tok, PAGE, p, CFG.max_positions)
+    texts = [a.to_text() for a in acts]
+    assert 'type(6, "ab")' in texts and 'select(7, "M")' in texts and ids == [action_ids(tok, t) for t in texts]
+    h = candidates_hash(texts)
+    assert len(h) == 16 and h == candidates_hash(list(texts)) and h != candidates_hash(texts[:-1])
+    # no room after the prompt: only stop("")
+    tight, _ = policy_candidates(tok, PAGE, p, len(p) + 3)
+    assert [a.to_text() for a in tight] == ['stop("")']
+
+
+def test_recorded_logprob_is_log_pi_T_over_the_candidates(policy):
+    model, tok = policy
+    r = PolicyRunner(model, tok, CFG, seed=5)
+    for T in (0.5, 1.0, 2.0):
+        a, lp, nt, info = r.act_info([PAGE], [["click(4)"]], temperature=T)[0]
+        p = policy_prompt_ids(tok, PAGE, ["click(4)"], CFG.max_positions)
+        acts, ids = policy_candidates(tok, PAGE, p, CFG.max_positions)
+        s = score_continuations(model, [p], [ids], CFG.max_positions, 0)[0]
+        k = [x.to_text() for x in acts].index(a.to_text())
+        assert abs(lp - float(torch.log_softmax(s / T, -1)[k])) < 1e-5
+        assert info == {"candidates_hash": candidates_hash([x.to_text() for x in acts]), "temperature": T,
+                        "n_candidates": len(acts)}  # fmt: skip
+        assert nt == len(ids[k])
+    # the probabilities of one state sum to 1 (it is a distribution over the candidates)
+    assert abs(float(candidate_logprobs(s, 0.7).exp().sum()) - 1) < 1e-5
+    # greedy: the argmax; T <= 0 records log pi_1, T > 0 records log pi_T
+    g0 = r.act_info([PAGE], [[]], temperature=0.0)[0]
+    g1 = r.act_info([PAGE], [[]], temperature=0.5, greedy=True)[0]
+    assert g0[0] == g1[0] and g0[3]["temperature"] == 1.0 and g1[3]["temperature"] == 0.5 and g1[1] > g0[1] - 1e-6
+    # act(): the 3-tuple view, extras in last_info
+    three = r.act([PAGE, OBS[1]], [[], []], temperature=0.0)
+    assert len(three[0]) == 3 and len(r.last_info) == 2 and r.last_info[0]["candidates_hash"] == g0[3]["candidates_hash"]
+
+
+def test_on_policy_log_ratio_is_zero_through_the_learner(policy):
+    """Act with the real runner (collector-style and batched dream-style), learn with the real path:
+    every trajectory's per-decision log ratio is 0 (the learner uses each record's own T)."""
+    model, tok = policy
+    r = PolicyRunner(model, tok, CFG, seed=11)
+    trajs = _collect(r, T=0.7) + _collect(r, T=0.0, greedy=True, G=2) + _dream(r, T=1.3)
+    tc = TrainerConfig()
+    model.zero_grad()
+    loss, m = policy_batch_loss(model, tok, trajs, tc, CFG)
+    assert m["n_gspo"] == len(trajs) and len(m["log_ratios"]) == len(trajs)
+    assert max(abs(x) for x in m["log_ratios"]) < 1e-4, m["log_ratios"]
+    assert m["cand_mismatch"] == 0 and m["cand_missing"] == 0 and m["cand_unhashed"] == 0
+    assert m["clip_frac"] == 0.0 and m["adv_abs"] > 0 and m["cand_per_step"] > 5
+    # a group's shared first page is scored once
+    n_steps = sum(len(t.transitions) for t in trajs)
+    assert m["cand_rows"] < m["cand_per_step"] * n_steps
+    loss.backward()
+    full = [p.grad.clone() for p in model.parameters()]
+    assert any(float(g.abs().sum()) > 0 for g in full)
+    # micro-batches: the same gradient and log ratios
+    model.zero_grad()
+    loss2, m2 = policy_batch_loss(model, tok, trajs, tc, CFG, backward=True, chunk_rows=4)
+    assert abs(float(loss2) - float(loss.detach())) < 1e-5
+    assert max(abs(a - b) for a, b in zip(m["log_ratios"], m2["log_ratios"], strict=True)) < 1e-6
+    for g, p in zip(full, model.parameters(), strict=True):
+        assert torch.allclose(g, p.grad, atol=1e-6)
+    model.zero_grad()
+    # without the recorded T the learner's default (1.0) is a different distribution: the ratio moves
+    for t in trajs[:3]:
+        for d in t.transitions:
+            d["info"].pop("temperature", None)
+    _, m3 = policy_batch_loss(model, tok, trajs[:3], tc, CFG)
+    assert max(abs(x) for x in m3["log_ratios"]) > 1e-3
+
+
+def test_changed_candidate_set_is_counted_and_still_trained(policy):
+    model, tok = policy
+    r = PolicyRunner(model, tok, CFG, seed=2)
+    trajs = _collect(r, G=2, H=2, T=1.0)[:2]
+    trajs[0].transitions[0]["candidates_hash"] = "0" * 16  # acted on another set
+    trajs[1].transitions[1]["action"] = 'type(1, "not a candidate")'  # and an action outside the set
+    trajs[1].transitions[1]["candidates_hash"] = ""
+    loss, m = policy_batch_loss(model, tok, trajs, TrainerConfig(), CFG)
+    assert m["cand_mismatch"] == 1 and m["cand_missing"] == 1 and m["cand_unhashed"] == 1
+    assert m["n_gspo"] == 2 and math.isfinite(float(loss))
+    assert abs(m["log_ratios"][0]) < 1e-4 and m["log_ratios"][1] < -1e-3  # the missing action is unlikely
+
+
+def test_bc_is_cross_entropy_over_the_candidates(policy):
+    model, tok = policy
+    steps = [(OBS[0], 'type(1, "Kiera")'), (OBS[0], 'type(1, "nope")')]  # the second is no candidate
+    ts = [_rec(o, a, i, i == 1, "", "x", 1.0, None, 0, {}, source="expert") for i, (o, a) in enumerate(steps)]
+    traj = Trajectory.from_transitions(ts)
+    loss, m = policy_batch_loss(model, tok, [traj], TrainerConfig(policy_temperature=0.8), CFG)
+    assert m["n_bc"] == 1 and m["bc_not_candidate"] == 1
+    d = trajectory_decisions(tok, traj.steps(), CFG.max_positions, 0.8)
+    with torch.no_grad():
+        s = score_continuations(model, [d[0].prompt], [d[0].cand_ids], CFG.max_positions, 0)[0]
+        ce = -float(candidate_logprobs(s, 0.8)[d[0].index])
+        nll = -float(action_logprobs(model, tok, [(d[1].prompt, d[1].action_ids)])[0].mean())
+    assert d[0].index >= 0 and d[1].index == -1
+    assert abs(m["bc_loss"] - (ce + nll) / 2) < 1e-4, (m["bc_loss"], ce, nll)
+
+
+def test_bc_raises_pi_of_the_expert_action():
+    model, tok = make_policy(CFG)
+    ts = [_rec(PAGE, 'type(6, "ab")', 0, False, "", "x", 0.0, None, 0, {}, source="expert"),
+          _rec(PAGE, "click(4)", 1, True, "", "x", 1.0, None, 0, {}, source="expert")]  # fmt: skip
+    traj = Trajectory.from_transitions(ts)
+    d = trajectory_decisions(tok, traj.steps(), CFG.max_positions)
+
+    def log_pi() -> float:
+        with torch.no_grad():
+            s = score_continuations(model, [d[0].prompt], [d[0].cand_ids], CFG.max_positions, 0)[0]
+        return float(candidate_logprobs(s, 1.0)[d[0].index])
+
+    before = log_pi()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(4):
+        opt.zero_grad()
+        loss, m = policy_batch_loss(model, tok, [traj], TrainerConfig(), CFG)
+        loss.backward()
+        opt.step()
+    assert m["bc_not_candidate"] == 0 and log_pi() > before + 0.5
+
+
+def test_collector_carries_hash_and_temperature():
+    a = Action.click(3)
+    assert _norm(a) == (a, None, 0, {})
+    assert _norm((a, None, 0)) == (a, None, 0, {})
+    assert _norm((a, -1.5, 4, {"candidates_hash": "ab", "temperature": 0.7})) == (
+        a, -1.5, 4, {"candidates_hash": "ab", "temperature": 0.7})  # fmt: skip
+
+
+def test_transition_candidates_hash_is_optional():
+    d = records.encode(Transition(run_id="r", episode_id="e", step=0, task="t", seed=0, source="real",
+                                  policy_version=0, world_model_version=0, obs=OBS[1].to_dict(), action="click(4)",
+                                  next_obs=OBS[1].to_dict(), reward=0.0, done=True, candidates_hash="abc"))  # fmt: skip
+    assert records.decode(d).candidates_hash == "abc"
+    import json
+
+    raw = json.loads(d)
+    raw.pop("candidates_hash")
+    assert records.decode(json.dumps(raw)).candidates_hash == ""
+    raw["candidates_hash"] = 5
+    with pytest.raises(records.RecordError):
+        records.decode(json.dumps(raw))
