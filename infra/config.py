@@ -205,10 +205,11 @@ class ExperimentConfig:
 
     Frozen: these defaults are the study's configuration, fixed before it is run (not tuned
     after the fact): G = 8 rollouts per GSPO group, the five tasks below, sampling temperature
-    1.0 for live and dreamed rollouts, binary reward for RL (1 if MiniWoB's raw reward > 0, else
-    0: set in the collectors and the dream generator, not here), the same number of policy
-    optimizer steps (``online_policy_steps``) and of expert samples per step in ``real_only``,
-    ``dynaweb`` and the matched imitation control ``imitation_matched``.  Changing any field
+    1.0 for live and dreamed rollouts, binary reward for RL (1 if MiniWoB's raw reward > 0,
+    else 0, for live and dreamed groups: ``models.losses.task_success_reward``, not a setting),
+    the same number of policy optimizer steps (``online_policy_steps``) and of expert samples
+    per step in ``real_only``, ``dynaweb`` and the matched imitation control
+    ``imitation_matched``.  Changing any field
     makes another experiment (its id is a hash of this section).  ``--quick`` only checks the
     plumbing with scaled-down values.
 

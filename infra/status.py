@@ -160,6 +160,7 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
             f'max(dynaweb_trainer_loss{{{R}, model="world_model", term="total"}})'
         ),
     }
+    out["learned_from"] = learned_from(prom, R, at)
     out["fidelity"] = prom.by(
         f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})', "metric", at
     )
@@ -175,6 +176,28 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     out["alerts"] = sorted({r["metric"].get("alertname", "?") for r in
                             prom.query(f'ALERTS{{alertstate="firing", {R}}}', at)})  # fmt: skip
     return out
+
+
+def learned_from(prom: Prom, R: str, at: float | None = None, window: str = "10m") -> dict:
+    """What the policy loss learned from, per source (the trainer's own counters, over ``window``):
+    trajectories, groups, share of groups with a nonzero advantage, mean |advantage|, clipped share,
+    mean importance ratio, stale drops at train time, trajectories refused for having no group."""
+
+    def inc(name: str) -> dict[str, float]:
+        return prom.by(f"sum by (source) (increase(dynaweb_trainer_{name}{{{R}}}[{window}]))", "source", at)
+
+    traj, groups, nonzero = inc("gspo_trajectories_total"), inc("gspo_groups_total"), inc("gspo_groups_nonzero_total")
+    adv, clipped, ratio = inc("gspo_advantage_abs_total"), inc("gspo_clipped_total"), inc("gspo_ratio_total")
+    stale, ungrouped = inc("stale_dropped_total"), inc("ungrouped_total")
+
+    def per(num: dict, den: dict, src: str) -> float | None:
+        return num.get(src, 0.0) / den[src] if den.get(src) else None
+
+    return {src: {"trajectories": traj.get(src), "groups": groups.get(src),
+                  "nonzero_adv_share": per(nonzero, groups, src), "adv_abs_mean": per(adv, traj, src),
+                  "clipped_share": per(clipped, traj, src), "ratio_mean": per(ratio, traj, src),
+                  "stale_dropped": stale.get(src), "ungrouped": ungrouped.get(src)}
+            for src in ("real", "dream")}  # fmt: skip
 
 
 def _n(v: float | None, fmt: str = "{:.2f}", none: str = "-") -> str:
@@ -212,6 +235,12 @@ def render(s: dict) -> str:
                  f"  world model {_n(t['world_model_steps_per_s'], '{:.3f}')} steps/s  checkpoint "
                  f"v{_n(t['checkpoint_version'], '{:.0f}')} ({_n(t['checkpoint_age_s'], '{:.0f}')}s ago)"
                  f"  loss {_n(t['policy_loss'])} / wm {_n(t['world_model_loss'])}")  # fmt: skip
+    for src, lf in s.get("learned_from", {}).items():
+        lines.append(f"{'GSPO (10m)' if src == 'real' else '':11s} {'live' if src == 'real' else 'dream':5s} "
+                     f"groups {_n(lf['groups'], '{:.0f}')}  with advantage {_pct(lf['nonzero_adv_share'])}  "
+                     f"|adv| {_n(lf['adv_abs_mean'])}  clipped {_pct(lf['clipped_share'])}  ratio "
+                     f"{_n(lf['ratio_mean'], '{:.3f}')}  stale {_n(lf['stale_dropped'], '{:.0f}')}  "
+                     f"ungrouped {_n(lf['ungrouped'], '{:.0f}')}")  # fmt: skip
     f = s["fidelity"]
     lines.append("fidelity    " + ("  ".join(f"{k} {_n(f[k])}" for k in
                  ("exact_match", "change_f1", "baseline_change_f1", "reward_bal_acc") if k in f) or "not reported yet"))  # fmt: skip

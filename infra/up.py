@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,8 +163,10 @@ def scrape_targets(cfg: Config) -> list[tuple[dict, str]]:
 
 def summarize(cfg: Config) -> dict:
     s = {"real_steps": 0.0, "expert_steps": 0.0, "dream_steps": 0.0, "episodes": 0.0, "successes": 0.0,
+         "policy_episodes": 0.0, "policy_successes": 0.0, "expert_episodes": 0.0, "expert_successes": 0.0,
          "policy_steps": 0.0, "wm_steps": 0.0, "checkpoint_version": None, "dream_policy_version": None,
-         "batches": 0.0, "dead_letters": 0.0, "components": 0}  # fmt: skip
+         "batches": 0.0, "dead_letters": 0.0, "components": 0,
+         "gspo_groups": {"real": 0.0, "dream": 0.0}, "gspo_groups_nonzero": {"real": 0.0, "dream": 0.0}}  # fmt: skip
     for _labels, text in scrape_targets(cfg):
         s["components"] += 1
         for fam in text_string_to_metric_families(text):
@@ -172,9 +175,15 @@ def summarize(cfg: Config) -> dict:
                 if n == "dynaweb_collector_steps_total":
                     s["expert_steps" if lab.get("policy") == "expert" else "real_steps"] += v
                 elif n == "dynaweb_collector_episodes_total":
+                    who = "expert" if lab.get("policy") == "expert" else "policy"  # latest or random: not experts
+                    ok = lab.get("outcome") == "success"
                     s["episodes"] += v
-                    if lab.get("outcome") == "success":
-                        s["successes"] += v
+                    s["successes"] += v * ok
+                    s[f"{who}_episodes"] += v
+                    s[f"{who}_successes"] += v * ok
+                elif n in ("dynaweb_trainer_gspo_groups_total", "dynaweb_trainer_gspo_groups_nonzero_total"):
+                    key = "gspo_groups_nonzero" if "nonzero" in n else "gspo_groups"
+                    s[key][lab.get("source", "")] = s[key].get(lab.get("source", ""), 0.0) + v
                 elif n == "dynaweb_dream_steps_total":
                     s["dream_steps"] += v
                 elif n == "dynaweb_trainer_steps_total":
@@ -188,18 +197,52 @@ def summarize(cfg: Config) -> dict:
                 elif n == "dynaweb_stream_dead_letters_total":
                     s["dead_letters"] += v
     s["success_rate"] = s["successes"] / s["episodes"] if s["episodes"] else None
+    for who in ("policy", "expert"):
+        n = s[f"{who}_episodes"]
+        s[f"{who}_success_rate"] = s[f"{who}_successes"] / n if n else None
+    s["nonzero_adv_share"] = {src: (s["gspo_groups_nonzero"][src] / g if g else None)
+                              for src, g in s["gspo_groups"].items()}  # fmt: skip
     return s
+
+
+class RecentSuccess:
+    """Policy and expert success over the last ``window_s`` seconds, from successive summaries
+    (differences of the collectors' episode counters; a restarted collector's reset counts from 0)."""
+
+    def __init__(self, window_s: float = 120.0):
+        self.window_s = window_s
+        self.history: deque = deque()
+
+    def update(self, s: dict, now: float) -> dict:
+        keys = ("policy_episodes", "policy_successes", "expert_episodes", "expert_successes")
+        self.history.append((now, {k: s[k] for k in keys}))
+        while len(self.history) > 2 and now - self.history[1][0] >= self.window_s:
+            self.history.popleft()
+        t0, old = self.history[0]
+        d = {k: s[k] - old[k] if s[k] >= old[k] else s[k] for k in keys}
+        for who in ("policy", "expert"):
+            n = d[f"{who}_episodes"]
+            s[f"{who}_success_recent"] = d[f"{who}_successes"] / n if n else None
+            s[f"{who}_episodes_recent"] = n
+        s["recent_window_s"] = round(now - t0, 1)
+        return s
 
 
 def progress_line(s: dict, elapsed: float) -> str:
     def i(x: float | None) -> str:
         return "-" if x is None else str(int(x))
 
-    sr = "-" if s["success_rate"] is None else f"{100 * s['success_rate']:.0f}%"
+    def pct(key: str) -> str:
+        v = s.get(key + "_success_recent", s.get(key + "_success_rate"))
+        return "-" if v is None else f"{100 * v:.0f}%"
+
+    nz = s.get("nonzero_adv_share", {})
+    share = " ".join(f"{src} {'-' if nz.get(src) is None else f'{100 * nz[src]:.0f}%'}" for src in ("real", "dream"))
     return (f"[up {elapsed:5.0f}s] real {i(s['real_steps'])} expert {i(s['expert_steps'])} "
             f"dream {i(s['dream_steps'])} | batches {i(s['batches'])} trainer step {i(s['policy_steps'])} "
             f"(wm {i(s['wm_steps'])}) | ckpt v{i(s['checkpoint_version'])} dreaming with "
-            f"v{i(s['dream_policy_version'])} | success {sr} | components {s['components']}")  # fmt: skip
+            f"v{i(s['dream_policy_version'])} | policy success {pct('policy')} (expert {pct('expert')}) | "
+            f"groups with advantage {share} | components {s['components']}")  # fmt: skip
 
 
 def run_up(cfg: Config, duration: float = 0, start_stack: bool = True, as_json: bool = False) -> int:
@@ -218,11 +261,12 @@ def run_up(cfg: Config, duration: float = 0, start_stack: bool = True, as_json: 
     last = 0.0
     code = 0
     print(f"[up] run {cfg.run_id}: logs in {sup.logs}; Ctrl-C stops", flush=True)
+    recent = RecentSuccess()
     try:
         while not stop["now"] and not (duration and time.time() - t0 >= duration):
             sup.supervise()
             if time.time() - last >= cfg.up.progress_every_s:
-                print(progress_line(summarize(cfg), time.time() - t0), flush=True)
+                print(progress_line(recent.update(summarize(cfg), time.time()), time.time() - t0), flush=True)
                 last = time.time()
             time.sleep(0.2)
     except KeyboardInterrupt:

@@ -39,7 +39,15 @@ from typing import Any
 import torch
 
 from collectors.spaces import Observation, parse_action
-from models.losses import bc_loss, group_advantages, gspo_loss, info_nce, lm_loss, task_success_reward, token_logprobs
+from models.losses import (
+    bc_loss,
+    group_advantages,
+    gspo_loss,
+    info_nce,
+    lm_loss,
+    task_success_reward,
+    token_logprobs,
+)
 from models.policy import MAX_CANDIDATES, candidate_logprobs, candidates_hash, policy_candidates
 from models.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
 from models.tokenizer import encode, pad_id

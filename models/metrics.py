@@ -37,11 +37,11 @@ GSPO_TRAJ = Counter("dynaweb_trainer_gspo_trajectories_total", "Trajectories tha
 GSPO_GROUPS = Counter("dynaweb_trainer_gspo_groups_total", "GSPO groups that reached the loss.", ["run", "source"])
 GSPO_GROUPS_NONZERO = Counter("dynaweb_trainer_gspo_groups_nonzero_total", "GSPO groups that reached the loss with "
                               "a nonzero advantage (their rewards differ).", ["run", "source"])  # fmt: skip
-GSPO_ADV_ABS = Counter("dynaweb_trainer_gspo_advantage_abs_sum", "Sum of |advantage| over trajectories at the loss "
+GSPO_ADV_ABS = Counter("dynaweb_trainer_gspo_advantage_abs", "Sum of |advantage| over trajectories at the loss "
                        "(mean = this / trajectories).", ["run", "source"])  # fmt: skip
 GSPO_CLIPPED = Counter("dynaweb_trainer_gspo_clipped_total", "Trajectories whose clipped GSPO term was the active one.",
                        ["run", "source"])  # fmt: skip
-GSPO_RATIO_SUM = Counter("dynaweb_trainer_gspo_ratio_sum", "Sum of GSPO importance ratios at the loss (mean = this / "
+GSPO_RATIO_SUM = Counter("dynaweb_trainer_gspo_ratio", "Sum of GSPO importance ratios at the loss (mean = this / "
                          "trajectories).", ["run", "source"])  # fmt: skip
 TRAINER_STALE = Counter("dynaweb_trainer_stale_dropped_total", "Samples dropped at train time as older than "
                         "latest - stream.max_staleness.", ["run", "source"])  # fmt: skip

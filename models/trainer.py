@@ -443,6 +443,10 @@ def _export_stats(run: str, stats: dict) -> None:
 def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
     stop = start_component(cfg, "trainer", f"trainer-{cfg.run_id}", stop)
     M.TRAINER_IDLE.labels(cfg.run_id)  # export 0 before the first idle wait
+    for src in ("real", "dream"):  # the per-source report exists (at 0) before the first group arrives
+        for m in (M.GSPO_TRAJ, M.GSPO_GROUPS, M.GSPO_GROUPS_NONZERO, M.GSPO_ADV_ABS, M.GSPO_CLIPPED, M.GSPO_RATIO_SUM,
+                  M.TRAINER_STALE, M.TRAINER_UNGROUPED):  # fmt: skip
+            m.labels(cfg.run_id, src)
     tr = Trainer(cfg, stop)
     try:
         tr.setup()

@@ -2,7 +2,10 @@
 
 Proves: real and dream transitions flowed; at least two checkpoint versions were
 written; dreams stamped with policy version >= 2 came from a generator process
-whose start time never changed (hot reload, not a restart)."""
+whose start time never changed (hot reload, not a restart); live GSPO groups,
+named by the latest-policy collector, reached the loss, some with a nonzero
+advantage, and dream groups reached it too, read from the trainer's own
+metrics (``up --json`` scrapes them before it stops the components)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ UP_SETTINGS = {
     "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "8", "DYNAWEB_DREAM__GROUP_SIZE": "4", "DYNAWEB_DREAM__BATCH": "8",
     "DYNAWEB_DREAM__HORIZON": "3", "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "96", "DYNAWEB_STREAM__GROUP_SIZE": "4",
     "DYNAWEB_UP__EXPERT_CONTEXTS": "1", "DYNAWEB_UP__PROGRESS_EVERY_S": "10",
+    # one task where an untrained policy succeeds often enough (it clicks one of a few buttons) for
+    # the G = 4 rollouts of a live group to differ in reward
+    "DYNAWEB_COLLECTOR__TASKS": "miniwob/click-button", "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
 }  # fmt: skip
 
 
@@ -128,3 +134,10 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     # every dream carries both model versions
     assert all(t.world_model_version >= 0 and t.behaviour_logprob is not None for t in dreams)
     assert summary["policy_steps"] >= 4 and summary["dream_steps"] >= 10, summary
+    # the RL signal, from the trainer's own counters: live groups (group ids from the collector) and
+    # dream groups reached the loss, and live groups of differing rewards carried an advantage there
+    live = _read(run_cfg, topics.real)
+    assert live and all(t.group_id for t in live), "live-policy transitions without a group id"
+    assert summary["gspo_groups"]["real"] >= 1 and summary["gspo_groups"]["dream"] >= 1, summary
+    assert summary["gspo_groups_nonzero"]["real"] >= 1, summary
+    assert "policy success" in out and "groups with advantage" in out

@@ -51,7 +51,7 @@ def _rec(obs, action, step, last, gid, ep, reward, lp, nt, info, source="real") 
     return records.decode(records.encode(rec), expect="transition")
 
 
-def _collect(runner, G=3, H=3, T=0.7, greedy=False) -> list[Trajectory]:
+def _collect(runner, G=3, H=2, T=0.7, greedy=False) -> list[Trajectory]:
     trajs = []
     for s, obs in enumerate(STARTS):
         for g in range(G):
@@ -74,7 +74,7 @@ class _SamePage:
 def _dream(runner, T=1.3) -> list[Trajectory]:
     """``dream_rollouts`` (batched acting) and the dreamer's record fields (``Dreamer.dream_once``)."""
     out = []
-    for ro in dream_rollouts(runner, _SamePage(), STARTS, group_size=3, horizon=3, temperature=T):
+    for ro in dream_rollouts(runner, _SamePage(), STARTS, group_size=3, horizon=2, temperature=T):
         ep = f"d{ro.group_id}-{len(out)}"
         ts = []
         for i, st in enumerate(ro.steps):
@@ -146,9 +146,9 @@ def test_on_policy_log_ratio_is_zero_through_the_learner(policy):
     model.zero_grad()
     loss2, m2 = policy_batch_loss(model, tok, trajs, tc, CFG, backward=True, chunk_rows=4)
     assert abs(float(loss2) - float(loss.detach())) < 1e-5
-    assert max(abs(a - b) for a, b in zip(m["log_ratios"], m2["log_ratios"], strict=True)) < 1e-6
+    assert max(abs(a - b) for a, b in zip(m["log_ratios"], m2["log_ratios"], strict=True)) < 1e-5
     for g, p in zip(full, model.parameters(), strict=True):
-        assert torch.allclose(g, p.grad, atol=1e-6)
+        assert torch.allclose(g, p.grad, atol=1e-5)
     model.zero_grad()
     # without the recorded T the learner's default (1.0) is a different distribution: the ratio moves
     for t in trajs[:3]:
