@@ -1,0 +1,87 @@
+"""Live and dreamed episodes end by the same rules; live groups are named at the source."""
+
+from __future__ import annotations
+
+import torch
+
+from collectors.collector import ExpertAgent, RandomAgent, _Schedule, collector_group_size
+from collectors.spaces import Action, Observation, precheck_error
+from collectors.tasks import resolve_tasks
+from infra.config import Config
+from models.dream_env import DreamEnv, dream_outcome, dream_rollouts
+from models.policy import sampler_generator
+
+PAGE = Observation('Click on the "OK" button.', "", '[1] button "OK"\n[2] button "No"', None, "",
+                   3, [1, 2])  # fmt: skip
+
+
+class NoWorldModel:
+    """The world model must not be asked for what needs no prediction."""
+
+    calls = 0
+
+    def predict(self, obs, acts, sample=False):
+        NoWorldModel.calls += len(acts)
+        raise AssertionError(f"world model asked for {[a.to_text() for a in acts]}")
+
+
+def test_precheck_errors_match_the_live_environment():
+    assert precheck_error(Action.click(7), {1, 2}) == "element [7] is not on the page"
+    assert precheck_error(Action.click(1), {1, 2}) == ""
+    assert precheck_error(Action.press("Bogus"), set()).startswith("unknown key 'Bogus'")
+    assert precheck_error(Action.press("a"), set()) == ""
+
+
+def test_stop_ends_a_dream_with_reward_zero_and_the_page_unchanged():
+    env = DreamEnv(NoWorldModel(), max_steps=5)
+    env.reset(PAGE, "t", 0)
+    obs, reward, term, trunc, info = env.step("stop()")
+    assert term and not trunc and reward == 0.0 and obs.tree == PAGE.tree and info["reason"] == "stop"
+
+
+def test_refused_action_carries_the_live_error_line_into_the_dream():
+    nxt, done, reason = dream_outcome(PAGE, Action.click(9))
+    assert not done and reason == "refused" and nxt.tree == PAGE.tree
+    assert nxt.last_action_error == "element [9] is not on the page"
+    assert "Error: element [9] is not on the page" in nxt.render()
+    assert dream_outcome(PAGE, Action.click(1)) is None
+
+
+class StopPolicy:
+    def act(self, obs, hists, temperature=1.0, greedy=False):
+        return [(Action.stop(""), -0.5, 2) for _ in obs]
+
+
+def test_dream_rollouts_end_on_stop_without_the_world_model():
+    ros = dream_rollouts(StopPolicy(), NoWorldModel(), [PAGE], group_size=3, horizon=4)
+    assert len(ros) == 3 and all(len(ro) == 1 and ro[0]["done"] and ro[0]["reward"] == 0.0 for ro in ros)
+
+
+def test_live_groups_get_one_id_at_the_source():
+    tasks = resolve_tasks(["miniwob/click-button", "miniwob/enter-text"])
+    s = _Schedule(tasks, 0, 1000, offset=0, limit=0, run_length=8, group_size=3, group_prefix="c1")
+    ids = []
+    for i in range(6):
+        s.next(slot=i % 2)
+        ids.append(s.group_id)
+    assert ids[:3] == ["g:c1:1"] * 3 and ids[3:] == ["g:c1:2"] * 3
+    solo = _Schedule(tasks, 0, 1000, offset=0, limit=0, run_length=8, group_size=1)
+    solo.next(0)
+    assert solo.group_id == ""
+
+
+def test_collector_group_size_auto():
+    cfg = Config()
+    assert cfg.collector.group_size == 0  # auto
+    assert collector_group_size(cfg, "real", object()) == cfg.stream.group_size  # a sampling policy
+    assert collector_group_size(cfg, "expert", ExpertAgent()) == 1
+    assert collector_group_size(cfg, "real", RandomAgent()) == 1
+    cfg.collector.group_size = 5
+    assert collector_group_size(cfg, "real", RandomAgent()) == 5
+
+
+def test_sampler_streams_differ_by_producer_and_are_reproducible():
+    a = torch.rand(4, generator=sampler_generator("run", "dream-1"))
+    b = torch.rand(4, generator=sampler_generator("run", "dream-2"))
+    a2 = torch.rand(4, generator=sampler_generator("run", "dream-1"))
+    assert not torch.equal(a, b) and torch.equal(a, a2)
