@@ -140,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-stack", action="store_true", help="use already running / external services")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     _experiment_world_model_args(p)
+    p = add("tokenizer", "the project's BPE tokenizer (models/tokenizer_train.py): collect its corpus in the live "
+                         "browser, train it from the corpus, or measure tokens per transition against bytes")
+    p.add_argument("action", choices=["corpus", "train", "stats"])
+    p.add_argument("--out", help="corpus: the .jsonl.gz file to write; train: the directory to save_pretrained into")
+    p.add_argument("--corpus", help="train/stats: corpus file (default: the committed "
+                                    "models/assets/tokenizer-corpus.jsonl.gz)")
+    p.add_argument("--vocab-size", type=int, help="train: vocabulary size (default 2048, the shipped one's)")
+    p.add_argument("--vocab-sizes", default="512,1024,2048,4096,8192",
+                   help="stats: vocabulary sizes to train and measure side by side (comma separated)")
+    p.add_argument("--expert-episodes", type=int, default=4, help="corpus: expert episodes per expert task")
+    p.add_argument("--random-episodes", type=int, default=2, help="corpus: random-policy episodes per task")
+    p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
+
     p = add("demos", "import a JSONL demonstration file onto the expert topic, or export the topic to JSONL")
     p.add_argument("action", choices=["import", "export"])
     p.add_argument("file", help="JSONL file (one Transition per line, see docs/demonstrations.md)")

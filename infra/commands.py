@@ -251,6 +251,36 @@ def cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
     return main(args, cfg)
 
 
+def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
+    from pathlib import Path
+
+    from models import tokenizer_train as tt
+
+    corpus = Path(args.corpus) if args.corpus else tt.CORPUS
+    if args.action == "corpus":
+        if not args.out:
+            raise ValueError("tokenizer corpus needs --out FILE (.jsonl.gz)")
+        res = tt.collect_corpus(cfg, Path(args.out), args.expert_episodes, args.random_episodes,
+                                log=(lambda *_: None) if args.json else print)  # fmt: skip
+    elif args.action == "train":
+        if not args.out:
+            raise ValueError("tokenizer train needs --out DIR")
+        res = tt.train(Path(args.out), corpus, args.vocab_size or tt.VOCAB_SIZE)
+    else:
+        sizes = tuple(int(x) for x in str(args.vocab_sizes).split(",") if x.strip())
+        res = tt.stats(corpus, sizes)
+        if not args.json:
+            print(f"tokens per held-out transition ({res['heldout_transitions']} transitions)")
+            rows = [("byte", res["byte"]), ("bpe (shipped)", res["bpe"])]
+            rows += [(f"bpe {v}", s) for v, s in res["sweep"].items()]
+            print(f"  {'tokenizer':14s} {'vocab':>6s} {'policy':>8s} {'world model':>12s} {'total':>8s} {'x fewer':>8s}")
+            for name, s in rows:
+                print(f"  {name:14s} {s['vocab']:6d} {s['policy']:8.1f} {s['world_model']:12.1f} {s['total']:8.1f} "
+                      f"{s.get('ratio_byte_over_bpe', 1.0):8.2f}")
+    print(json.dumps(res))
+    return 0
+
+
 def cmd_demos(args: argparse.Namespace, cfg: Config) -> int:
     from collectors.demos import main
 
@@ -262,6 +292,7 @@ COMMANDS = {
     "dream": cmd_dream, "up": cmd_up, "tasks": cmd_tasks, "experts": cmd_experts,
     "checkpoint": cmd_checkpoint, "config": cmd_config, "status": cmd_status, "report": cmd_report,
     "bench": cmd_bench, "demos": cmd_demos, "eval": cmd_eval, "experiment": cmd_experiment, "gate": cmd_gate,
+    "tokenizer": cmd_tokenizer,
 }  # fmt: skip
 
 

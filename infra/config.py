@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -80,7 +80,8 @@ class CollectorConfig:
     settle_max_ms: float = _f(500.0, "Cap on the settle wait (ms), for pages that never stop changing.")
     allowed_origins: list = _f([], "Extra origins the browser may reach (the task server is always allowed).")
     headless: bool = _f(True, "Run Chromium headless.")
-    obs_token_budget: int = _f(512, "Observation budget in policy tokens (bytes for the byte tokenizer).")
+    obs_token_budget: int = _f(512, "Budget of the page tree in UTF-8 bytes (= byte-tokenizer tokens; the BPE "
+                               "tokenizer needs ~3.5x fewer tokens for the same tree); 0 = no truncation.")
     heartbeat_s: float = _f(2.0, "Heartbeat period (s).")
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
     max_steps_per_s: float = _f(0.0, "Rate limit over all contexts of this collector (0 = unlimited).")
@@ -123,12 +124,22 @@ class ModelConfig:
     policy_path: str = _f("", "Local Hugging Face directory for the policy (empty = from config).")
     world_model_path: str = _f("", "Local Hugging Face directory for the world model (empty = from config).")
     seed: int = _f(0, "Initialisation seed.")
+    tokenizer: Literal["bpe", "byte"] = _f(
+        "bpe", "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "
+        "project's own pages, actions and change scripts, shipped in models/assets/tokenizer-bpe; ~3.3x fewer "
+        "tokens than 'byte') or 'byte' (ByT5, one token per UTF-8 byte). A model loaded from a directory "
+        "(policy_path, world_model_path, checkpoints) always uses the tokenizer saved with it.")
 
 
 @dataclass
 class TrainerConfig:
-    lr: float = _f(3e-4, "Learning rate (AdamW).")
-    wm_lr: float = _f(3e-4, "World-model learning rate.")
+    lr: float = _f(3e-4, "Policy learning rate (AdamW, peak of the schedule below).")
+    wm_lr: float = _f(3e-4, "World-model learning rate (peak).")
+    warmup_steps: int = _f(10, "Learning-rate schedule, both models (each counts its own optimizer steps; peak = lr / "
+                           "wm_lr): linear warm-up over the first N steps (0 = none).")
+    decay_steps: int = _f(0, "...then cosine decay to min_lr_ratio x peak over N steps and flat at that floor "
+                          "(0 = constant peak after the warm-up: the always-on default).")
+    min_lr_ratio: float = _f(0.1, "Floor of the decay as a share of the peak learning rate.")
     checkpoint_every: int = _f(5, "Write a checkpoint every N policy steps.")
     checkpoint_every_s: float = _f(60.0, "...or after this many seconds with at least one new step.")
     wm_batch: int = _f(8, "World-model transitions per step.")

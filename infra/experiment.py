@@ -247,13 +247,16 @@ SELECTED = {  # metric -> key kept from a cell's last scrape (summed over label 
     "dynaweb_dream_steps_total": "dream_steps",
     "dynaweb_trainer_nonzero_advantage_share": "nonzero_advantage_share_last",
 }
-# the trainer's per-source counters of what reached the policy loss (models/metrics.py), by sample name
+# the trainer's per-source counters of what reached the policy loss (models/metrics.py), by exposed sample
+# name (a counter is exposed with ``_total``; both spellings of the two sums are accepted)
 GSPO_COUNTERS = {
     "dynaweb_trainer_gspo_trajectories_total": "trajectories",
     "dynaweb_trainer_gspo_groups_total": "groups",
     "dynaweb_trainer_gspo_groups_nonzero_total": "groups_nonzero",
+    "dynaweb_trainer_gspo_advantage_abs_total": "adv_abs_sum",
     "dynaweb_trainer_gspo_advantage_abs_sum_total": "adv_abs_sum",
     "dynaweb_trainer_gspo_clipped_total": "clipped",
+    "dynaweb_trainer_gspo_ratio_total": "ratio_sum",
     "dynaweb_trainer_gspo_ratio_sum_total": "ratio_sum",
     "dynaweb_trainer_stale_dropped_total": "stale_dropped",
     "dynaweb_trainer_ungrouped_total": "ungrouped",

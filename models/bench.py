@@ -241,6 +241,19 @@ def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, li
     return trajs, trans[: cfg.trainer.wm_batch]
 
 
+def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Any) -> None:
+    """Forward + backward of each step's chosen action tokens only (the policy objective before it
+    became pi_T over the candidate set), in the trainer's micro-batches; gradients dropped."""
+    from models.learner import action_logprobs, trajectory_rows
+
+    rows = [r for t in trajs for r in trajectory_rows(tok, t.steps(), cfg.model.max_positions)]
+    n = max(1, cfg.trainer.chunk_rows or len(rows))
+    for i in range(0, len(rows), n):
+        lps = action_logprobs(model, tok, rows[i : i + n])
+        torch.stack([lp.sum() for lp in lps]).sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
 def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     from collectors.bench import MemorySampler
     from models.engine import make_engine
@@ -262,9 +275,11 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     we = make_engine(wm, cfg.trainer.wm_lr, cfg.trainer.zero_stage, cfg.trainer.grad_clip)
     batches = [_synthetic_batch(cfg, obs, k * 7) for k in range(steps + 1)]
 
+    p_stats: list[dict] = []
+
     def p_step(trajs: list) -> None:  # what the trainer's policy step does
         pe.train()
-        policy_update(pe, tok, trajs, cfg.trainer, cfg.model)
+        p_stats.append(policy_update(pe, tok, trajs, cfg.trainer, cfg.model)[1])
 
     def w_step(trans: list) -> None:
         we.train()
@@ -282,6 +297,11 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
             n_steps += sum(len(t.steps()) for t in trajs)
     tp = time.perf_counter() - t0
     rss_p = _peak_rss_mib()
+    t0 = time.perf_counter()
+    for trajs, _ in batches[1:]:  # the old objective: the chosen action's tokens only (no optimiser step)
+        _single_action_pass(pol, tok, trajs, cfg)
+    t_single = time.perf_counter() - t0
+    cand = p_stats[1:]
     t0 = time.perf_counter()
     n_tr = 0
     with MemorySampler(every=0.02) as mem_w:
@@ -301,6 +321,11 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
         # growth of the resident set over its level at the start of each phase (the step's graph)
         "policy_step_rss_growth_mib": round(mem_p.peak_mb - base_p, 1),
         "world_model_step_rss_growth_mib": round(mem_w.peak_mb - base_w, 1),
+        # the policy scores every candidate of every step (pi_T over C(s)); the single-action pass
+        # (forward + backward of the chosen action's tokens only, the objective before) for scale
+        "policy_candidates_per_step": round(sum(c["cand_per_step"] for c in cand) / len(cand), 2),
+        "policy_candidate_rows_per_step": round(sum(c["cand_rows"] for c in cand) / max(1, n_steps), 2),
+        "policy_single_action_s_per_batch": round(t_single / steps, 3),
         "threads": cfg.threads, "model": f"{cfg.model.layers}x{cfg.model.d_model}",
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }  # fmt: skip

@@ -1,9 +1,20 @@
 """Records -> losses (model forward passes only; no Kafka, S3 or DeepSpeed here).
 
-``policy_batch_loss``: every trajectory step becomes one row ``policy prompt +
-action tokens`` (the same ``models.prompts`` format the runner acts with;
-history = the trajectory's previous action texts).  Per trajectory the
-sequence is *all* its action tokens.
+``policy_batch_loss`` trains the policy's own distribution, ``pi_T(a|s)`` =
+softmax over the page's candidate actions C(s) of score/T (``models.policy``).
+Every trajectory step is rebuilt as the runner saw it (``trajectory_decisions``):
+the ``models.prompts`` policy prompt with history = the trajectory's previous
+action texts, and C(s) from ``models.policy.policy_candidates`` -- the function
+the runner acted with.  Every candidate (text + eos) is scored with grad
+(``action_logprobs``; all candidates of a step share its prompt, so they are
+packed into one forward row, and identical rows -- a group's first page -- are
+scored once), and ``log pi_T(a|s) = log_softmax(scores / T)[a]``, with T the
+temperature recorded on the transition (``info["temperature"]``) or
+``TrainerConfig.policy_temperature``.  A rebuilt set whose hash differs from the
+transition's ``candidates_hash`` is counted (``cand_mismatch``) and trained with
+the rebuilt set (an action missing from it is added: ``cand_missing``).  Per
+trajectory the sequence is its *decisions*: GSPO's ratio is normalised by the
+number of steps.
 
 * on-policy / dream trajectories (every step has ``behaviour_logprob``): GSPO
   with group advantages (groups = ``group_id``, named once at the source: the
@@ -11,13 +22,16 @@ sequence is *all* its action tokens.
   one; reward = task success of the trajectory's terminal raw reward,
   ``losses.task_success_reward``).  A trajectory without a group id is counted
   (``ungrouped``, per source) and used for nothing else;
-* expert trajectories (``source == "expert"``): behaviour cloning (token NLL),
-  weighted by ``TrainerConfig.bc_weight``;
+* expert trajectories (``source == "expert"``): behaviour cloning of the same
+  distribution, ``-log pi_T(a*|s)`` (cross-entropy over the candidates, mean over
+  expert steps), weighted by ``TrainerConfig.bc_weight``; an expert action that is
+  not a candidate is counted (``bc_not_candidate``) and trained by its mean token
+  NLL instead;
 * anything else (real steps without log-probs): skipped and counted.
 
 The log-prob pass runs with ``model.eval()`` (dropout off, grads on), so it is
 the same function that ``PolicyRunner`` recorded.  GSPO's loss is a mean of
-per-trajectory terms and BC a mean over tokens, so the batch can be processed
+per-trajectory terms and BC a mean over expert steps, so the batch can be processed
 in trajectory chunks with ``backward=True`` (gradient accumulation; pass the
 engine's backward as ``backward_fn``) without changing the gradient.
 

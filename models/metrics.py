@@ -14,6 +14,8 @@ TRAINER_SAMPLES = Counter("dynaweb_trainer_samples_total", "Samples trained on (
                           ["run", "model", "source"])  # fmt: skip
 TRAINER_LOSS = Gauge("dynaweb_trainer_loss", "Last loss value by term.", ["run", "model", "term"])
 TRAINER_GRAD_NORM = Gauge("dynaweb_trainer_grad_norm", "Gradient norm before clipping.", ["run", "model"])
+TRAINER_LR = Gauge("dynaweb_trainer_learning_rate", "Learning rate of the next optimizer step (the schedule of "
+                   "trainer.warmup_steps / decay_steps / min_lr_ratio).", ["run", "model"])  # fmt: skip
 TRAINER_RATIO = Gauge("dynaweb_trainer_importance_ratio", "GSPO sequence importance ratio stats.", ["run", "stat"])
 TRAINER_CLIP_FRAC = Gauge("dynaweb_trainer_clip_fraction", "Share of sequences clipped by GSPO.", ["run"])
 TRAINER_KL = Gauge("dynaweb_trainer_kl", "KL estimate between behaviour and current policy.", ["run"])

@@ -64,14 +64,13 @@ def collect_corpus(cfg: Any, out: Path, expert_per_task: int = 4, random_per_tas
     """Expert episodes on every expert task and random-policy episodes on every task, written to
     ``out`` (gzipped JSONL, episodes in collection order); returns counts."""
     from collectors.collector import ExpertAgent, RandomAgent, run_collector
-    from collectors.experts import ALL_EXPERTS
     from collectors.tasks import list_tasks
     from infra.taskserver import serve
     from models.wm_experiment import _ListSink
     from streams.topics import Topics
 
     all_tasks = [t.name for t in list_tasks()]
-    expert_tasks = [t for t in all_tasks if t in ALL_EXPERTS]
+    expert_tasks = [t for t in all_tasks if ExpertAgent().supports(t)]
     rows: list[dict] = []
     counts: dict = {}
     server, _, base = serve()

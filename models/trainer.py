@@ -35,7 +35,7 @@ from infra.process import start_component
 from infra.s3 import make_client
 from models import metrics as M
 from models.checkpoint import KINDS, CheckpointStore
-from models.engine import make_engine
+from models.engine import current_lr, trainer_engine
 from streams import records
 from streams.kafka import (
     Publisher,
@@ -126,8 +126,8 @@ class Trainer:
         self.policy_model, self.tokenizer = models["policy"]
         self.wm_model, self.wm_tokenizer = models["world_model"]
         tc = self.cfg.trainer
-        self.p_engine = make_engine(self.policy_model, tc.lr, tc.zero_stage, tc.grad_clip)
-        self.w_engine = make_engine(self.wm_model, tc.wm_lr, tc.zero_stage, tc.grad_clip)
+        self.p_engine = trainer_engine(self.policy_model, tc, "policy")  # lr schedule: restored by load_checkpoint
+        self.w_engine = trainer_engine(self.wm_model, tc, "world_model")
         if manifest is not None:
             for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
                 state = dirs.get(kind, Path("/nonexistent")) / "state"
@@ -285,6 +285,7 @@ class Trainer:
         for t in trajs:
             M.TRAINER_SAMPLES.labels(self.run, "policy", t.source).inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
+        M.TRAINER_LR.labels(self.run, "policy").set(current_lr(self.p_engine))
         M.TRAINER_LOSS.labels(self.run, "policy", "total").set(float(loss.detach()))
         _export_stats(self.run, stats)
         export_source_stats(self.run, stats)
@@ -325,6 +326,7 @@ class Trainer:
         for t in batch:
             M.TRAINER_SAMPLES.labels(self.run, "world_model", t.source).inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "world_model").set(gn)
+        M.TRAINER_LR.labels(self.run, "world_model").set(current_lr(self.w_engine))
         for k in ("lm_loss", "infonce"):
             if k in stats:
                 M.TRAINER_LOSS.labels(self.run, "world_model", k.removesuffix("_loss")).set(float(stats[k]))

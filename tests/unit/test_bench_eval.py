@@ -43,7 +43,8 @@ def test_bench_dream_json(tmp_path, starts, capsys):
 def test_bench_train_json(tmp_path, starts, capsys):
     assert main(["bench", "train", "--json", "--starts", starts, "--home", str(tmp_path), *TINY]) == 0
     res = _last_json(capsys)
-    for k in ("policy_trajectories_per_s", "world_model_transitions_per_s", "peak_rss_mib"):
+    for k in ("policy_trajectories_per_s", "world_model_transitions_per_s", "peak_rss_mib", "policy_candidates_per_step",
+              "policy_candidate_rows_per_step", "policy_single_action_s_per_batch"):
         assert res[k] > 0, k
 
 

@@ -403,6 +403,22 @@ def test_parse_scrape_reads_prometheus_client_output():
     assert nonzero_adv_share(g) == {"live": 0.75, "dream": None}
 
 
+def test_parse_scrape_reads_every_counter_the_trainer_declares():
+    """Against the declarations in models/metrics.py (exposed as the trainer exposes them), so a renamed
+    counter fails here instead of silently missing from the study's diagnostics."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    import models.metrics as M
+
+    declared = {"trajectories": M.GSPO_TRAJ, "groups": M.GSPO_GROUPS, "groups_nonzero": M.GSPO_GROUPS_NONZERO,
+                "adv_abs_sum": M.GSPO_ADV_ABS, "clipped": M.GSPO_CLIPPED, "ratio_sum": M.GSPO_RATIO_SUM,
+                "stale_dropped": M.TRAINER_STALE, "ungrouped": M.TRAINER_UNGROUPED}  # fmt: skip
+    for c in declared.values():
+        c.labels("unit-parse-scrape", "dream").inc(0)
+    g = parse_scrape([({"component": "trainer"}, generate_latest(REGISTRY).decode())])["gspo"]
+    assert set(declared) <= set(g["dream"]), g
+
+
 # --- the JSON summary -------------------------------------------------------------------------------
 
 

@@ -95,3 +95,25 @@ def test_info_nce_hand_values():
     assert st["acc"] == 1.0
     loss2, st2 = info_nce(p, t.flip(0), temperature=1.0)
     assert abs(float(loss2) - (-math.log(1 / (1 + math.e)))) < 1e-6 and st2["acc"] == 0.0
+
+
+def test_lower_clip_with_negative_advantage_stops_the_gradient():
+    """Per-decision normaliser: s = exp((sum new - old) / n_decisions).  With A < 0 and s below
+    1 - clip_low the clipped (constant) term is the minimum: no gradient; inside the range there is one."""
+    mask = torch.ones(1, 2)
+    adv = torch.tensor([-1.0])
+    old = torch.tensor([-2.0])  # two decisions, behaviour log pi = -1 each
+    low = torch.tensor([[-1.2, -1.2]], requires_grad=True)  # s = exp(-0.2) = 0.819 < 1 - 0.15
+    loss, st = gspo_loss(low, old, mask, adv, clip_low=0.15, clip_high=0.28)
+    loss.backward()
+    assert st["clip_frac"] == 1.0 and abs(st["ratio_mean"] - math.exp(-0.2)) < 1e-6
+    assert float(low.grad.abs().sum()) == 0.0 and abs(float(loss.detach()) - (1 - 0.15)) < 1e-6
+    inside = torch.tensor([[-1.05, -1.05]], requires_grad=True)  # s = exp(-0.05) inside [0.85, 1.28]
+    loss, st = gspo_loss(inside, old, mask, adv, clip_low=0.15, clip_high=0.28)
+    loss.backward()
+    assert st["clip_frac"] == 0.0 and float(inside.grad.abs().sum()) > 0
+    # gradient descent lowers the log-probs of a trajectory with a negative advantage
+    assert torch.all(inside.grad > 0)
+    # the defaults are PPO's range with clip-higher (0.2 / 0.28)
+    _, st = gspo_loss(torch.tensor([[-1.2, -1.2]]), old, mask, adv)
+    assert st["clip_frac"] == 0.0  # 0.819 is inside [0.8, 1.28]

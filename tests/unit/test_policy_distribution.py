@@ -230,3 +230,42 @@ def test_transition_candidates_hash_is_optional():
     raw["candidates_hash"] = 5
     with pytest.raises(records.RecordError):
         records.decode(json.dumps(raw))
+
+
+def test_candidate_texts_cover_what_the_experts_type():
+    from models.policy import candidate_actions, instruction_texts, page_texts
+
+    t = instruction_texts("{'utterance': \"Forward Sherline's e-mail to Fernandina.\", 'fields': {'task': 'forward', "
+                          "'by': 'Sherline', 'to': 'Fernandina'}}")  # fmt: skip
+    assert t[:2] == ["Sherline", "Fernandina"] and "forward" not in t
+    assert "Jillian" in instruction_texts("Find the email by Fernandina and forward that email to Jillian.")
+    assert {"Holt", "1991"} <= set(instruction_texts("Search for adventure movies directed by Holt from year 1991."))
+    assert "2011-01-28" in instruction_texts("Enter 01/28/2011 as the date and hit submit.")
+    assert "23:17" in instruction_texts("Enter 11:17 PM as the time and press submit.")
+    assert "06:09" in instruction_texts("Enter 6:09 AM as the time and press submit.")
+    assert "tula" in instruction_texts('Type "TULA" in all lower case letters in the text input and press Submit.')
+    assert "-8" in instruction_texts("Select -8 with the spinner and hit Submit.")
+    assert {str(i) for i in range(10)} <= set(instruction_texts("Guess the number between 0-9 and press Submit."))
+
+    def page(instr: str, tree: str) -> list[str]:
+        return page_texts(Observation(instr, "u", tree))
+
+    assert page("Copy the text in the textarea below, paste it into the textbox.",
+                '[1] textbox value="Leo odio. Neque, " multiline\n[2] textbox') == ["Leo odio. Neque, "]  # fmt: skip
+    assert page('Enter an item that starts with "Ber".', '[2] textbox "Tags:" value="Ber"\n[4] listitem "Bermuda" '
+                'clickable\n[5] listitem "Chad" clickable') == ["Bermuda"]  # fmt: skip
+    table = ('[1] row\n  [2] cell "Gender"\n  [3] cell "Male"\n[4] row\n  [5] cell "Year of Birth"\n  [6] cell "1970"\n'
+             '[7] label "Gender:"\n[8] textbox')  # fmt: skip
+    assert page("Enter the value of Year of Birth into the text field.", table) == ["Male", "1970"]
+    assert page("Find the 3rd word in the paragraph.", '[1] text "Non. Duis duis ac augue."\n[2] textbox') == ["duis"]
+    assert page("Type the text below into the text field.", '[1] text "T E C"\n[2] textbox') == ["TEC"]
+    assert page("Solve the math problem.", '[1] text "1 + 4 ="\n[2] textbox') == ["5"]
+    assert page("Solve for x.", '[1] text "x - 1 = 43"\n[2] textbox') == ["44"]
+    assert page("Solve for x.", '[1] text "8 + x = 55"\n[2] textbox') == ["47"]
+    assert page("Solve for x.", '[1] text "20 - x = 5"\n[2] text "x * 3 = 12"') == ["15", "4"]
+    # options without an id (a native select) are candidates too; Tab where something is typeable
+    obs = Observation("Select Rosemaria from the list and click Submit.", "u",
+                      '[1] combobox value="Ida"\n  option "Ida" selected\n  option "Rosemaria"\n[2] button "Submit"')  # fmt: skip
+    texts = [a.to_text() for a in candidate_actions(obs)]
+    assert 'select(1, "Rosemaria")' in texts and 'select(1, "Ida")' in texts and 'press("Tab")' in texts
+    assert 'press("Tab")' not in [a.to_text() for a in candidate_actions(OBS[1])]

@@ -1,0 +1,76 @@
+"""Every expert action on real pages is one of the policy's candidates (``models.policy.policy_candidates``),
+so behaviour cloning trains the distribution the policy samples from (``models.learner``: an expert action
+outside the set falls back to token NLL and is counted as ``bc_not_candidate``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+
+import pytest
+
+from collectors.env import WebEnv
+from collectors.experts import EXPERTS, WAIT
+from infra.config import ModelConfig
+from models.policy import policy_candidates
+from models.prompts import policy_prompt_ids
+from models.tokenizer import build_tokenizer
+from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.integration
+
+SEEDS = int(os.environ.get("DW_CAND_SEEDS", "2"))
+MIN_COVERAGE = 1.0  # measured: 100 % of expert steps, every expert, seeds 1000-1002 and 2000-2001
+
+
+def test_every_expert_action_is_a_policy_candidate(bl) -> None:  # noqa: F811
+    tok = build_tokenizer("byte")  # the most tokens per action: the strictest room filter
+    max_pos = ModelConfig().max_positions
+    jobs = [(t, 2000 + s) for t in sorted(EXPERTS) for s in range(SEEDS)]
+    steps: Counter = Counter()
+    missed: dict[str, list] = {}
+    sizes: list[int] = []
+
+    async def worker(chunk: list) -> None:
+        env = WebEnv(bl.browser, bl.base_url, max_steps=30)
+        await env.open()
+        try:
+            for task, seed in chunk:
+                ex = EXPERTS[task]
+                obs, _ = await env.reset(task, seed)
+                history: list = []
+                while True:
+                    a = ex.act(obs, history)
+                    if a == WAIT:
+                        await asyncio.sleep(getattr(ex, "wait_s", 0.1))
+                    texts = [h.to_text() for _, h in history]
+                    acts, _ = policy_candidates(tok, obs, policy_prompt_ids(tok, obs, texts, max_pos), max_pos)
+                    cands = [c.to_text() for c in acts]
+                    sizes.append(len(cands))
+                    steps[task] += 1
+                    if a.to_text() not in cands:
+                        missed.setdefault(task, []).append((seed, a.to_text(), obs.instruction[:100]))
+                    nobs, _, term, trunc, _ = await env.step(a)
+                    history.append((obs, a))
+                    obs = nobs
+                    if term or trunc:
+                        break
+        finally:
+            await env.close()
+
+    async def all_jobs() -> None:
+        n = 3
+        chunks = [[j for k, j in enumerate(jobs) if (k // SEEDS) % n == i] for i in range(n)]
+        await asyncio.gather(*(worker(c) for c in chunks))
+
+    bl.run(all_jobs(), timeout=1800)
+    total, bad = sum(steps.values()), sum(len(v) for v in missed.values())
+    coverage = (total - bad) / max(1, total)
+    print(f"\nexpert actions among the policy's candidates: {total - bad}/{total} = {coverage:.1%} "
+          f"({len(steps) - len(missed)}/{len(steps)} experts fully covered; candidates per step: mean "
+          f"{sum(sizes) / max(1, len(sizes)):.1f}, max {max(sizes, default=0)})")  # fmt: skip
+    for task, v in sorted(missed.items()):
+        print(f"  {task}: {len(v)}/{steps[task]} missed, e.g. {v[:2]}")
+    assert len(steps) == len(EXPERTS)
+    assert coverage >= MIN_COVERAGE, missed
