@@ -117,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["heldout", "all"], default="heldout",
                    help="world-model --data: keep only the held-out episodes (the stream worker's split) or all")
     p.add_argument("--limit", type=int, default=0, help="world-model: at most N transitions (0 = all)")
-    p.add_argument("--decode", choices=["greedy", "rerank"], default="greedy",
-                   help="world-model: greedy text, or the most likely of it and the change proposals")
+    p.add_argument("--decode", choices=["greedy", "rerank"], default=None,
+                   help="world-model: greedy text, or the most likely of it and the change proposals "
+                        "(default: dream.wm_decode)")
     p.add_argument("--tasks", help="policy: comma separated task names (default: collector.tasks)")
     p.add_argument("--seeds", help="policy: A:B evaluation seeds (must lie outside the training seeds)")
     p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=True,

@@ -268,15 +268,17 @@ def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
         res = tt.train(Path(args.out), corpus, args.vocab_size or tt.VOCAB_SIZE)
     else:
         sizes = tuple(int(x) for x in str(args.vocab_sizes).split(",") if x.strip())
-        res = tt.stats(corpus, sizes)
+        res = tt.stats(corpus, sizes, layers=cfg.model.layers, d_model=cfg.model.d_model)
         if not args.json:
-            print(f"tokens per held-out transition ({res['heldout_transitions']} transitions)")
+            print(f"tokens per held-out transition ({res['heldout_transitions']} transitions; MMACs: forward "
+                  f"multiply-adds per transition of a {res['model']} model)")
             rows = [("byte", res["byte"]), ("bpe (shipped)", res["bpe"])]
             rows += [(f"bpe {v}", s) for v, s in res["sweep"].items()]
-            print(f"  {'tokenizer':14s} {'vocab':>6s} {'policy':>8s} {'world model':>12s} {'total':>8s} {'x fewer':>8s}")
+            print(f"  {'tokenizer':14s} {'vocab':>6s} {'policy':>8s} {'world model':>12s} {'total':>8s} {'x fewer':>8s}"
+                  f" {'MMACs':>8s}")
             for name, s in rows:
                 print(f"  {name:14s} {s['vocab']:6d} {s['policy']:8.1f} {s['world_model']:12.1f} {s['total']:8.1f} "
-                      f"{s.get('ratio_byte_over_bpe', 1.0):8.2f}")
+                      f"{s.get('ratio_byte_over_bpe', 1.0):8.2f} {s['mmacs']:8.1f}")
     print(json.dumps(res))
     return 0
 

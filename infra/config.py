@@ -157,6 +157,9 @@ class TrainerConfig:
                                    "records its own, dream.temperature); keep it equal to dream.temperature.")
     bc_weight: float = _f(1.0, "Weight of the behaviour-cloning term on expert trajectories.")
     infonce_weight: float = _f(0.1, "Weight of the world model's InfoNCE term.")
+    wm_head_weight: float = _f(1.0, "Weight of the world model's reward and done heads (each a class-balanced "
+                               "cross-entropy on the last prompt token's hidden state: task success, done); "
+                               "predict() takes reward and done from them once trained (0 = heads not trained).")
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage.")
     keep_checkpoints: int = _f(5, "Keep the last N checkpoints in S3 (promoted ones always kept).")
     grad_clip: float = _f(1.0, "Gradient clipping norm.")
@@ -173,6 +176,11 @@ class DreamConfig:
     batch: int = _f(16, "Rollouts advanced together.")
     temperature: float = _f(1.0, "Policy sampling temperature.")
     max_change_tokens: int = _f(160, "World-model output budget per step (tokens).")
+    wm_decode: Literal["greedy", "rerank"] = _f(
+        "greedy", "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text) "
+        "or 'rerank' (the generated text and proposals built from the page and the action, scored by the model, "
+        "the most likely kept; always parses, slower). Reward and done come from the reward/done heads (once trained) "
+        "with either decoding.")
     start_pool: int = _f(256, "Real start states kept.")
     rate_limit_per_s: float = _f(0.0, "Max dream steps/s (0 = unlimited; back-pressure lowers it).")
 

@@ -49,6 +49,7 @@ on the last line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -256,7 +257,7 @@ def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Any) -> None:
 
 def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     from collectors.bench import MemorySampler
-    from models.engine import make_engine
+    from models.engine import trainer_engine
     from models.learner import policy_update, world_model_update
     from models.policy import make_policy
     from models.world_model import make_world_model
@@ -271,8 +272,8 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     rss0 = _peak_rss_mib()
     pol, tok = make_policy(cfg.model)
     wm, wtok = make_world_model(cfg.model)
-    pe = make_engine(pol, cfg.trainer.lr, cfg.trainer.zero_stage, cfg.trainer.grad_clip)
-    we = make_engine(wm, cfg.trainer.wm_lr, cfg.trainer.zero_stage, cfg.trainer.grad_clip)
+    pe = trainer_engine(pol, cfg.trainer, "policy")
+    we = trainer_engine(wm, cfg.trainer, "world_model")
     batches = [_synthetic_batch(cfg, obs, k * 7) for k in range(steps + 1)]
 
     p_stats: list[dict] = []
@@ -331,6 +332,73 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     }  # fmt: skip
 
 
+def tokens_per_transition(cfg: Any, tok: Any, obs: list[Observation], steps: int = 3) -> dict:
+    """Mean tokens per transition of ``bench_train``'s batches with ``tok``: the policy's rows (prompt
+    fitted to ``max_positions`` + action + eos, ``trajectory_rows``) and the world model's (prompt +
+    change target + eos, ``_wm_rows``), as trained; ``*_full``: the same texts before any fitting."""
+    from models.learner import _wm_rows, trajectory_rows
+    from models.prompts import policy_prompt, world_model_prompt
+    from models.tokenizer import encode
+    from models.world_model import change_target
+
+    mp = cfg.model.max_positions
+    pol = pol_full = n_pol = wm = wm_full = n_wm = 0
+    for k in range(steps + 1):
+        trajs, trans = _synthetic_batch(cfg, obs, k * 7)
+        for t in trajs:
+            st = t.steps()
+            for (p, a), (j, s) in zip(trajectory_rows(tok, st, mp), enumerate(st), strict=True):
+                pol += len(p) + len(a)
+                hist = [x.action for x in st[:j]]
+                pol_full += len(encode(tok, policy_prompt(Observation.from_dict(s.obs), hist))) + len(a)
+                n_pol += 1
+        rows, _, _ = _wm_rows(tok, trans, mp, cfg.dream.max_change_tokens)
+        wm += sum(len(p) + len(c) for p, c in rows)
+        for t in trans:
+            o, nx = Observation.from_dict(t.obs), Observation.from_dict(t.next_obs)
+            wm_full += len(encode(tok, world_model_prompt(o, t.action)))
+            wm_full += len(encode(tok, change_target(o, nx, t.reward, t.done))) + 1
+        n_wm += len(trans)
+    return {"vocab": len(tok), "policy_tokens_per_transition": round(pol / max(1, n_pol), 1),
+            "world_model_tokens_per_transition": round(wm / max(1, n_wm), 1),
+            "policy_tokens_per_transition_full": round(pol_full / max(1, n_pol), 1),
+            "world_model_tokens_per_transition_full": round(wm_full / max(1, n_wm), 1)}  # fmt: skip
+
+
+TOKENIZER_KEYS = ("policy_trajectories_per_s", "policy_steps_per_s", "policy_s_per_batch",
+                  "world_model_transitions_per_s", "world_model_s_per_batch", "peak_rss_mib")  # fmt: skip
+
+
+def bench_train_tokenizers(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
+    """``bench_train`` with the configured tokenizer (its figures stay the top-level keys), then with
+    the other one, in the same process on the same batches: ``tokenizers: {bpe: {...}, byte: {...}}``
+    (tokens per transition and throughput each) and ``tokens_per_transition_ratio`` (byte / bpe)."""
+    from models.tokenizer import KINDS, build_tokenizer
+
+    obs = [Observation.from_dict(s["obs"]) for s in starts]
+    first = cfg.model.tokenizer
+    res: dict = {}
+    per: dict = {}
+    for kind in [first] + [k for k in KINDS if k != first]:
+        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, tokenizer=kind))
+        r = bench_train(c, starts, steps)
+        if kind == first:
+            res = r
+        per[kind] = {**tokens_per_transition(c, build_tokenizer(kind), obs, steps),
+                     **{k: r[k] for k in TOKENIZER_KEYS if k in r}}  # fmt: skip
+    res["tokenizer"] = first
+    res["tokenizers"] = per
+    b, p = per.get("byte", {}), per.get("bpe", {})
+    if b and p:
+        res["tokens_per_transition_ratio"] = {
+            k: round(b[k] / max(1e-9, p[k]), 3)
+            for k in ("policy_tokens_per_transition", "world_model_tokens_per_transition",
+                      "policy_tokens_per_transition_full", "world_model_tokens_per_transition_full")}  # fmt: skip
+        res["bpe_speedup"] = {k: round(p[k] / max(1e-9, b[k]), 3)
+                              for k in ("policy_trajectories_per_s", "world_model_transitions_per_s")}  # fmt: skip
+    return res
+
+
 # --- entry point ------------------------------------------------------------------
 
 
@@ -352,7 +420,7 @@ def main(args: Any, cfg: Any) -> int:
         res = bench_dream(cfg, starts, int(getattr(args, "wm_tokens", None) or 48), rounds)
         _print(res, args.json, "dream throughput (from-config models, CPU)")
     elif args.target == "train":
-        res = bench_train(cfg, starts, steps=max(1, rounds * 3))
+        res = bench_train_tokenizers(cfg, starts, steps=max(1, rounds * 3))
         _print(res, args.json, "trainer throughput (DeepSpeed on CPU)")
     else:
         raise ValueError(f"models.bench does not run {args.target!r}")

@@ -16,7 +16,10 @@ world-model
     the generated text and the proposals of ``models.world_model.candidate_outputs``
     (unchanged / emptied page, the acted-on line with a toggled state or the typed
     value, each with every reward/done trailer) scored by the model, the most
-    likely kept.
+    likely kept (default: ``dream.wm_decode``, what dreams use).  Reward and done
+    are what ``WorldModelRunner.predict`` returns: the reward/done heads once
+    trained (``models.world_model.heads_trained``), else the text's lines; the
+    result says which (``reward_source``).
 
 policy
     A policy checkpoint acting in the live browser (``collectors.env.WebEnv`` on
@@ -168,7 +171,7 @@ def _action(text: str) -> Any:
 
 
 def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, split: str = "heldout",
-                     limit: int = 0, timeout: float = 60.0, decode: str = "greedy") -> dict:  # fmt: skip
+                     limit: int = 0, timeout: float = 60.0, decode: str | None = None) -> dict:  # fmt: skip
     from models.world_model import WorldModelRunner
     from streams.topics import Topics
 
@@ -196,16 +199,21 @@ def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, 
     try:
         runner = WorldModelRunner(ck.model, ck.tokenizer, cfg, max_positions=int(ck.model.config.max_position_embeddings),
                                   world_model_version=ck.version or 0)  # fmt: skip
+        decode = decode or runner.decode  # default: dream.wm_decode
         if decode not in ("greedy", "rerank"):
             raise ValueError(f"--decode must be greedy or rerank, got {decode!r}")
         runner.decode = decode
+        from models.world_model import heads_trained
+
+        reward_source = "heads" if heads_trained(ck.model) else "text"
         t0 = time.time()
         fid = world_model_fidelity(runner, uniq)
         fid["seconds"] = round(time.time() - t0, 2)
     finally:
         ck.close()
     return {"kind": "world_model", "checkpoint": ck.version, "checkpoint_source": ck.source, "data": source,
-            "split": split if data else "heldout-topic", "decode": decode, **fid}  # fmt: skip
+            "split": split if data else "heldout-topic", "decode": decode, "reward_source": reward_source,
+            **fid}  # fmt: skip
 
 
 # --- policy --------------------------------------------------------------------
@@ -406,7 +414,8 @@ def _dreams_for(cfg: Any, version: int, tasks: list[str], timeout: float) -> dic
 
 def format_world_model(res: dict) -> str:
     lines = [f"world model {res['checkpoint_source']} on {res['n']} held-out transitions "
-             f"({res['episodes']} episodes, {res['data']}), {res.get('decode', 'greedy')} decoding", f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}"]  # fmt: skip
+             f"({res['episodes']} episodes, {res['data']}), {res.get('decode', 'greedy')} decoding, reward/done "
+             f"from {res.get('reward_source', 'text')}", f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}"]  # fmt: skip
     for k in ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc"):
         lines.append(f"{k:16s} {res[k]:8.3f} {res['baseline_' + k]:16.3f}")
     lines.append(f"{'ok_rate':16s} {res['ok_rate']:8.3f} {'-':>16s}")
@@ -444,7 +453,7 @@ def main(args: Any, cfg: Any) -> int:
     if args.target == "world-model":
         res = eval_world_model(cfg, args.checkpoint, getattr(args, "data", None), getattr(args, "split", "heldout"),
                                int(getattr(args, "limit", 0) or 0), timeout,
-                               getattr(args, "decode", None) or "greedy")  # fmt: skip
+                               getattr(args, "decode", None))  # fmt: skip
         text = format_world_model(res)
     else:
         tasks = [t.strip() for t in (args.tasks or ",".join(cfg.collector.tasks)).split(",") if t.strip()]

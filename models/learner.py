@@ -7,8 +7,8 @@ the ``models.prompts`` policy prompt with history = the trajectory's previous
 action texts, and C(s) from ``models.policy.policy_candidates`` -- the function
 the runner acted with.  Every candidate (text + eos) is scored with grad
 (``action_logprobs``; all candidates of a step share its prompt, so they are
-packed into one forward row, and identical rows -- a group's first page -- are
-scored once), and ``log pi_T(a|s) = log_softmax(scores / T)[a]``, with T the
+packed into one forward row as a token trie, and identical rows -- a group's
+first page -- are scored once), and ``log pi_T(a|s) = log_softmax(scores / T)[a]``, with T the
 temperature recorded on the transition (``info["temperature"]``) or
 ``TrainerConfig.policy_temperature``.  A rebuilt set whose hash differs from the
 transition's ``candidates_hash`` is counted (``cand_mismatch``) and trained with
@@ -39,7 +39,9 @@ engine's backward as ``backward_fn``) without changing the gradient.
 ``diff_to_change`` + reward + done) + eos; loss = token likelihood +
 ``infonce_weight`` * InfoNCE(page_head(mean hidden over the change tokens),
 frozen MiniLM embedding of the real next page, other distinct pages of the batch
-as negatives).  Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
+as negatives) + ``wm_head_weight`` * (class-balanced CE of ``reward_head`` on task
+success + the same of ``done_head`` on done), both heads on the last prompt
+token's hidden state.  Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ import torch
 
 from collectors.spaces import Observation, parse_action
 from models.losses import (
+    balanced_cross_entropy,
     bc_loss,
+    class_balanced_weights,
     group_advantages,
     gspo_loss,
     info_nce,
@@ -65,7 +69,7 @@ from models.losses import (
 from models.policy import MAX_CANDIDATES, candidate_logprobs, candidates_hash, policy_candidates
 from models.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
 from models.tokenizer import encode, pad_id
-from models.world_model import change_target
+from models.world_model import HEADS, change_target, mark_heads_trained
 
 INFONCE_TEMPERATURE = 0.1
 
@@ -97,17 +101,44 @@ def _pack(rows: list[tuple[list[int], list[int]]], max_pos: int) -> list[tuple[l
     return packed
 
 
+def _trie_row(prompt: list[int], conts: list[list[int]]) -> tuple[list[int], list[int], list[list[int]], list]:
+    """One packed row: the prompt, then the continuations as a token trie.
+
+    Returns (tokens, position ids, the visible positions of each trie node -- the prompt
+    is seen causally --, per continuation the positions predicting each of its tokens).
+    The node for prefix ``c[:j+1]`` carries ``c[j]`` at position id ``len(prompt) + j``
+    and sees the prompt and its ancestors, so every distinct prefix (``click(1``,
+    ``type(6, "``) is computed once, as in ``models.policy.score_continuations``.
+    """
+    L = len(prompt)
+    nodes: dict[tuple, int] = {}
+    toks, pos, chains, at = list(prompt), list(range(L)), [], []
+    for c in conts:
+        where = [L - 1]
+        for j in range(len(c) - 1):
+            key = tuple(c[: j + 1])
+            if key not in nodes:
+                nodes[key] = len(chains)
+                chains.append((chains[nodes[key[:-1]]] if j else []) + [L + len(chains)])
+                toks.append(c[j])
+                pos.append(L + j)
+            where.append(L + nodes[key])
+        at.append(where)
+    return toks, pos, chains, at
+
+
 def action_logprobs(
     model: Any, tokenizer: Any, rows: list[tuple[list[int], list[int]]], rows_per_forward: int = 16
 ) -> list[torch.Tensor]:
     """Token log-probs of each row's continuation given its prompt (with grad).
 
-    ``rows``: (prompt_ids, continuation_ids).  Rows with the same prompt (the G
-    rollouts of a group at their first step, repeated pages) share one forward
-    row: the continuations are packed after the prompt with a 4D mask and
-    restarting position ids (exactly what ``PolicyRunner`` scores).  Packed rows
-    are sorted by length and run ``rows_per_forward`` at a time (little padding).
-    Runs in eval mode (dropout off) and restores the previous mode.
+    ``rows``: (prompt_ids, continuation_ids).  Rows with the same prompt (all the
+    candidates of a step, the G rollouts of a group at their first step, repeated
+    pages) share one forward row: the prompt, then their continuations as a token
+    trie (``_trie_row``: shared prefixes computed once) with a 4D tree mask and
+    position ids = prompt length + depth -- exactly what ``PolicyRunner`` scores.
+    Packed rows are sorted by length and run ``rows_per_forward`` at a time (little
+    padding).  Runs in eval mode (dropout off) and restores the previous mode.
     """
     max_pos = int(getattr(model.config, "max_position_embeddings", 1 << 30))
     packed = sorted(_pack(rows, max_pos), key=lambda x: len(x[0]) + sum(len(rows[i][1]) for i in x[1]))
@@ -119,39 +150,38 @@ def action_logprobs(
     try:
         for c0 in range(0, len(packed), rows_per_forward):
             chunk = packed[c0 : c0 + rows_per_forward]
-            seqs, segs, poss, spans = [], [], [], []
-            for p, idx in chunk:
-                seq, seg, pos, sp = list(p), [-1] * len(p), list(range(len(p))), []
-                for k, i in enumerate(idx):
+            built = [_trie_row(p, [rows[i][1] for i in idx]) for p, idx in chunk]
+            T = max(len(b[0]) for b in built)
+            ids = torch.full((len(built), T), pad_id(tokenizer), dtype=torch.long)
+            pos_t = torch.zeros(len(built), T, dtype=torch.long)
+            allowed = torch.zeros(len(built), T, T, dtype=torch.bool)
+            causal = torch.ones(T, T, dtype=torch.bool).tril()
+            for r, ((p, _), (toks, pos, chains, _)) in enumerate(zip(chunk, built, strict=True)):
+                L = len(p)
+                ids[r, : len(toks)] = torch.tensor(toks)
+                pos_t[r, : len(pos)] = torch.tensor(pos)
+                allowed[r, :, :L] = causal[:, :L]  # the prompt, causally (padding sees it too)
+                if chains:
+                    q = torch.tensor([L + n for n, ch in enumerate(chains) for _ in ch])
+                    allowed[r, L:, :L] = True
+                    allowed[r, q, torch.tensor([k for ch in chains for k in ch])] = True
+            mask = torch.where(allowed, 0.0, neg)[:, None].to(dev)
+            logits = model(input_ids=ids.to(dev), attention_mask=mask, position_ids=pos_t.to(dev),
+                           use_cache=False).logits  # fmt: skip
+            # one gather for every continuation token of the forward (per-continuation indexing
+            # would make backward allocate a logits-sized gradient per continuation)
+            rr, pp, lab, owners = [], [], [], []
+            for r, ((_, idx), (_, _, _, at)) in enumerate(zip(chunk, built, strict=True)):
+                for i, where in zip(idx, at, strict=True):
                     c = rows[i][1]
-                    sp.append((i, len(seq)))
-                    seq += c
-                    seg += [k] * len(c)
-                    pos += range(len(p), len(p) + len(c))
-                seqs.append(seq)
-                segs.append(seg)
-                poss.append(pos)
-                spans.append(sp)
-            T = max(len(x) for x in seqs)
-            ids = torch.full((len(seqs), T), pad_id(tokenizer), dtype=torch.long)
-            seg_t = torch.full((len(seqs), T), -2, dtype=torch.long)
-            pos_t = torch.zeros(len(seqs), T, dtype=torch.long)
-            for r, (x, sg, ps) in enumerate(zip(seqs, segs, poss, strict=True)):
-                ids[r, : len(x)] = torch.tensor(x)
-                seg_t[r, : len(x)] = torch.tensor(sg)
-                pos_t[r, : len(x)] = torch.tensor(ps)
-            kw: dict = {}
-            if any(len(idx) > 1 for _, idx in chunk):
-                causal = torch.ones(T, T, dtype=torch.bool).tril()[None]
-                same = (seg_t[:, None, :] == -1) | (seg_t[:, None, :] == seg_t[:, :, None])
-                kw["attention_mask"] = torch.where(causal & same, 0.0, neg)[:, None].to(dev)
-                kw["position_ids"] = pos_t.to(dev)
-            logits = model(input_ids=ids.to(dev), use_cache=False, **kw).logits
-            for r, ((p, _), sp) in enumerate(zip(chunk, spans, strict=True)):
-                for i, o in sp:
-                    c = rows[i][1]
-                    at = torch.tensor([len(p) - 1] + list(range(o, o + len(c) - 1)), device=dev)
-                    out[i] = token_logprobs(logits[r, at][None], torch.tensor([c], device=dev))[0]
+                    rr += [r] * len(c)
+                    pp += where
+                    lab += c
+                    owners.append((i, len(c)))
+            sel = logits[torch.tensor(rr, device=dev), torch.tensor(pp, device=dev)]
+            lp = token_logprobs(sel[None], torch.tensor([lab], device=dev))[0]
+            for (i, _), part in zip(owners, torch.split(lp, [n for _, n in owners]), strict=True):
+                out[i] = part
         return out  # type: ignore[return-value]
     finally:
         model.train(was_training)
@@ -201,6 +231,7 @@ def trajectory_decisions(tokenizer: Any, steps: list, max_positions: int, defaul
             k = texts.index(c) if c in texts else -1
         temp = (t.info or {}).get("temperature")
         ok_t = isinstance(temp, int | float) and not isinstance(temp, bool) and temp > 0
+        a_ids = a_ids[: max(1, max_positions - len(prompt))]  # scored only when no candidate: keep it in range
         out.append(Decision(prompt, ids, k, a_ids, candidates_hash(texts), getattr(t, "candidates_hash", "") or "",
                             float(temp) if ok_t else float(default_temperature)))  # fmt: skip
     return out
@@ -399,14 +430,16 @@ def _wm_rows(tokenizer: Any, transitions: list, max_pos: int, max_change_tokens:
     return rows, next_trees, n_page
 
 
-def _wm_forward(model: Any, tokenizer: Any, rows: list, hidden: bool) -> tuple[Any, torch.Tensor, torch.Tensor, Any]:
-    """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None)."""
+def _wm_forward(model: Any, tokenizer: Any, rows: list, hidden: bool,
+                heads: bool = False) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:  # fmt: skip
+    """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None,
+    last prompt token's hidden state | None (``heads``: the reward/done heads' input))."""
     was_training = model.training
     model.train()
     try:
         ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
         dev = next(model.parameters()).device
-        out = model(input_ids=ids.to(dev), use_cache=False, output_hidden_states=hidden)
+        out = model(input_ids=ids.to(dev), use_cache=False, output_hidden_states=hidden or heads)
     finally:
         model.train(was_training)
     T = ids.shape[1]
@@ -422,7 +455,40 @@ def _wm_forward(model: Any, tokenizer: Any, rows: list, hidden: bool) -> tuple[A
             tmask[i, len(p) : len(p) + len(c)] = 1.0
         h = out.hidden_states[-1]
         pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
-    return out, labels, mask, pooled
+    last = None
+    if heads:  # the position that predicts the first change token (as WorldModelRunner's prefill reads it)
+        last = out.hidden_states[-1][torch.arange(len(rows), device=dev),
+                                     torch.tensor([len(p) - 1 for p, _ in rows], device=dev)]  # fmt: skip
+    return out, labels, mask, pooled, last
+
+
+def _wm_head_targets(transitions: list, dev: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """head name -> (labels, whole-batch class-balanced weights): reward_head = task success
+    (``task_success_reward(raw) > 0``), done_head = done."""
+    succ = torch.tensor([int(task_success_reward(float(t.reward)) > 0) for t in transitions], device=dev)
+    done = torch.tensor([int(bool(t.done)) for t in transitions], device=dev)
+    return {name: (y, class_balanced_weights(y, 2)) for name, y in zip(HEADS, (succ, done), strict=True)}
+
+
+def _wm_head_loss(model: Any, last: torch.Tensor, targets: dict, idx: list[int]) -> tuple[torch.Tensor, dict]:
+    """Sum over the heads of their class-balanced CE on rows ``idx`` (weights of the whole batch, so
+    micro-batches add up to the whole batch's loss) -> (loss, {name: (loss, weighted correct)})."""
+    sel = torch.tensor(idx, device=last.device)
+    total, parts = last.new_zeros((), dtype=torch.float32), {}
+    for name, (y, w) in targets.items():
+        loss, st = balanced_cross_entropy(getattr(model, name)(last), y[sel], w[sel])
+        total = total + loss
+        parts[name] = (float(loss.detach()), st["acc"])
+    return total, parts
+
+
+def _wm_head_metrics(parts: dict, targets: dict) -> dict:
+    out = {}
+    for name, (loss, acc) in parts.items():
+        k = name.removesuffix("_head")
+        out.update({f"{k}_head_loss": loss, f"{k}_head_acc": acc,
+                    f"{k}_positive_share": float(targets[name][0].float().mean())})  # fmt: skip
+    return out
 
 
 def _distinct(next_trees: list[str]) -> list[int]:
@@ -445,7 +511,16 @@ def world_model_batch_loss(
     max_change_tokens: int = 160, backward: bool = False, chunk_rows: int = 8,
     backward_fn: Callable | None = None,
 ) -> tuple[torch.Tensor, dict]:  # fmt: skip
-    """Change-text likelihood + infonce_weight * InfoNCE (see module doc).
+    """Change-text likelihood + infonce_weight * InfoNCE + wm_head_weight * (reward head CE + done
+    head CE) (see module doc).
+
+    The heads (``reward_head``: task success, ``done_head``: done, on the last prompt token's
+    hidden state) are trained from the transition's reward and done whatever the change text is
+    (no parsing, no truncation); each is a class-balanced cross-entropy
+    (``models.losses.balanced_cross_entropy``: every row weighted by the inverse of its class's
+    count in the batch, weights summing to 1).  Metrics ``reward_head_acc``/``done_head_acc`` are
+    the balanced accuracies on the batch.  With gradients enabled the model is then marked
+    ``heads_trained`` (``models.world_model.mark_heads_trained``: ``predict`` uses the heads).
 
     ``backward=True``: the batch runs in micro-batches of ``chunk_rows`` rows
     (sorted by length), each one forward + ``backward_fn`` (default
@@ -459,7 +534,8 @@ def world_model_batch_loss(
     micro-batch then back-propagates ``<pooled, that gradient>`` along with its
     LM term (the RNG state of each micro-batch is replayed, so even with dropout
     both passes agree).  A batch of at most ``chunk_rows`` rows is one plain
-    forward + backward.  The returned loss is then a detached tensor.
+    forward + backward.  The returned loss is then a detached tensor.  The head terms are sums
+    over rows with whole-batch class weights, so each micro-batch adds its rows' share.
     """
     max_pos = int(model.config.max_position_embeddings)
     rows, next_trees, n_page = _wm_rows(tokenizer, transitions, max_pos, max_change_tokens)
@@ -467,11 +543,16 @@ def world_model_batch_loss(
     use_nce = embedder is not None and head is not None and cfg.infonce_weight > 0
     keep = _distinct(next_trees) if use_nce else []
     use_nce = use_nce and len(keep) >= 2
+    head_w = float(getattr(cfg, "wm_head_weight", 1.0))
+    dev = next(model.parameters()).device
+    targets = _wm_head_targets(transitions, dev) if head_w > 0 and all(
+        getattr(model, n, None) is not None for n in HEADS) else {}  # fmt: skip
+    if targets and torch.is_grad_enabled():
+        mark_heads_trained(model)
     if backward and len(rows) > max(1, int(chunk_rows)):
         return _wm_loss_chunked(model, tokenizer, rows, next_trees, n_page, keep if use_nce else [], cfg, embedder,
-                                chunk_rows, backward_fn or (lambda x: x.backward()))  # fmt: skip
-    out, labels, mask, pooled = _wm_forward(model, tokenizer, rows, hidden=use_nce)
-    dev = labels.device
+                                chunk_rows, backward_fn or (lambda x: x.backward()), targets, head_w)  # fmt: skip
+    out, labels, mask, pooled, last = _wm_forward(model, tokenizer, rows, hidden=use_nce, heads=bool(targets))
     loss_lm = lm_loss(out.logits[:, :-1], labels, mask)
     loss = loss_lm
     metrics = {"lm_loss": float(loss_lm.detach()), "infonce": 0.0, "infonce_acc": 0.0, "n": len(rows),
@@ -482,6 +563,10 @@ def world_model_batch_loss(
         loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
         loss = loss + cfg.infonce_weight * loss_nce
         metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
+    if targets:
+        loss_h, parts = _wm_head_loss(model, last, targets, list(range(len(rows))))
+        loss = loss + head_w * loss_h
+        metrics.update(_wm_head_metrics(parts, targets))
     metrics["loss"] = float(loss.detach())
     if backward:  # one micro-batch: the plain backward (no GradCache pre-pass needed)
         (backward_fn or (lambda x: x.backward()))(loss)
@@ -501,7 +586,8 @@ def _set_rng_state(state: tuple) -> None:
 
 
 def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n_page: int, keep: list[int], cfg: Any,
-                     embedder: Any, chunk_rows: int, backward_fn: Callable) -> tuple[torch.Tensor, dict]:  # fmt: skip
+                     embedder: Any, chunk_rows: int, backward_fn: Callable, targets: dict | None = None,
+                     head_w: float = 0.0) -> tuple[torch.Tensor, dict]:  # fmt: skip
     chunks = wm_chunks(rows, chunk_rows)
     n_tok = sum(len(c) for _, c in rows)
     dev = next(model.parameters()).device
@@ -515,7 +601,7 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
         with torch.no_grad():
             for ch in chunks:
                 states.append(_rng_state())
-                _, _, _, pooled = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=True)
+                _, _, _, pooled, _ = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=True)
                 for k, i in enumerate(ch):
                     pooled_all[i] = pooled[k]
         leaf = torch.stack([pooled_all[i] for i in keep]).detach().requires_grad_(True)  # type: ignore[misc]
@@ -526,10 +612,12 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
         nce_head = (leaf.detach(), target)
         metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
     total_lm = 0.0
+    head_parts: dict[str, list[float]] = {name: [0.0, 0.0] for name in targets or {}}
     for c, ch in enumerate(chunks):
         if states:
             _set_rng_state(states[c])
-        out, labels, mask, pooled = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=bool(keep))
+        out, labels, mask, pooled, last = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=bool(keep),
+                                                      heads=bool(targets))  # fmt: skip
         w = float(mask.sum()) / max(1, n_tok)
         loss_c = lm_loss(out.logits[:, :-1], labels, mask)
         total_lm += w * float(loss_c.detach())
@@ -540,8 +628,17 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
             part = part + (pooled[sel] * g).sum()
         if c == 0 and nce_head is not None:  # the page head's own gradient (its input held fixed)
             part = part + cfg.infonce_weight * info_nce(head(nce_head[0]), nce_head[1], INFONCE_TEMPERATURE)[0]
+        if targets:  # this micro-batch's rows' share of the heads' whole-batch weighted CE
+            loss_h, parts = _wm_head_loss(model, last, targets, ch)
+            part = part + head_w * loss_h
+            for name, (lo, acc) in parts.items():
+                head_parts[name][0] += lo
+                head_parts[name][1] += acc
         backward_fn(part)
     loss = total_lm + (cfg.infonce_weight * metrics["infonce"] if keep else 0.0)
+    if targets:
+        metrics.update(_wm_head_metrics({n: tuple(v) for n, v in head_parts.items()}, targets))
+        loss += head_w * sum(v[0] for v in head_parts.values())
     metrics.update(lm_loss=total_lm, n=len(rows), target_tokens_mean=n_tok / max(1, len(rows)),
                    page_fraction=n_page / max(1, len(rows)), loss=loss, chunks=len(chunks))  # fmt: skip
     return torch.tensor(loss), metrics

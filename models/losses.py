@@ -150,3 +150,40 @@ def info_nce(
     loss = F.cross_entropy(logits, labels)
     acc = float((logits.argmax(-1) == labels).float().mean())
     return loss, {"acc": acc}
+
+
+def class_balanced_weights(labels: torch.Tensor, n_classes: int = 2) -> torch.Tensor:
+    """Per-row weights of a class-balanced mean: (N,) int labels -> (N,) float, summing to 1.
+
+    Row i gets ``1 / (K * n_{y_i})`` with ``n_c`` the count of class c in ``labels`` and K the
+    number of classes present, so every present class carries the same total weight 1/K
+    (a batch of one class is a plain mean).  Computed once on a whole batch and sliced per
+    micro-batch, the micro-batches' weighted sums add up to the whole batch's loss.
+    """
+    assert labels.dim() == 1, labels.shape
+    counts = torch.bincount(labels.long(), minlength=n_classes).float()
+    present = int((counts > 0).sum())
+    if labels.numel() == 0:
+        return torch.zeros(0, device=labels.device)
+    return 1.0 / (present * counts[labels.long()])
+
+
+def balanced_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict]:
+    """Class-balanced cross-entropy: ``sum_i w_i CE(logits_i, y_i)`` with ``w = class_balanced_weights``.
+
+    ``logits``: (N, C), ``labels``: (N,).  ``weights`` (N,): this slice of weights computed on a
+    whole batch (``class_balanced_weights(all labels)[rows]``), so a micro-batch returns its share of
+    the whole batch's loss; default: the weights of these rows alone (the loss is then the mean over
+    present classes of each class's mean CE).  Stats: ``acc``, the same weighted sum of correct rows
+    (with the default weights: balanced accuracy, the mean per-class recall).
+    """
+    assert logits.dim() == 2 and labels.shape == logits.shape[:1], (logits.shape, labels.shape)
+    w = class_balanced_weights(labels, logits.shape[1]) if weights is None else weights
+    assert w.shape == labels.shape, (w.shape, labels.shape)
+    w = w.to(logits.device).float().detach()
+    ce = F.cross_entropy(logits.float(), labels.long().to(logits.device), reduction="none")
+    loss = (w * ce).sum()
+    acc = float((w * (logits.detach().argmax(-1) == labels.to(logits.device)).float()).sum())
+    return loss, {"acc": acc}

@@ -8,7 +8,8 @@ default, or bytes), or loads ``model_cfg.policy_path`` (a local HF dir).
 The policy is a distribution over the page's valid actions.  ``C(s) =
 policy_candidates(tokenizer, obs, prompt_ids, max_positions, max_candidates)``
 enumerates them (``candidate_actions``: typeable elements x texts from the
-instruction, options of selects, Enter, stop, a click per element, scroll; then
+instruction and the page (``instruction_texts``, ``page_texts``), options of
+selects, Enter, Tab, stop, a click per element, scroll; then
 only those whose tokens fit after the prompt; ``stop("")`` if none does); the
 score of a candidate is the summed token log-prob of its text + eos given the
 prompt, and

@@ -47,6 +47,7 @@ BPE_DIR = ASSETS / "tokenizer-bpe"
 VOCAB_SIZE = 2048
 HELDOUT = 0.2  # share of the corpus's episodes kept out of training (streams.state.heldout)
 SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2: the same as the byte tokenizer's
+PRE_TOKENIZER = r"\p{N}| ?[^\s\p{N}]+|\s+(?!\S)|\s+"  # a digit | a chunk up to white space | white space
 _OBS_KEYS = ("instruction", "url", "tree", "focused", "last_action_error", "next_id")
 
 
@@ -143,8 +144,9 @@ def transition_texts(rows: list[dict]) -> list[tuple[str, str, str, str]]:
 
 
 def training_texts(rows: list[dict]) -> list[str]:
-    """What the models read and write, one string per model per transition."""
-    return [s for p, a, w, t in transition_texts(rows) for s in (p + a, w + t)]
+    """What the models read and write, as they are encoded: the prompts, the action text and the
+    world-model target are separate strings (``encode(prompt) + encode(action) + [eos]``)."""
+    return [s for texts in transition_texts(rows) for s in texts]
 
 
 # --- training ----------------------------------------------------------------------------
@@ -153,19 +155,25 @@ def training_texts(rows: list[dict]) -> list[str]:
 def train_bpe(texts: list[str], vocab_size: int = VOCAB_SIZE) -> Any:
     """A byte-level BPE (``tokenizers.Tokenizer``) trained on ``texts``.
 
-    * pre-tokenizer: every digit on its own (``click(12)`` = ``click ( 1 2 )``: ids
-      and numbers are compositional, ``click(1`` is a token prefix of ``click(12``),
-      then GPT-2's byte-level split (words, a leading space, runs of punctuation);
-    * no normalizer, ByteLevel decoder: ``decode(encode(s)) == s`` for every string;
+    * pre-tokenizer (``PRE_TOKENIZER``): every digit on its own, so ids and numbers are
+      compositional (``click(12)`` = ``click(`` ``1`` ``2`` ``)``, and ``click(1`` is a token
+      prefix of ``click(12``, which the policy's candidate trie shares); otherwise chunks
+      between white space (with one leading space) and runs of white space, so a merge may
+      join letters and punctuation (``click(``, `` value="``, `` "Submit"``).  Measured
+      against GPT-2's split (letters apart from punctuation) on the held-out corpus
+      episodes at 2,048 ids: 3.32x fewer tokens than bytes against 2.82x (unseen tasks:
+      2.88x against 2.51x);
+    * then byte level (the 256 bytes are the base vocabulary: no unknown input); no
+      normalizer, a ByteLevel decoder: ``decode(encode(s)) == s`` for every string;
     * ids 0/1/2 = ``<pad>``/``</s>``/``<unk>`` (as the byte tokenizer), then the 256 bytes,
       then the merges; ``</s>`` is appended by ``tokenizer(text)`` like ByT5 does.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tk = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        pre_tokenizers.Split(Regex(PRE_TOKENIZER), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])  # fmt: skip
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -222,9 +230,17 @@ def tokens_per_transition(tok: Any, texts: list[tuple[str, str, str, str]]) -> d
             "wm_target": round(sum(tgt) / n, 1), "vocab": len(tok)}  # fmt: skip
 
 
+def _mmacs(s: dict, layers: int, d_model: int) -> float:
+    """Forward multiply-adds per transition (millions) of a GPT-Neo of ``layers`` x ``d_model`` with
+    this vocabulary: tokens x (12 layers d^2 + vocab d); attention's length^2 term left out."""
+    return round(s["total"] * (12 * layers * d_model**2 + s["vocab"] * d_model) / 1e6, 1)
+
+
 def stats(corpus: Path | str = CORPUS, vocab_sizes: tuple = (512, 1024, 2048, 4096, 8192),
-          heldout_fraction: float = HELDOUT) -> dict:  # fmt: skip
-    """Tokens per held-out transition: byte, the shipped BPE, and BPEs of ``vocab_sizes``."""
+          heldout_fraction: float = HELDOUT, layers: int = 4, d_model: int = 256) -> dict:  # fmt: skip
+    """Tokens per held-out transition: byte, the shipped BPE, and BPEs of ``vocab_sizes``; with the
+    model cost per transition (``mmacs``, for ``layers`` x ``d_model``: more ids cost a bigger output
+    layer for every token, fewer tokens cost less of everything)."""
     from models.tokenizer import build_tokenizer
 
     rows = read_corpus(corpus)
@@ -242,4 +258,7 @@ def stats(corpus: Path | str = CORPUS, vocab_sizes: tuple = (512, 1024, 2048, 40
         s["ratio_byte_over_bpe"] = round(byte["total"] / s["total"], 3)
         sweep[str(v)] = s
     res["sweep"] = sweep
+    for s in [res["byte"], res["bpe"], *sweep.values()]:
+        s["mmacs"] = _mmacs(s, layers, d_model)
+    res["model"] = f"{layers}x{d_model}"
     return res

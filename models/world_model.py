@@ -18,6 +18,31 @@ A linear ``page_head`` (d_model -> 384) is attached to the model for the InfoNCE
 term (mean hidden state over the change tokens vs. the frozen MiniLM embedding
 of the real next page); it is saved in the same state dict and restored by
 ``make_world_model`` when loading a directory.
+
+**Reward and done heads.**  Two linear classifiers (d_model -> 2) on the model's
+representation of (page, action): the last layer's hidden state at the last
+prompt token, the position that predicts the first change token.
+``reward_head``: task success (raw reward > 0, ``models.losses.task_success_reward``,
+the reward RL trains on) vs not; ``done_head``: done vs not.  Trained with the
+change text by ``models.learner.world_model_batch_loss`` (class-balanced
+cross-entropy, ``trainer.wm_head_weight``), whether or not the text parses.
+``WorldModelRunner.predict`` takes reward (1.0 if p(success) > 0.5 else 0.0) and
+done (p(done) > 0.5) from the heads, whatever the text's ``reward``/``done`` lines
+say (those stay on ``Prediction.text_reward``/``text_done``); the hidden state
+comes from the prefill pass of ``generate_texts`` (no extra forward).  Heads are
+attached, saved and restored like ``page_head`` (``attach_heads``,
+``save_pretrained``, ``load_world_model``).
+
+Fallback flag: ``model.config.wm_heads_trained`` (``heads_trained(model)``), set
+by the first training step that trains the heads (``mark_heads_trained``) and
+saved with the config by ``save_pretrained``.  A model saved before the heads
+existed (no head weights in the file) or never trained since (a fresh model, a
+checkpoint written before any world-model step) loads with fresh heads and the
+flag off, and ``predict`` then reads reward and done from the text as before.
+
+Decoding (``DreamConfig.wm_decode``, read by ``WorldModelRunner``): ``greedy`` (the
+generated text) or ``rerank`` (the generated text and the proposals of
+``candidate_outputs`` scored by the model, the most likely kept; always parses).
 """
 
 from __future__ import annotations
@@ -56,25 +81,71 @@ def attach_page_head(model: Any, dim: int = DIM) -> Any:
     return model
 
 
+HEADS = ("reward_head", "done_head")  # 2-way classifiers on the hidden state at the last prompt token
+
+
+def attach_heads(model: Any) -> Any:
+    """``page_head`` plus ``reward_head`` and ``done_head`` (d_model -> 2; seeded init, so the
+    same model config gives the same heads).  Existing heads are kept."""
+    attach_page_head(model)
+    for k, name in enumerate(HEADS):
+        if getattr(model, name, None) is None:
+            g = torch.Generator().manual_seed(4321 + k)
+            head = torch.nn.Linear(model.config.hidden_size, 2)
+            with torch.no_grad():
+                head.weight.copy_(torch.randn(head.weight.shape, generator=g) * 0.02)
+                head.bias.zero_()
+            dev = next(model.parameters()).device
+            setattr(model, name, head.to(dev))
+    return model
+
+
+def heads_trained(model: Any) -> bool:
+    """True once the reward/done heads were trained (``predict`` then uses them; else the text)."""
+    return bool(getattr(getattr(model, "config", None), "wm_heads_trained", False)) and all(
+        getattr(model, n, None) is not None for n in HEADS)  # fmt: skip
+
+
+def mark_heads_trained(model: Any) -> None:
+    """Set the flag (on ``model.config``, so ``save_pretrained`` writes it into config.json)."""
+    model.config.wm_heads_trained = True
+
+
+def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p(success), p(done)) per row of ``hidden`` (B, d): the last prompt token's hidden state."""
+    h = hidden.to(model.reward_head.weight.dtype)
+    return (torch.softmax(model.reward_head(h).float(), -1)[:, 1],
+            torch.softmax(model.done_head(h).float(), -1)[:, 1])  # fmt: skip
+
+
 def make_world_model(model_cfg: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) with ``page_head`` attached: from config (seed + 1) or the dir."""
+    """(model, tokenizer) with ``page_head`` and the reward/done heads attached: from config
+    (seed + 1; heads not trained yet) or the dir (``load_world_model``)."""
     if model_cfg.world_model_path:
         return load_world_model(model_cfg.world_model_path)
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
-    return attach_page_head(model), tok
+    model.config.wm_heads_trained = False
+    return attach_heads(model), tok
 
 
 def load_world_model(path: str) -> tuple[Any, Any]:
-    """A saved world model (``save_pretrained`` dir); ``page_head`` restored if it was saved."""
+    """A saved world model (``save_pretrained`` dir); ``page_head`` and the reward/done heads are
+    restored if they were saved.  A file without the reward/done heads (saved before they existed)
+    loads with fresh heads and ``heads_trained`` off (reward and done then come from the text)."""
     model, tok = load_causal_lm(path)
-    attach_page_head(model)
+    attach_heads(model)
+    found = set()
     st = os.path.join(path, "model.safetensors")
     if os.path.exists(st):
         from safetensors.torch import load_file
 
-        sd = {k[len("page_head.") :]: v for k, v in load_file(st).items() if k.startswith("page_head.")}
-        if sd:
-            model.page_head.load_state_dict(sd)
+        saved = load_file(st)
+        for name in ("page_head", *HEADS):
+            sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
+            if sd:
+                getattr(model, name).load_state_dict(sd)
+                found.add(name)
+    model.config.wm_heads_trained = bool(getattr(model.config, "wm_heads_trained", False)) and found >= set(HEADS)
     return model, tok
 
 
@@ -92,6 +163,12 @@ class Prediction:
     reason: str
     text: str
     obs_tree: str = ""  # the page the change was applied to (for fidelity)
+    # diagnostics: the text's own reward/done lines (0 / not done when rejected), and the heads'
+    # probabilities (None when the heads are not trained: reward and done are then the text's)
+    text_reward: float = 0.0
+    text_done: bool = False
+    p_success: float | None = None
+    p_done: float | None = None
 
 
 def next_observation(obs: Observation, tree: str, action: Action | None) -> Observation:
@@ -268,6 +345,9 @@ def candidate_outputs(obs: Observation, action: Action | None, generated: str | 
     return list(dict.fromkeys(out))
 
 
+DECODES = ("greedy", "rerank")
+
+
 class WorldModelRunner:
     """Batched prediction with KV-cached generation (left padded)."""
 
@@ -284,8 +364,11 @@ class WorldModelRunner:
         self.world_model_version = world_model_version
         self.ignore_eos = False  # benchmarks only: always generate max_change_tokens
         # "greedy": the generated text; "rerank": the generated text and the proposals of
-        # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept
-        self.decode = getattr(dream, "wm_decode", None) or "greedy"
+        # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept.
+        # From ``DreamConfig.wm_decode`` (cfg: a DreamConfig or a whole Config); settable afterwards.
+        self.decode = str(getattr(dream, "wm_decode", None) or "greedy")
+        if self.decode not in DECODES:
+            raise ValueError(f"dream.wm_decode must be one of {DECODES}, got {self.decode!r}")
 
     def prompt_ids(self, obs: Observation, action_text: str) -> list[int]:
         return world_model_prompt_ids(
@@ -293,8 +376,14 @@ class WorldModelRunner:
         )
 
     @torch.no_grad()
-    def generate_texts(self, prompts: list[list[int]], sample: bool = False, temperature: float = 1.0) -> list[str]:
+    def generate_texts(self, prompts: list[list[int]], sample: bool = False, temperature: float = 1.0,
+                       return_hidden: bool = False) -> list[str] | tuple[list[str], torch.Tensor]:  # fmt: skip
         """Greedy (or sampled, top_k = 0) continuation of each prompt up to eos.
+
+        ``return_hidden``: also the last layer's hidden state at each prompt's last token, (B, d),
+        read from the prefill's tail pass (the last tail position of every row is its last prompt
+        token; ``output_hidden_states`` on that one pass, no extra forward): the input of the
+        reward/done heads.
 
         A plain decoding loop instead of ``model.generate``: the KV cache is
         preallocated (``preallocated_cache``: written in place, no copy of the whole
@@ -349,8 +438,10 @@ class WorldModelRunner:
         allowed = causal[None] & keep[:, None, : Pp + S]
         allowed[:, torch.arange(S), Pp + torch.arange(S)] = True  # pad rows see themselves: no NaN
         out = self.model(input_ids=ids.to(dev), attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-                         position_ids=pos.to(dev), past_key_values=cache, use_cache=True)  # fmt: skip
+                         position_ids=pos.to(dev), past_key_values=cache, use_cache=True,
+                         output_hidden_states=return_hidden)  # fmt: skip
         logits = out.logits[:, -1]
+        last_hidden = out.hidden_states[-1][:, -1] if return_hidden else None
         plen = torch.tensor([len(p) for p in prompts])
         P = Pp + S
         rows = torch.arange(B)  # original row of each active batch row
@@ -386,27 +477,43 @@ class WorldModelRunner:
             if eos in row and not self.ignore_eos:
                 row = row[: row.index(eos)]
             texts.append(decode(self.tokenizer, row))
-        return texts
+        return (texts, last_hidden) if return_hidden else texts
 
     def predict(self, obs_list: list[Observation], actions: list, sample: bool = False,
                 temperature: float = 1.0) -> list[Prediction]:  # fmt: skip
-        """Predicted next observation, reward, done per (obs, action); rejected output -> page unchanged."""
+        """Predicted next observation, reward, done per (obs, action); rejected output -> page unchanged.
+
+        Reward and done come from the reward/done heads when they are trained (``heads_trained``):
+        reward 1.0 if p(success) > 0.5 else 0.0, done if p(done) > 0.5, whatever the text says or
+        whether it parses; otherwise from the text's lines (rejected text: reward 0, not done)."""
         assert len(obs_list) == len(actions), (len(obs_list), len(actions))
         if not obs_list:
             return []
         acts = [a if isinstance(a, Action) else _try_parse(str(a)) for a in actions]
         texts_in = [a.to_text() if isinstance(a, Action) else str(a) for a in actions]
         prompts = [self.prompt_ids(o, a) for o, a in zip(obs_list, texts_in, strict=True)]
+        use_heads = heads_trained(self.model)
+        hidden = None
         if sample:
-            outs = self.generate_texts(prompts, sample=True, temperature=temperature)
+            res = self.generate_texts(prompts, sample=True, temperature=temperature, return_hidden=use_heads)
+            outs, hidden = res if use_heads else (res, None)
         else:  # greedy is deterministic: identical inputs are generated once
             uniq = list(dict.fromkeys(tuple(p) for p in prompts))
-            texts = dict(zip(uniq, self.generate_texts([list(u) for u in uniq]), strict=True))
-            outs = [texts[tuple(p)] for p in prompts]
+            res = self.generate_texts([list(u) for u in uniq], return_hidden=use_heads)
+            texts_u, hid_u = res if use_heads else (res, None)
+            where = {u: k for k, u in enumerate(uniq)}
+            outs = [texts_u[where[tuple(p)]] for p in prompts]
+            if hid_u is not None:
+                hidden = hid_u[torch.tensor([where[tuple(p)] for p in prompts], device=hid_u.device)]
+        p_succ = p_done = None
+        if hidden is not None:
+            with torch.no_grad():
+                ps, pd = head_probs(self.model, hidden)
+            p_succ, p_done = ps.cpu().tolist(), pd.cpu().tolist()
         if self.decode == "rerank":
             outs = self.rerank(obs_list, acts, prompts, outs)
         preds = []
-        for obs, act, text in zip(obs_list, acts, outs, strict=True):
+        for b, (obs, act, text) in enumerate(zip(obs_list, acts, outs, strict=True)):
             change, reward, done, ok, reason = parse_model_output(text, tree=obs.tree, next_id=obs.next_id)
             tree = obs.tree
             if ok:
@@ -414,9 +521,13 @@ class WorldModelRunner:
                     tree = apply_change(obs.tree, change, next_id=obs.next_id)
                 except Exception as e:  # noqa: BLE001 - parse validated it; be safe anyway
                     ok, reason, reward, done = False, f"apply failed: {e}", 0.0, False
-            preds.append(Prediction(next_observation(obs, tree, act), reward, done, ok, reason, text, obs.tree))
+            text_reward, text_done = float(reward), bool(done)
+            if p_succ is not None and p_done is not None:
+                reward, done = (1.0 if p_succ[b] > 0.5 else 0.0), p_done[b] > 0.5
+            preds.append(Prediction(next_observation(obs, tree, act), float(reward), bool(done), ok, reason, text,
+                                    obs.tree, text_reward, text_done, None if p_succ is None else p_succ[b],
+                                    None if p_done is None else p_done[b]))  # fmt: skip
         return preds
-
 
     @torch.no_grad()
     def rerank(self, obs_list: list[Observation], acts: list, prompts: list[list[int]], generated: list[str]) -> list[str]:

@@ -18,10 +18,13 @@ from models.world_model import (
 from streams.records import Transition
 
 CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
-A = Observation('Enter "Kiera" and press Submit.', "u", '[1] textbox "Name"\n[2] button "Submit"', next_id=3)
-A2 = Observation("Click OK.", "u", '[4] button "OK"\n[5] link "Help"', next_id=6)
-B = Observation(A.instruction, "u", '[1] textbox "Name" value "Kiera"\n[2] button "Submit"', next_id=3)
-B2 = Observation(A2.instruction, "u", '[6] heading "Done"', next_id=7)
+# element_ids as the env fills them (dreams refuse actions on ids that are not on the page, as WebEnv does)
+A = Observation('Enter "Kiera" and press Submit.', "u", '[1] textbox "Name"\n[2] button "Submit"', next_id=3,
+                element_ids=[1, 2])  # fmt: skip
+A2 = Observation("Click OK.", "u", '[4] button "OK"\n[5] link "Help"', next_id=6, element_ids=[4, 5])
+B = Observation(A.instruction, "u", '[1] textbox "Name" value "Kiera"\n[2] button "Submit"', next_id=3,
+                element_ids=[1, 2])  # fmt: skip
+B2 = Observation(A2.instruction, "u", '[6] heading "Done"', next_id=7, element_ids=[6])
 
 
 def _tr(obs, act, nxt, reward, done, i=0):
