@@ -81,7 +81,7 @@ class CollectorConfig:
     allowed_origins: list = _f([], "Extra origins the browser may reach (the task server is always allowed).")
     headless: bool = _f(True, "Run Chromium headless.")
     obs_token_budget: int = _f(512, "Budget of the page tree in UTF-8 bytes (= byte-tokenizer tokens; the BPE "
-                               "tokenizer needs ~3.5x fewer tokens for the same tree); 0 = no truncation.")
+                               "tokenizer needs ~3.3x fewer tokens for the same tree); 0 = no truncation.")
     heartbeat_s: float = _f(2.0, "Heartbeat period (s).")
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
     max_steps_per_s: float = _f(0.0, "Rate limit over all contexts of this collector (0 = unlimited).")

@@ -43,6 +43,15 @@ train
     resident set grows above its level during each phase's steps (sampled every
     20 ms): that is what chunking lowers.
 
+    It runs twice in one process on the same batches, first with the configured
+    tokenizer (``model.tokenizer``; its figures are the top-level keys), then with
+    the other: ``tokenizers: {"bpe": {...}, "byte": {...}}`` holds, per tokenizer,
+    the vocabulary, tokens per transition (policy prompt fitted to
+    ``max_positions`` + action + eos; world-model prompt + change target + eos;
+    ``*_full``: the same texts unfitted) and the throughput figures;
+    ``tokens_per_transition_ratio`` (byte / BPE) and ``bpe_speedup`` (BPE rate /
+    byte rate) compare them.
+
 Both print a table (or nothing but the JSON with ``--json``) and one JSON object
 on the last line.
 """
@@ -366,7 +375,8 @@ def tokens_per_transition(cfg: Any, tok: Any, obs: list[Observation], steps: int
 
 
 TOKENIZER_KEYS = ("policy_trajectories_per_s", "policy_steps_per_s", "policy_s_per_batch",
-                  "world_model_transitions_per_s", "world_model_s_per_batch", "peak_rss_mib")  # fmt: skip
+                  "world_model_transitions_per_s", "world_model_s_per_batch", "policy_step_rss_growth_mib",
+                  "world_model_step_rss_growth_mib", "load_avg_1m")  # per run (the peak RSS is the process's)
 
 
 def bench_train_tokenizers(cfg: Any, starts: list[dict], steps: int = 3) -> dict:

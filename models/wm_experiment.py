@@ -16,7 +16,8 @@ changes" baseline, on *held-out real transitions split by episode*:
 3. **train** a world model from config on the training episodes with the
    trainer's loss (``models.learner.world_model_batch_loss``: change-text
    likelihood + ``infonce_weight`` x InfoNCE against the frozen MiniLM page
-   embedding), AdamW with linear warm-up and cosine decay, gradient clipping,
+   embedding + ``head_weight`` x the class-balanced reward/done head
+   cross-entropies), AdamW with linear warm-up and cosine decay, gradient clipping,
    for ``steps`` steps or ``time_budget_s`` seconds, whichever comes first; the
    model is saved as a Hugging Face directory ``OUT/world_model`` (what
    ``load_world_model`` and ``--checkpoint DIR`` read);
@@ -70,7 +71,7 @@ class WMExperimentConfig:
     contexts: int = 2
     heldout_fraction: float = 0.2
     seed_start: int = 0  # collection seeds (training seeds of the run's collector range)
-    # model (GPT-Neo from config, byte tokenizer)
+    # model (GPT-Neo from config, the default tokenizer: model.tokenizer = "bpe")
     layers: int = 2
     d_model: int = 128
     heads: int = 4
@@ -85,6 +86,7 @@ class WMExperimentConfig:
     min_lr_fraction: float = 0.05
     grad_clip: float = 1.0
     infonce_weight: float = 0.1
+    head_weight: float = 1.0  # trainer.wm_head_weight: the reward/done heads (reward and done in the eval)
     max_change_tokens: int = 160
     seed: int = 0
     threads: int = 2
@@ -247,7 +249,8 @@ def train_world_model(transitions: list, x: WMExperimentConfig, out_dir: Path, e
     torch.manual_seed(x.seed)
     rng = random.Random(x.seed)
     model, tok = make_world_model(model_config(x))
-    tcfg = TrainerConfig(infonce_weight=x.infonce_weight, wm_lr=x.lr, grad_clip=x.grad_clip)
+    tcfg = TrainerConfig(infonce_weight=x.infonce_weight, wm_lr=x.lr, grad_clip=x.grad_clip,
+                         wm_head_weight=x.head_weight)  # fmt: skip
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=x.lr, weight_decay=0.0)
     if embedder is not None and x.infonce_weight > 0:  # the frozen targets once (cached), not inside the timed loop
@@ -275,10 +278,14 @@ def train_world_model(transitions: list, x: WMExperimentConfig, out_dir: Path, e
         if step % x.log_every == 0 or step == 1:
             row = {"step": step, "s": round(time.time() - t0, 1), "lm_loss": round(st["lm_loss"], 4),
                    "lm_loss_ema": round(ema, 4), "infonce": round(st["infonce"], 4), "grad_norm": round(gn, 3),
-                   "lr": round(opt.param_groups[0]["lr"], 6)}  # fmt: skip
+                   "lr": round(opt.param_groups[0]["lr"], 6),
+                   **{k: round(st[k], 4) for k in ("reward_head_loss", "reward_head_acc", "done_head_loss",
+                                                  "done_head_acc") if k in st}}  # fmt: skip
             hist.append(row)
             log(f"  step {row['step']:5d}  {row['s']:7.1f}s  lm {row['lm_loss']:.4f} (ema {row['lm_loss_ema']:.4f})  "
-                f"infonce {row['infonce']:.3f}  |g| {row['grad_norm']:.2f}  lr {row['lr']:.2e}")  # fmt: skip
+                f"infonce {row['infonce']:.3f}  |g| {row['grad_norm']:.2f}  lr {row['lr']:.2e}"
+                + (f"  heads r {row['reward_head_acc']:.2f} d {row['done_head_acc']:.2f}"
+                   if "reward_head_acc" in row else ""))  # fmt: skip
     secs = time.time() - t0
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))

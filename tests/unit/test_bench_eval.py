@@ -46,6 +46,15 @@ def test_bench_train_json(tmp_path, starts, capsys):
     for k in ("policy_trajectories_per_s", "world_model_transitions_per_s", "peak_rss_mib", "policy_candidates_per_step",
               "policy_candidate_rows_per_step", "policy_single_action_s_per_batch"):
         assert res[k] > 0, k
+    # both tokenizers side by side: tokens per transition and throughput each, and the ratio
+    assert res["tokenizer"] == "bpe" and set(res["tokenizers"]) == {"bpe", "byte"}
+    for t in res["tokenizers"].values():
+        for k in ("policy_tokens_per_transition", "world_model_tokens_per_transition", "policy_trajectories_per_s",
+                  "world_model_transitions_per_s", "policy_tokens_per_transition_full"):
+            assert t[k] > 0, k
+    assert res["tokenizers"]["bpe"]["vocab"] == 2048 and res["tokenizers"]["byte"]["vocab"] == 384
+    assert res["tokens_per_transition_ratio"]["policy_tokens_per_transition_full"] > 2  # bytes / BPE
+    assert res["tokens_per_transition_ratio"]["world_model_tokens_per_transition_full"] > 2
 
 
 def _transitions(n_eps: int = 4) -> list[Transition]:

@@ -117,3 +117,27 @@ def test_lower_clip_with_negative_advantage_stops_the_gradient():
     # the defaults are PPO's range with clip-higher (0.2 / 0.28)
     _, st = gspo_loss(torch.tensor([[-1.2, -1.2]]), old, mask, adv)
     assert st["clip_frac"] == 0.0  # 0.819 is inside [0.8, 1.28]
+
+
+def test_class_balanced_cross_entropy_hand_values_and_micro_batches():
+    """World-model reward/done heads: each class weighted by 1 / its count, weights summing to 1."""
+    from models.losses import balanced_cross_entropy, class_balanced_weights
+
+    y = torch.tensor([1, 0, 0, 0])
+    w = class_balanced_weights(y)
+    assert torch.allclose(w, torch.tensor([0.5, 1 / 6, 1 / 6, 1 / 6])) and abs(float(w.sum()) - 1.0) < 1e-6
+    assert torch.allclose(class_balanced_weights(torch.tensor([0, 0])), torch.tensor([0.5, 0.5]))  # one class: mean
+    logits = torch.tensor([[0.0, 2.0], [1.0, 0.0], [0.0, 1.0], [3.0, 0.0]], requires_grad=True)
+    ce = torch.nn.functional.cross_entropy(logits, y, reduction="none")
+    loss, st = balanced_cross_entropy(logits, y)
+    # = mean over classes of the class's mean CE
+    assert abs(float(loss) - 0.5 * (float(ce[0]) + float(ce[1:].mean()))) < 1e-6
+    assert abs(st["acc"] - 0.5 * (1.0 + 2 / 3)) < 1e-6  # balanced accuracy: recall 1 (class 1), 2/3 (class 0)
+    # micro-batches with the whole batch's weights add up to the whole loss and gradient
+    (g_full,) = torch.autograd.grad(loss, logits)
+    parts = [balanced_cross_entropy(logits[i], y[i], w[i])[0] for i in ([0, 2], [1], [3])]
+    (g_parts,) = torch.autograd.grad(sum(parts), logits)
+    assert abs(float(sum(parts)) - float(loss)) < 1e-6 and torch.allclose(g_parts, g_full)
+    # the minority class is not drowned: a constant "class 0" guess scores 0.5, not 0.75
+    _, st0 = balanced_cross_entropy(torch.tensor([[1.0, 0.0]] * 4), y)
+    assert abs(st0["acc"] - 0.5) < 1e-6

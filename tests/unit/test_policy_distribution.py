@@ -95,7 +95,7 @@ def test_candidate_set_is_one_function_and_hashed(policy):
     h = candidates_hash(texts)
     assert len(h) == 16 and h == candidates_hash(list(texts)) and h != candidates_hash(texts[:-1])
     # no room after the prompt: only stop("")
-    tight, _ = policy_candidates(tok, PAGE, p, len(p) + 3)
+    tight, _ = policy_candidates(tok, PAGE, p, len(p) + 1)
     assert [a.to_text() for a in tight] == ['stop("")']
 
 
@@ -150,12 +150,15 @@ def test_on_policy_log_ratio_is_zero_through_the_learner(policy):
     for g, p in zip(full, model.parameters(), strict=True):
         assert torch.allclose(g, p.grad, atol=1e-5)
     model.zero_grad()
-    # without the recorded T the learner's default (1.0) is a different distribution: the ratio moves
-    for t in trajs[:3]:
+    # a record without T is read at trainer.policy_temperature: right only if that is the T it was drawn with
+    hot = _collect(r, T=3.0, G=2)
+    for t in hot:
         for d in t.transitions:
             d["info"].pop("temperature", None)
-    _, m3 = policy_batch_loss(model, tok, trajs[:3], tc, CFG)
-    assert max(abs(x) for x in m3["log_ratios"]) > 1e-3
+    _, m3 = policy_batch_loss(model, tok, hot, TrainerConfig(policy_temperature=3.0), CFG)
+    assert max(abs(x) for x in m3["log_ratios"]) < 1e-4
+    _, m4 = policy_batch_loss(model, tok, hot, TrainerConfig(policy_temperature=1.0), CFG)
+    assert max(abs(x) for x in m4["log_ratios"]) > 1e-2, m4["log_ratios"]
 
 
 def test_changed_candidate_set_is_counted_and_still_trained(policy):

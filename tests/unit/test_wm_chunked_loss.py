@@ -50,7 +50,30 @@ def test_chunked_gradients_match_the_whole_batch_with_infonce():
         assert m["chunks"] == -(-5 // min(rows, 5))
         assert abs(loss - l_full) < 1e-5 and abs(m["lm_loss"] - m_full["lm_loss"]) < 1e-5
         assert abs(m["infonce"] - m_full["infonce"]) < 1e-5
+        for k in ("reward_head_loss", "done_head_loss", "reward_head_acc", "done_head_acc"):  # the heads too
+            assert abs(m[k] - m_full[k]) < 1e-5, k
         assert set(g) == set(g_full) and any(k.startswith("page_head") for k in g)
+        assert any(k.startswith("reward_head") for k in g) and any(k.startswith("done_head") for k in g)
+        for k in g_full:
+            assert torch.allclose(g[k], g_full[k], atol=1e-6, rtol=1e-4), k
+
+
+def test_chunked_gradients_match_for_the_heads_alone():
+    """Class weights from the whole batch: chunks of one class still add up to the balanced loss."""
+    model = _model()
+    cfg = TrainerConfig(infonce_weight=0.0, wm_head_weight=3.0)
+    grads = []
+    for chunked, rows in ((False, 0), (True, 1), (True, 2)):
+        model.zero_grad(set_to_none=True)
+        loss, m = world_model_batch_loss(model, model._tok, _batch(), cfg, None, 64, backward=chunked,
+                                         chunk_rows=rows)  # fmt: skip
+        if not chunked:
+            loss.backward()
+        grads.append(({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}, m))
+    (g_full, m_full) = grads[0]
+    assert m_full["reward_head_loss"] > 0 and abs(m_full["reward_positive_share"] - 0.2) < 1e-6
+    for g, m in grads[1:]:
+        assert abs(m["loss"] - m_full["loss"]) < 1e-5 and abs(m["done_head_loss"] - m_full["done_head_loss"]) < 1e-6
         for k in g_full:
             assert torch.allclose(g[k], g_full[k], atol=1e-6, rtol=1e-4), k
 

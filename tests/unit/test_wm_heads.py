@@ -1,0 +1,123 @@
+"""The world model's reward and done heads: learning, prediction, save/load, the text fallback,
+and the ``dream.wm_decode`` field."""
+
+import json
+
+import pytest
+import torch
+
+from collectors.spaces import Observation
+from infra.config import Config, DreamConfig, TrainerConfig, describe, load_config
+from models.learner import world_model_batch_loss
+from models.world_model import (
+    HEADS,
+    WorldModelRunner,
+    fidelity,
+    heads_trained,
+    load_world_model,
+    make_world_model,
+)
+from tests.unit.test_world_model import CFG, _tr  # the same small model
+
+# one page, two actions: clicking [1] succeeds, clicking [2] fails (MiniWoB raw reward -1, done)
+P = Observation("Click Yes.", "u", '[1] button "Yes"\n[2] button "No"', next_id=3, element_ids=[1, 2])
+YES = Observation(P.instruction, "u", '[3] heading "Done"', next_id=4, element_ids=[3])
+NO = Observation(P.instruction, "u", '[3] heading "Wrong"', next_id=4, element_ids=[3])
+Q = Observation("Type hi.", "u", '[1] textbox "Name"\n[2] button "Go"', next_id=3, element_ids=[1, 2])
+BATCH = [_tr(P, "click(1)", YES, 1.0, True, 0), _tr(P, "click(2)", NO, -1.0, True, 1),
+         _tr(Q, "click(1)", Q, 0.0, False, 2), _tr(Q, "click(2)", Q, 0.0, False, 3)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A small world model trained with the trainer's loss until both heads fit the batch."""
+    torch.manual_seed(0)
+    model, tok = make_world_model(CFG)
+    assert not heads_trained(model) and all(getattr(model, h) is not None for h in HEADS)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    tc = TrainerConfig(infonce_weight=0.0)
+    for _ in range(300):
+        opt.zero_grad()
+        loss, m = world_model_batch_loss(model, tok, BATCH, tc)
+        loss.backward()
+        opt.step()
+        if m["reward_head_loss"] < 0.1 and m["done_head_loss"] < 0.1:
+            break
+    assert m["reward_head_acc"] == 1.0 and m["done_head_acc"] == 1.0, m
+    assert m["reward_positive_share"] == 0.25 and m["done_positive_share"] == 0.5
+    assert heads_trained(model)  # set by the training step
+    model.eval()
+    return model, tok
+
+
+def test_heads_give_different_rewards_to_actions_on_the_same_page(trained):
+    model, tok = trained
+    r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=24))  # too short for the text's reward line
+    preds = r.predict([P, P, Q], ["click(1)", "click(2)", "click(1)"])
+    assert [p.reward for p in preds] == [1.0, 0.0, 0.0]
+    assert [p.done for p in preds] == [True, True, False]
+    assert preds[0].p_success > 0.5 > preds[1].p_success and preds[2].p_done < 0.5
+    f = fidelity(preds, [YES, NO, Q], [1.0, -1.0, 0.0], [True, True, False])  # measures the heads
+    assert f["reward_bal_acc"] == 1.0 and f["done_bal_acc"] == 1.0
+    # sampled decoding and duplicated rows (the greedy path generates them once) give the same heads
+    again = r.predict([P, P, P], ["click(2)", "click(1)", "click(2)"], sample=True)
+    assert [p.reward for p in again] == [0.0, 1.0, 0.0]
+    assert abs(again[1].p_success - preds[0].p_success) < 1e-4
+
+
+def test_heads_survive_save_and_load(trained, tmp_path):
+    model, tok = trained
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["wm_heads_trained"] is True
+    m2, t2 = load_world_model(str(tmp_path))
+    assert heads_trained(m2)
+    for h in ("page_head", *HEADS):
+        assert torch.equal(getattr(m2, h).weight, getattr(model, h).weight), h
+    preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict([P, P], ["click(1)", "click(2)"])
+    assert [p.reward for p in preds] == [1.0, 0.0]
+
+
+def test_a_file_without_heads_loads_and_falls_back_to_the_text(trained, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model, tok = trained
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    st = tmp_path / "model.safetensors"
+    sd = {k: v for k, v in load_file(str(st)).items() if not k.startswith(("reward_head.", "done_head."))}
+    save_file(sd, str(st), metadata={"format": "pt"})  # as saved before the heads existed
+    m2, t2 = load_world_model(str(tmp_path))
+    assert not heads_trained(m2) and m2.reward_head is not None  # fresh heads, flag off
+    assert torch.equal(m2.page_head.weight, model.page_head.weight)
+    preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict([P, Q], ["click(1)", "click(1)"])
+    for p in preds:
+        assert p.p_success is None and p.p_done is None
+        assert p.reward == p.text_reward and p.done == p.text_done  # the text's lines (0 / not done if rejected)
+        if not p.ok:
+            assert p.reward == 0.0 and not p.done
+
+
+def test_untrained_model_uses_the_text_and_head_weight_zero_leaves_heads_untrained():
+    model, tok = make_world_model(CFG)
+    p = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8)).predict([P], ["click(1)"])[0]
+    assert p.p_success is None and p.reward == p.text_reward
+    loss, m = world_model_batch_loss(model, tok, BATCH, TrainerConfig(infonce_weight=0.0, wm_head_weight=0.0))
+    assert "reward_head_loss" not in m and not heads_trained(model)
+    with torch.no_grad():  # an evaluation pass does not mark the heads trained either
+        _, m = world_model_batch_loss(model, tok, BATCH, TrainerConfig(infonce_weight=0.0))
+    assert "reward_head_acc" in m and not heads_trained(model)
+
+
+def test_wm_decode_is_a_config_field_read_by_the_runner():
+    model, tok = make_world_model(CFG)
+    assert DreamConfig().wm_decode == "greedy"
+    assert WorldModelRunner(model, tok, DreamConfig()).decode == "greedy"
+    assert WorldModelRunner(model, tok, DreamConfig(wm_decode="rerank")).decode == "rerank"
+    cfg = load_config(overrides={"dream.wm_decode": "rerank"}, env={})
+    assert WorldModelRunner(model, tok, cfg).decode == "rerank"  # a whole Config (the gate, eval)
+    assert WorldModelRunner(model, tok, cfg.dream).decode == "rerank"  # its dream section (dreams, trainer)
+    assert WorldModelRunner(model, tok, None).decode == "greedy"
+    with pytest.raises(ValueError, match="wm_decode"):
+        WorldModelRunner(model, tok, DreamConfig(wm_decode="beam"))  # type: ignore[arg-type]
+    assert any(k == "dream.wm_decode" and h for k, _, h in describe(Config))  # documented
