@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab-size", type=int, help="train: vocabulary size (default 2048, the shipped one's)")
     p.add_argument("--vocab-sizes", default="512,1024,2048,4096,8192",
                    help="stats: vocabulary sizes to train and measure side by side (comma separated)")
-    p.add_argument("--expert-episodes", type=int, default=4, help="corpus: expert episodes per expert task")
-    p.add_argument("--random-episodes", type=int, default=2, help="corpus: random-policy episodes per task")
+    p.add_argument("--expert-episodes", type=int, default=8, help="corpus: expert episodes per expert task")
+    p.add_argument("--random-episodes", type=int, default=6, help="corpus: random-policy episodes per task")
     p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
 
     p = add("demos", "import a JSONL demonstration file onto the expert topic, or export the topic to JSONL")

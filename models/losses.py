@@ -36,8 +36,9 @@ def task_success_reward(raw_reward: float) -> float:
     """The reward RL trains on: task success, 1.0 if MiniWoB's raw reward is > 0 else 0.0.
 
     The same for live and dreamed rollouts (a dream's raw reward is the world model's predicted
-    reward line).  A wrong attempt (raw -1) and quitting with ``stop`` (raw 0) are both failures,
-    so stopping early never beats trying; the raw reward stays on the record for reporting."""
+    reward: its reward head, trained on this very target, or the text's reward line without one).
+    A wrong attempt (raw -1) and quitting with ``stop`` (raw 0) are both failures, so stopping
+    early never beats trying; the raw reward stays on the record for reporting."""
     return 1.0 if float(raw_reward) > 0 else 0.0
 
 

@@ -4,23 +4,25 @@
 ``models/assets/tokenizer-bpe`` (``tokenizer.json`` + ``tokenizer_config.json``, a
 ``transformers`` fast tokenizer, 2,048 ids).  Trained by ``dynaweb tokenizer train``
 (``models/tokenizer_train.py``, deterministic) on the committed corpus
-``models/assets/tokenizer-corpus.jsonl.gz``: real MiniWoB transitions (expert and
-random policy on all 130 tasks) rendered into exactly what the models read and
-write -- policy prompts (instruction, accessibility tree, focus, error, history)
-+ action texts, world-model prompts + change scripts (``why:`` line, edit ops,
-``reward``/``done``).
+``models/assets/tokenizer-corpus.jsonl.gz``: 4,389 real MiniWoB transitions (the
+scripted experts on the 67 tasks that have one, the random policy on all 130)
+rendered into exactly what the models read and write: policy prompts (instruction,
+accessibility tree, focus, error, history), action texts, world-model prompts and
+change scripts (``why:`` line, edit ops, ``reward``/``done``).
 
 * Digits are pre-tokenized one by one, so ids and numbers are compositional
-  (``click(12)`` = ``click`` ``(`` ``1`` ``2`` ``)``; ``click(1`` is a token prefix of
-  ``click(12``, which the policy's candidate trie shares), then GPT-2's byte-level
-  split; no normalizer and a byte-level decoder, so ``decode(encode(s)) == s`` for
-  every string (any language, any quoting): action text and change scripts decode
-  to precisely what the model wrote.
+  (``click(12)`` = ``click(`` ``1`` ``2`` ``)``; ``click(1`` is a token prefix of
+  ``click(12``, which the policy's candidate trie shares); other merges stay within
+  white-space-delimited chunks.  Byte level underneath (nothing is unknown), no
+  normalizer and a byte-level decoder, so ``decode(encode(s)) == s`` for every
+  string (any language, any quoting): action text and change scripts decode to
+  precisely what the model wrote.
 * ids 0/1/2 = ``<pad>``/``</s>``/``<unk>``, as the byte tokenizer's.  Special-token
   strings in text stay text (``split_special_tokens``): a page showing ``</s>``
   never becomes eos.  ``clean_up_tokenization_spaces`` is off.
-* About 3.3x fewer tokens per transition than the byte tokenizer on held-out
-  corpus episodes (``dynaweb tokenizer stats``; docs/algorithm.md "Tokenizer").
+* 3.3x fewer tokens per transition than the byte tokenizer on the corpus's held-out
+  episodes (209 against 693: ``dynaweb tokenizer stats``; the vocabulary size is the
+  one with the lowest model cost per transition, docs/algorithm.md "Tokenizer").
 
 ``"byte"``: ``transformers.ByT5Tokenizer()`` -- no files at all (ids 0/1/2 =
 pad/eos/unk, 3..258 = the 256 UTF-8 bytes, then 125 unused ``<extra_id_n>``;

@@ -2,11 +2,14 @@
 
 ``dynaweb tokenizer corpus --out FILE``
     Collects the corpus in the live browser (own task server, no broker): the
-    scripted experts on every task that has one and the random policy on all 130
-    MiniWoB tasks, a few episodes each (``collectors.collector.run_collector``,
-    as ``dynaweb experiment world-model`` does).  One transition per line
-    (episode, step, task, source, obs, action, next_obs, reward, done), gzipped.
-    The committed corpus is ``models/assets/tokenizer-corpus.jsonl.gz``.
+    scripted experts on every task that has one (67; 8 episodes each, seeds 0-7)
+    and the random policy on all 130 MiniWoB tasks (6 episodes each, at most 8
+    steps), with ``collectors.collector.run_collector`` as ``dynaweb experiment
+    world-model`` does.  One transition per line (episode, step, task, source,
+    obs, action, next_obs, reward, done), gzipped.  The committed corpus,
+    ``models/assets/tokenizer-corpus.jsonl.gz`` (4,389 transitions, 213 kB), was
+    made so (~11 min on 2 cores); a new collection is the same recipe, not the
+    same bytes (page timing varies).
 
 ``dynaweb tokenizer train --out DIR [--corpus FILE] [--vocab-size N]``
     Renders every *training* transition of the corpus (episodes outside
@@ -18,7 +21,7 @@
     (``train_bpe``), saved with ``save_pretrained`` (what ``load_tokenizer(DIR)``
     reads).  The shipped tokenizer is ``models/assets/tokenizer-bpe`` and is the
     output of this command on the committed corpus with the defaults
-    (``tests/unit/test_tokenizer.py`` retrains it and compares byte for byte).
+    (``tests/unit/test_tokenizer.py`` retrains it and compares the files).
 
 ``dynaweb tokenizer stats [--corpus FILE] [--vocab-sizes 1024,2048,...] [--json]``
     Tokens per transition (policy prompt + action + eos, world-model prompt +
@@ -26,9 +29,10 @@
     the *held-out* episodes, for the byte tokenizer, the shipped BPE and BPEs of
     other vocabulary sizes trained on the same training episodes.
 
-Training is deterministic: the texts come in corpus order, ``tokenizers``'
-BPE trainer breaks ties between equally frequent pairs by the pair itself, and
-nothing depends on the number of threads (checked by the test above).
+Training is deterministic: the texts come in corpus order and ``tokenizers``'
+BPE trainer breaks ties between equally frequent pairs by the pair itself
+(checked: the same ``tokenizer.json``, byte for byte, with ``RAYON_NUM_THREADS``
+1 or 4 and with ``TOKENIZERS_PARALLELISM=false``; ~4 s on one core).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def _row(t: Any) -> dict:
             "next_obs": {k: t.next_obs.get(k) for k in _OBS_KEYS}, "reward": t.reward, "done": t.done}  # fmt: skip
 
 
-def collect_corpus(cfg: Any, out: Path, expert_per_task: int = 4, random_per_task: int = 2,
+def collect_corpus(cfg: Any, out: Path, expert_per_task: int = 8, random_per_task: int = 6,
                    max_steps: int = 8, contexts: int = 2, log: Any = print) -> dict:  # fmt: skip
     """Expert episodes on every expert task and random-policy episodes on every task, written to
     ``out`` (gzipped JSONL, episodes in collection order); returns counts."""

@@ -78,6 +78,25 @@ def test_heads_survive_save_and_load(trained, tmp_path):
     assert [p.reward for p in preds] == [1.0, 0.0]
 
 
+def test_eval_world_model_cli_measures_the_heads(trained, tmp_path, capsys):
+    """``dynaweb eval world-model --checkpoint DIR`` loads the heads; its reward/done figures are theirs."""
+    from dataclasses import asdict
+
+    from infra.cli import main
+
+    model, tok = trained
+    model.save_pretrained(tmp_path / "wm")
+    tok.save_pretrained(tmp_path / "wm")
+    data = tmp_path / "eval.jsonl"
+    data.write_text("".join(json.dumps(asdict(t)) + "\n" for t in BATCH))
+    argv = ["eval", "world-model", "--json", "--checkpoint", str(tmp_path / "wm"), "--data", str(data), "--split",
+            "all", "--home", str(tmp_path), "--set", "dream.max_change_tokens=8"]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["reward_source"] == "heads" and res["decode"] == "greedy" and res["n"] == 4
+    assert res["reward_bal_acc"] == 1.0 and res["done_bal_acc"] == 1.0  # 8 tokens: no reward line in the text
+
+
 def test_a_file_without_heads_loads_and_falls_back_to_the_text(trained, tmp_path):
     from safetensors.torch import load_file, save_file
 
