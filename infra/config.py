@@ -108,11 +108,16 @@ class StreamConfig:
     expert_pool_size: int = _f(2000, "Max expert trajectories kept for mixing.")
     heldout_fraction: float = _f(0.1, "Share of real episodes routed to world-model evaluation.")
     cold_start_batch_s: float = _f(2.0, "At cold start, emit an expert-only batch at most this often (s).")
-    lag_bound: int = _f(64, "Training-batch lag above which dream generators are told to slow down.")
+    lag_bound: int = _f(4, "Training-batch lag above which dream generators are told to slow down. Keep it below "
+                        "max_staleness x trainer.checkpoint_every: a batch that waits longer is stale (dropped at "
+                        "train time) when the trainer reaches it.")
     worker_id: str = _f("", "Stream-worker id (default: host-pid).")
     reuse_wait_s: float = _f(5.0, "Wait this long for fresh experts before exceeding samples_per_insert.")
     dedupe_capacity: int = _f(200_000, "Remembered (episode, step) keys for dedupe.")
     expert_only_batches: bool = _f(True, "Emit expert-only batches while no online data waits (cold start).")
+    expert_only_max_lag: int = _f(4, "...but only while the trainer has fewer than this many batches waiting (it "
+                                  "would otherwise idle): more would queue ahead of the online groups, which then "
+                                  "go stale before they are trained on (0 = no bound).")
 
 
 @dataclass

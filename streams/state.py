@@ -296,7 +296,7 @@ class StreamState:
         now = self.clock() if now is None else now
         n = 0
         latest = self.mixer.latest_version
-        for b in self.mixer.poll(now, allow_expert_only=self.cfg.stream.expert_only_batches and not self.throttled):
+        for b in self.mixer.poll(now, allow_expert_only=self.expert_only_allowed()):
             # == records.encode(b), without asdict's deep copy of every observation
             raw = json.dumps(vars(b), ensure_ascii=False, separators=(",", ":")).encode()
             self.out.send(self.topics.policy_batches, raw, key=b.batch_id)
@@ -314,6 +314,14 @@ class StreamState:
             n += 1
         self.produced += n
         return n
+
+    def expert_only_allowed(self) -> bool:
+        """Cold-start (expert-only) batches only keep an idle trainer busy: none under back-pressure,
+        and none once ``stream.expert_only_max_lag`` batches wait for the trainer (a queue of them
+        would sit ahead of the online groups, which would then be stale when they are trained on)."""
+        s = self.cfg.stream
+        bound = int(s.expert_only_max_lag)
+        return bool(s.expert_only_batches) and not self.throttled and (bound <= 0 or self.lag < bound)
 
     def tick(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now
