@@ -195,7 +195,12 @@ class UpConfig:
     expert_contexts: int = _f(2, "Browser contexts of the expert collector started by `up`.")
     expert_steps_per_s: float = _f(4.0, "Rate limit of that collector: real data is meant to be scarce, and "
                                    "CPU left to the trainer is worth more than surplus expert steps.")
-    policy_collectors: int = _f(1, "Collectors acting with the latest policy started by `up` (1 context each).")
+    policy_collectors: int = _f(1, "Collectors acting with the latest policy started by `up` (1 context each; "
+                                "G = stream.group_size rollouts per group).")
+    policy_groups_per_version: float = _f(1.0, "On-policy pacing of those collectors (collector.groups_per_version): "
+                                          "at most this many live groups per new policy version. Unpaced (0), an "
+                                          "untrained policy's short episodes outrun the trainer, and every live group "
+                                          "is stale (dropped at train time) when the trainer reaches it.")
     dreamers: int = _f(1, "Dream generators started by `up`.")
     progress_every_s: float = _f(5.0, "Progress line period (s).")
     restart_backoff_s: float = _f(2.0, "First restart delay of a crashed component (doubles, max 30 s).")

@@ -52,7 +52,8 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
         comps["gate"] = ["gate"]
     for i in range(cfg.up.policy_collectors):
         comps[f"collector-latest-{i}"] = ["collect", "--policy", "latest", "--contexts", "1",
-                                          "--id", f"collector-latest-{i}-{cfg.run_id}"]  # fmt: skip
+                                          "--id", f"collector-latest-{i}-{cfg.run_id}", "--set",
+                                          f"collector.groups_per_version={cfg.up.policy_groups_per_version}"]  # fmt: skip
     return comps
 
 

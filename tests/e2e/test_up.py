@@ -36,6 +36,8 @@ UP_SETTINGS = {
     # one task where an untrained policy succeeds often enough (it clicks one of a few buttons) for
     # the G = 4 rollouts of a live group to differ in reward
     "DYNAWEB_COLLECTOR__TASKS": "miniwob/click-button", "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
+    # a checkpoint every 2 steps: 4 versions of staleness is the default's window in steps (2 x 5)
+    "DYNAWEB_STREAM__MAX_STALENESS": "4",
 }  # fmt: skip
 
 
