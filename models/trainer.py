@@ -267,15 +267,23 @@ class Trainer:
         parts[partition] = max(parts.get(partition, 0), offset)
 
     # --- steps ----------------------------------------------------------------
-    def policy_step(self, item: tuple) -> None:
+    def policy_step(self, item: tuple) -> bool:
+        """Train one polled batch; False when nothing was trained (a skipped record, or a mixed batch whose
+        online trajectories were all stale: it is skipped whole, so stale batches cost no optimizer step and
+        move no version, and the trainer catches up with a backlog instead of making it staler)."""
         from models.learner import policy_update
 
         batch, topic, partition, next_offset = item
         if batch is None:
             self._advance(topic, partition, next_offset)
-            return
+            return False
         t0 = time.time()
         trajs = self.drop_stale(batch.trajs())
+        if batch.kind == "mixed" and all(t.source == "expert" for t in trajs):
+            M.TRAINER_BATCH_KIND.labels(self.run, "stale_skipped").inc()
+            self._count_consumed(batch)
+            self._advance(topic, partition, next_offset)
+            return False
         self.p_engine.train()
         loss, stats, gn, t1 = policy_update(self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model)
         t2 = time.time()
@@ -291,9 +299,13 @@ class Trainer:
         export_source_stats(self.run, stats)
         M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
         M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
+        self._count_consumed(batch)
+        self._advance(topic, partition, next_offset)
+        return True
+
+    def _count_consumed(self, batch: records.TrainingBatch) -> None:
         self.batches_consumed += 1
         self.consumed_by_worker[batch.worker_id] = self.consumed_by_worker.get(batch.worker_id, 0) + 1
-        self._advance(topic, partition, next_offset)
 
     def drop_stale(self, trajs: list[records.Trajectory]) -> list[records.Trajectory]:
         """Staleness enforced where samples are used: non-expert trajectories made by a policy older
@@ -368,8 +380,7 @@ class Trainer:
             did = False
             while pending and pending[0][0] is None:
                 self.policy_step(pending.popleft())  # skipped records: advance the offset only
-            if pending:
-                self.policy_step(pending.popleft())
+            if pending and self.policy_step(pending.popleft()):
                 did = True
                 due = self.policy_steps % tc.checkpoint_every == 0
                 if due or time.time() - self.last_ckpt_time > tc.checkpoint_every_s:

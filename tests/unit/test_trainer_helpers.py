@@ -64,3 +64,21 @@ def test_bounded_set_forgets_oldest() -> None:
     assert s.add(1) and s.add(2) and not s.add(1)
     assert s.add(3)  # evicts 1
     assert s.add(1)
+
+
+def test_mixed_batch_with_only_stale_online_samples_is_skipped_whole() -> None:
+    from streams.records import TrainingBatch
+
+    cfg = Config(run_id="skip-test")
+    cfg.stream.max_staleness = 1
+    tr = Trainer.__new__(Trainer)  # the loop's state only: no broker, S3 or model needed to skip
+    tr.cfg, tr.run, tr.version, tr.offsets = cfg, cfg.run_id, 5, {}
+    tr.batches_consumed, tr.consumed_by_worker, tr.policy_steps = 0, {}, 0
+    trajs = [_traj("a", 1.0, pv=2, ep="old1"), _traj("a", 0.0, pv=3, ep="old2"), _traj("", 1.0, "expert", ep="e1")]
+    batch = TrainingBatch(run_id=cfg.run_id, batch_id="m-1", worker_id="w", kind="mixed",
+                          trajectories=[vars(t) for t in trajs], expert_fraction=0.34)  # fmt: skip
+    assert Trainer.policy_step(tr, (batch, "train.policy", 0, 7)) is False
+    assert tr.policy_steps == 0 and tr.batches_consumed == 1 and tr.consumed_by_worker == {"w": 1}
+    assert tr.offsets == {"train.policy": {0: 7}}  # consumed: a restart does not read it again
+    assert M.TRAINER_BATCH_KIND.labels(cfg.run_id, "stale_skipped")._value.get() == 1
+    assert M.TRAINER_STALE.labels(cfg.run_id, "dream")._value.get() == 2
