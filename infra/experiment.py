@@ -699,7 +699,7 @@ class SampleEfficiency:
         self._meta_file().write_text(json.dumps(prev, indent=1))
         out = {"arms": summary["arms"], "experiment_id": self.id, "quick": self.quick, "config": meta["frozen"],
                "out": str(self.out), "wall_s": round(total_wall, 1), "cells": len(cells), "rows": summary["rows"],
-               "headline": summary["headline"],
+               "headline": summary["headline"], "paired": summary["paired"],
                "artifacts": {k: str(self.out / k) for k in ("results.csv", "success_vs_real.png", "results.md",
                                                             "summary.json")}}  # fmt: skip
         (self.out / "summary.json").write_text(json.dumps(out, indent=1, default=str) + "\n")

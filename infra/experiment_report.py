@@ -54,6 +54,32 @@ def mean_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
     return m, max(0.0, m - h), min(1.0, m + h)
 
 
+PAIRS = (("real_only", "imitation_matched"), ("dynaweb", "imitation_matched"), ("dynaweb", "real_only"))
+
+
+def paired_differences(rows: list[dict]) -> dict:
+    """Per pair of arms (``PAIRS``, both present): the per-seed difference of final success (each
+    cell's last point; the seeds both arms have), its mean and a Student-t 95% interval over those
+    seeds (not clipped: a difference may be negative; [None, None] with one seed)."""
+    final: dict[tuple, float] = {}
+    for r in rows:  # rows are in point order within a cell: the last one wins
+        final[(r["arm"], r["seed"])] = r["success"]
+    out: dict = {}
+    for a, b in PAIRS:
+        seeds = sorted(s for (arm, s) in final if arm == a and (b, s) in final)
+        if not seeds:
+            continue
+        d = [final[(a, s)] - final[(b, s)] for s in seeds]
+        m = sum(d) / len(d)
+        lo = hi = None
+        if len(d) > 1:
+            sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
+            h = t975(len(d) - 1) * sd / math.sqrt(len(d))
+            lo, hi = m - h, m + h
+        out[f"{a} - {b}"] = {"mean": _r(m, 4), "ci95": [_r(lo, 4), _r(hi, 4)], "per_seed": dict(zip(seeds, [_r(x, 4) for x in d], strict=True))}  # fmt: skip
+    return out
+
+
 def rows_from_cells(cells: list[dict]) -> list[dict]:
     """One CSV row per evaluated point.  Every other arm starts from the imitation checkpoint, so its
     curve begins (point 0, 0 policy steps of its own) at the imitation result of the same seed.
@@ -325,4 +351,4 @@ def write_all(cells: list[dict], out: Path, meta: dict) -> dict:
     write_csv(rows, out / "results.csv")
     write_png(agg, out / "success_vs_real.png", f"{meta.get('experiment_id', '')}: success vs real interactions")
     (out / "results.md").write_text(markdown(agg, head, meta, arms))
-    return {"rows": len(rows), "curves": agg, "headline": head, "arms": arms}
+    return {"rows": len(rows), "curves": agg, "headline": head, "arms": arms, "paired": paired_differences(rows)}

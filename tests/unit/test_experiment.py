@@ -483,3 +483,19 @@ def test_write_all_with_four_arms(tmp_path):
     md = (tmp_path / "results.md").read_text()
     assert "Imitation, matched updates" in md and "Matched control" in md and "G = 8" in md
     assert "| 25.0% / - |" in md  # real-only: live share, no dream groups
+
+
+def test_paired_differences_per_seed_with_a_t_interval():
+    from infra.experiment_report import paired_differences
+
+    rows = []
+    for seed, (ro, im) in enumerate([(0.5, 0.3), (0.4, 0.3), (0.6, 0.3)]):
+        rows += [{"arm": "real_only", "seed": seed, "success": 0.0}, {"arm": "real_only", "seed": seed, "success": ro},
+                 {"arm": "imitation_matched", "seed": seed, "success": im}]  # fmt: skip
+    rows.append({"arm": "dynaweb", "seed": 0, "success": 0.1})  # one seed only: no interval
+    p = paired_differences(rows)
+    d = p["real_only - imitation_matched"]
+    assert d["per_seed"] == {0: 0.2, 1: 0.1, 2: 0.3} and abs(d["mean"] - 0.2) < 1e-9
+    assert d["ci95"][0] < 0.2 < d["ci95"][1] and abs((d["ci95"][1] - 0.2) - 4.303 * 0.1 / 3**0.5) < 1e-3
+    assert p["dynaweb - imitation_matched"] == {"mean": -0.2, "ci95": [None, None], "per_seed": {0: -0.2}}
+    assert "dynaweb - real_only" in p
