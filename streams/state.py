@@ -50,6 +50,7 @@ from streams.topics import Topics
 log = logging.getLogger(__name__)
 
 _BP_REPEAT_S = 5.0
+_NO_TRAINER_LAG = 64  # expert-only batches waiting, at most, before any trainer reported
 _REPORT_S = 1.0
 _WINDOW_S = 60.0
 _TOPIC_SOURCE = {"real": "real", "expert": "expert", "dream": "dream"}
@@ -95,6 +96,7 @@ class StreamState:
         self.reports: dict[str, int] = {}  # worker id -> latest produced report
         self.consumed_total = 0
         self.consumed_mine: int | None = None  # from by_worker, when the trainer sends it
+        self.trainer_seen = False  # a trainer has reported what it consumed (it reports every second)
         self.throttled = False
         self.rate = 1.0
         self._bp_sent_at = 0.0
@@ -272,6 +274,7 @@ class StreamState:
             if c.sender == self.worker_id and info.get("incarnation") != self.incarnation:
                 self.produced_prior = max(self.produced_prior, value)
         elif c.kind == "consumed":
+            self.trainer_seen = True
             self.consumed_total = max(self.consumed_total, value)
             by_worker = info.get("by_worker")
             if isinstance(by_worker, dict) and self.worker_id in by_worker:
@@ -316,12 +319,13 @@ class StreamState:
         return n
 
     def expert_only_allowed(self) -> bool:
-        """Cold-start (expert-only) batches only keep an idle trainer busy: none under back-pressure,
-        and none once ``stream.expert_only_max_lag`` batches wait for the trainer (a queue of them
-        would sit ahead of the online groups, which would then be stale when they are trained on)."""
+        """Cold-start (expert-only) batches only keep an idle trainer busy: none once
+        ``stream.expert_only_max_lag`` batches wait for the trainer (a queue of them would sit ahead of
+        the online groups, which would then be stale when they are trained on).  Until a trainer has
+        reported (it may still be starting), at most ``_NO_TRAINER_LAG`` wait."""
         s = self.cfg.stream
-        bound = int(s.expert_only_max_lag)
-        return bool(s.expert_only_batches) and not self.throttled and (bound <= 0 or self.lag < bound)
+        bound = int(s.expert_only_max_lag) if self.trainer_seen else _NO_TRAINER_LAG
+        return bool(s.expert_only_batches) and (bound <= 0 or self.lag < bound)
 
     def tick(self, now: float | None = None) -> None:
         now = self.clock() if now is None else now

@@ -85,3 +85,16 @@ def test_lag_per_worker_and_per_run():
     st.backpressure(0.0)
     bp = [r for _t, r in st.out.sent if isinstance(r, Control) and r.kind == "backpressure"]
     assert bp and bp[-1].value == round(2 / 4, 3)
+
+
+def test_expert_only_batches_only_while_few_wait_for_a_trainer():
+    st = make(expert_only_max_lag=4)
+    st.produced = 10  # no trainer has reported yet (it may be starting): the start-up allowance
+    assert st.expert_only_allowed()
+    st.produced = 64
+    assert not st.expert_only_allowed()
+    st.on_control(records.encode(Control("u", "consumed", "trainer", 60.0, info={"by_worker": {"w1": 60}})))
+    assert st.lag == 4 and not st.expert_only_allowed()  # 4 wait: enough to keep the trainer busy
+    st.on_control(records.encode(Control("u", "consumed", "trainer", 61.0, info={"by_worker": {"w1": 61}})))
+    assert st.lag == 3 and st.expert_only_allowed()
+    assert not make(expert_only_batches=False).expert_only_allowed()
