@@ -10,7 +10,8 @@
   the collector id, so two collectors do not walk the same seeds, unless
   ``seed_offset`` is given).
 * Every step becomes a ``streams.records.Transition`` published with
-  ``publisher.send(topic, rec, key=episode_id)`` (``topics.expert`` when the
+  ``publisher.send(topic, rec, key=group_id or episode_id)`` (keyed by group, so the G episodes of a
+  live group reach the same partition, hence one stream worker) (``topics.expert`` when the
   agent's ``source`` is ``"expert"``, else ``topics.real``); ``send`` is
   asynchronous, nothing waits per step.
 * A crashed page or browser is restarted; its episode ends ``truncated``.
@@ -527,7 +528,7 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                     )  # fmt: skip
                     if pinfo.get("temperature") is not None:  # the T of behaviour_logprob = log pi_T
                         rec.info["temperature"] = float(pinfo["temperature"])
-                    publish(rec, episode_id)
+                    publish(rec, group_id or episode_id)  # a group's episodes reach one stream worker
                     _call(metrics, "on_step", spec.name, dt, source)
                     history.append((obs, action))
                     obs = nobs

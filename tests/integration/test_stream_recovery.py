@@ -36,10 +36,11 @@ STEPS = 3
 
 
 def groups_of(run: str, source: str, n: int, seed0: int) -> list[list[list[Transition]]]:
-    """n groups of 4 episodes: dreams share a group id; real ones share task+seed (a live group)."""
+    """n groups of 4 episodes sharing a group id, named at the source (the dream generator, or the collector
+    that ran a live group's rollouts of one task+seed)."""
     out = []
     for g in range(n):
-        gid = f"g-{uuid.uuid4().hex[:8]}" if source == "dream" else ""
+        gid = f"g-{uuid.uuid4().hex[:8]}"
         eps = []
         for _ in range(4):
             ep = f"{source}-{uuid.uuid4().hex[:12]}"
@@ -51,7 +52,7 @@ def groups_of(run: str, source: str, n: int, seed0: int) -> list[list[list[Trans
 
 class Producer(_Producer):
     def send_t(self, t: Transition) -> None:
-        key = (t.group_id or t.episode_id).encode()  # dreams by start state, real by episode
+        key = (t.group_id or t.episode_id).encode()  # by group, as the producers key them: one worker per group
         self.p.send(self.t.name(t.source), value=records.encode(t), key=key)
 
     def round_robin(self, groups: list, stop_after: threading.Event | None = None,
