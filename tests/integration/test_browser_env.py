@@ -307,7 +307,9 @@ def test_settle_waits_for_deferred_effects_and_caps_busy_pages(bl) -> None:  # n
 
     o1, wall, s1, s2 = bl.run(go())
     assert 'text "arrived last"' in o1.tree  # the page's last deferred change is in the observation
-    assert 120 <= s1 < 600 and wall >= 0.12  # the last change ~60 ms after the click, then 100 ms of quiet
+    # at least the 100 ms quiet window after the last change (~60 ms after the click; on a loaded machine the
+    # observation may start after it, so the wait is counted from there); the change itself is asserted above
+    assert 100 <= s1 < 600 and wall >= 0.1
     assert 600 <= s2 < 700
 
 
