@@ -108,8 +108,12 @@ class Allowlist:
 class Browser:
     """One Chromium process; ``new_page()`` makes a fresh context with one page."""
 
-    def __init__(self, headless: bool = True, allowed_origins: Iterable[str] = (),
-                 on_block: Callable[[str, str], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        headless: bool = True,
+        allowed_origins: Iterable[str] = (),
+        on_block: Callable[[str, str], None] | None = None,
+    ):
         self.headless = headless
         self.allowed = normalise_origins(allowed_origins)
         self.on_block = on_block
@@ -153,9 +157,12 @@ class Browser:
         await self.ensure()
         allow = Allowlist(self.allowed | normalise_origins(extra_origins), on_block=self.on_block)
         ctx = await self._browser.new_context(
-            accept_downloads=False, service_workers="block", viewport={"width": 500, "height": 400},
-            java_script_enabled=True, bypass_csp=False,
-        )  # fmt: skip
+            accept_downloads=False,
+            service_workers="block",
+            viewport={"width": 500, "height": 400},
+            java_script_enabled=True,
+            bypass_csp=False,
+        )
         ctx.set_default_timeout(5000)
         ctx.set_default_navigation_timeout(15000)
         await install_allowlist(ctx, allow)

@@ -53,8 +53,8 @@ from collectors.browser import Browser
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS, WAIT, Expert
 from collectors.random_policy import RandomPolicy
-from collectors.spaces import Action, Observation
 from collectors.tasks import TaskSpec, resolve_tasks
+from core.spaces import Action, Observation
 from streams.records import Control, Transition, new_id
 
 log = logging.getLogger(__name__)
@@ -174,16 +174,27 @@ class CollectorStats:
             return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else 0.0
 
         return {
-            "collector_id": self.collector_id, "steps": self.steps, "episodes": self.episodes,
-            "successes": self.successes, "success_rate": round(self.success_rate(), 4),
-            "truncated": self.truncated, "timeouts": self.timeouts, "crashes": self.crashes,
-            "browser_restarts": self.browser_restarts, "blocked_requests": self.blocked_requests,
-            "action_errors": self.action_errors, "reset_errors": self.reset_errors,
-            "published": self.published, "steps_per_s": round(self.steps_per_s(), 2),
-            "step_latency_p50_s": round(q(0.5), 4), "step_latency_p95_s": round(q(0.95), 4),
-            "per_task": {t: {"episodes": n, "successes": self.successes_per_task[t]}
-                         for t, n in sorted(self.episodes_per_task.items())},
-        }  # fmt: skip
+            "collector_id": self.collector_id,
+            "steps": self.steps,
+            "episodes": self.episodes,
+            "successes": self.successes,
+            "success_rate": round(self.success_rate(), 4),
+            "truncated": self.truncated,
+            "timeouts": self.timeouts,
+            "crashes": self.crashes,
+            "browser_restarts": self.browser_restarts,
+            "blocked_requests": self.blocked_requests,
+            "action_errors": self.action_errors,
+            "reset_errors": self.reset_errors,
+            "published": self.published,
+            "steps_per_s": round(self.steps_per_s(), 2),
+            "step_latency_p50_s": round(q(0.5), 4),
+            "step_latency_p95_s": round(q(0.95), 4),
+            "per_task": {
+                t: {"episodes": n, "successes": self.successes_per_task[t]}
+                for t, n in sorted(self.episodes_per_task.items())
+            },
+        }
 
 
 def _call(metrics: Any, name: str, *args: Any) -> None:
@@ -315,8 +326,17 @@ class _Schedule:
     ``seed_start + (offset + n) % (seed_stop - seed_start)`` for the task's n-th episode.
     """
 
-    def __init__(self, tasks: list[TaskSpec], seed_start: int, seed_stop: int, offset: int, limit: int,
-                 run_length: int, group_size: int = 1, group_prefix: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        tasks: list[TaskSpec],
+        seed_start: int,
+        seed_stop: int,
+        offset: int,
+        limit: int,
+        run_length: int,
+        group_size: int = 1,
+        group_prefix: str = "",
+    ):
         self.tasks = tasks
         self.seed_start = seed_start
         self.span = max(1, seed_stop - seed_start)
@@ -407,11 +427,22 @@ class _Pacer:
         return False
 
 
-async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Callable | None, stop_event: asyncio.Event,
-                        metrics: Any = None, collector_id: str | None = None, *, base_url: str | None = None,
-                        stats: CollectorStats | None = None, seed_offset: int | None = None,
-                        browser: Browser | None = None, reload_each_episode: bool = False,
-                        run_length: int | None = None) -> CollectorStats:  # fmt: skip
+async def run_collector(
+    cfg: Any,
+    publisher: Any,
+    topics: Any,
+    agent_factory: Callable | None,
+    stop_event: asyncio.Event,
+    metrics: Any = None,
+    collector_id: str | None = None,
+    *,
+    base_url: str | None = None,
+    stats: CollectorStats | None = None,
+    seed_offset: int | None = None,
+    browser: Browser | None = None,
+    reload_each_episode: bool = False,
+    run_length: int | None = None,
+) -> CollectorStats:
     """Run until ``stop_event`` is set (or ``collector.max_episodes`` episodes); returns the stats.
 
     ``publisher`` may be ``None`` (a dry run: nothing is published).  ``base_url``
@@ -439,19 +470,30 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
     offset = seed_offset if seed_offset is not None else zlib.crc32(collector_id.encode())
     group = collector_group_size(cfg, source, agent)
     run_length = int(run_length or cc.run_length)  # the default lives in CollectorConfig
-    schedule = _Schedule(tasks, int(cc.seed_start), int(cc.seed_stop), offset, int(cc.max_episodes or 0), run_length,
-                         group, group_prefix=f"{collector_id}:{new_id()[:6]}")  # fmt: skip
+    schedule = _Schedule(
+        tasks,
+        int(cc.seed_start),
+        int(cc.seed_stop),
+        offset,
+        int(cc.max_episodes or 0),
+        run_length,
+        group,
+        group_prefix=f"{collector_id}:{new_id()[:6]}",
+    )
     gpv = float(getattr(cc, "groups_per_version", 0.0) or 0.0)
     pacer = _Pacer(agent, gpv) if gpv > 0 else None
 
     server = None
     if base_url is None:
-        url = (cfg.stack.taskserver_url.rstrip("/") + "/" if cfg.stack.taskserver_url
-               else f"http://{cfg.stack.bind}:{cfg.stack.taskserver_port}/")  # fmt: skip
+        url = (
+            cfg.stack.taskserver_url.rstrip("/") + "/"
+            if cfg.stack.taskserver_url
+            else f"http://{cfg.stack.bind}:{cfg.stack.taskserver_port}/"
+        )
         if _reachable(url):
             base_url = url
         else:
-            from infra.taskserver import serve
+            from collectors.taskserver import serve
 
             server, _, base_url = serve(cfg.stack.bind, 0)
             log.info("task server not running at %s; started one at %s", url, base_url)
@@ -518,17 +560,45 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                     if info.get("error"):
                         stats.action_errors += 1
                     rec = Transition(
-                        run_id=run_id, episode_id=episode_id, step=step, task=spec.name, seed=int(seed),
-                        source=source, policy_version=pv, world_model_version=wv, obs=obs.to_dict(),
-                        action=action.to_text(), next_obs=nobs.to_dict(), reward=float(reward), done=bool(term),
-                        truncated=bool(trunc), producer_id=collector_id, group_id=group_id, behaviour_logprob=logp,
-                        action_tokens=int(ntok), candidates_hash=str(pinfo.get("candidates_hash") or ""),
-                        info={k: info[k] for k in ("reason", "error", "timeout", "crashed", "max_steps", "stopped")
-                              if info.get(k)},
-                    )  # fmt: skip
-                    if pinfo.get("temperature") is not None:  # the T of behaviour_logprob = log pi_T
+                        run_id=run_id,
+                        episode_id=episode_id,
+                        step=step,
+                        task=spec.name,
+                        seed=int(seed),
+                        source=source,
+                        policy_version=pv,
+                        world_model_version=wv,
+                        obs=obs.to_dict(),
+                        action=action.to_text(),
+                        next_obs=nobs.to_dict(),
+                        reward=float(reward),
+                        done=bool(term),
+                        truncated=bool(trunc),
+                        producer_id=collector_id,
+                        group_id=group_id,
+                        behaviour_logprob=logp,
+                        action_tokens=int(ntok),
+                        candidates_hash=str(pinfo.get("candidates_hash") or ""),
+                        info={
+                            k: info[k]
+                            for k in (
+                                "reason",
+                                "error",
+                                "timeout",
+                                "crashed",
+                                "max_steps",
+                                "stopped",
+                            )
+                            if info.get(k)
+                        },
+                    )
+                    if (
+                        pinfo.get("temperature") is not None
+                    ):  # the T of behaviour_logprob = log pi_T
                         rec.info["temperature"] = float(pinfo["temperature"])
-                    publish(rec, group_id or episode_id)  # a group's episodes reach one stream worker
+                    publish(
+                        rec, group_id or episode_id
+                    )  # a group's episodes reach one stream worker
                     _call(metrics, "on_step", spec.name, dt, source)
                     history.append((obs, action))
                     obs = nobs
@@ -576,8 +646,17 @@ async def run_collector(cfg: Any, publisher: Any, topics: Any, agent_factory: Ca
                 info.pop("per_task", None)
                 info.update(tasks=[t.name for t in tasks], contexts=int(cc.contexts), source=source)
                 try:
-                    publisher.send(key, Control(run_id=run_id, kind="heartbeat", sender=collector_id,
-                                                value=float(stats.steps), info=info), key=collector_id)  # fmt: skip
+                    publisher.send(
+                        key,
+                        Control(
+                            run_id=run_id,
+                            kind="heartbeat",
+                            sender=collector_id,
+                            value=float(stats.steps),
+                            info=info,
+                        ),
+                        key=collector_id,
+                    )
                 except Exception as e:  # noqa: BLE001
                     log.warning("heartbeat failed: %s", e)
             try:
@@ -620,5 +699,9 @@ def _arity(fn: Callable) -> int:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return 0
-    return sum(1 for p in sig.parameters.values()
-               if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))  # fmt: skip
+    return sum(
+        1
+        for p in sig.parameters.values()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    )

@@ -41,7 +41,9 @@ class DemoFileError(ValueError):
     def __init__(self, path: str, errors: list[tuple[int, str]]):
         shown = "\n".join(f"  {path}:{n}: {msg}" for n, msg in errors[:50])
         more = f"\n  ... and {len(errors) - 50} more" if len(errors) > 50 else ""
-        super().__init__(f"{len(errors)} invalid line(s) in {path}; nothing was published:\n{shown}{more}")
+        super().__init__(
+            f"{len(errors)} invalid line(s) in {path}; nothing was published:\n{shown}{more}"
+        )
         self.errors = errors
 
 
@@ -64,11 +66,15 @@ def parse_line(text: str, run_id: str) -> tuple[Transition, bool]:
         raise RecordError("wrong_type", f"a line must be a JSON object, got {type(d).__name__}")
     unknown = sorted(set(d) - {f for f in Transition.__dataclass_fields__})
     if unknown:
-        raise RecordError("unknown_field", f"unknown field(s) {unknown} (see docs/demonstrations.md)")
+        raise RecordError(
+            "unknown_field", f"unknown field(s) {unknown} (see docs/demonstrations.md)"
+        )
     if d.setdefault("type", "transition") != "transition":
         raise RecordError("unexpected_type", f"type must be 'transition', got {d['type']!r}")
     if d.setdefault("schema", SCHEMA) not in records.SUPPORTED:
-        raise RecordError("schema_version", f"schema {d['schema']!r} not in supported {records.SUPPORTED}")
+        raise RecordError(
+            "schema_version", f"schema {d['schema']!r} not in supported {records.SUPPORTED}"
+        )
     if d.get("source") != "expert":
         raise RecordError("bad_value", f"source must be 'expert', got {d.get('source')!r}")
     rewritten = "run_id" in d and d["run_id"] != run_id
@@ -112,7 +118,12 @@ def check_episodes(ts: list[Transition], lines: list[int]) -> list[tuple[int, st
     for t, n in zip(ts, lines, strict=True):
         steps = eps.setdefault(t.episode_id, {})
         if t.step in steps:
-            errors.append((n, f"episode {t.episode_id}: step {t.step} again (first on line {steps[t.step][1]})"))
+            errors.append(
+                (
+                    n,
+                    f"episode {t.episode_id}: step {t.step} again (first on line {steps[t.step][1]})",
+                )
+            )
             continue
         steps[t.step] = (t, n)
     for ep, steps in eps.items():
@@ -120,13 +131,19 @@ def check_episodes(ts: list[Transition], lines: list[int]) -> list[tuple[int, st
         missing = sorted(set(range(last + 1)) - set(steps))
         if missing:
             n = steps[last][1]
-            errors.append((n, f"episode {ep}: steps {missing[:10]} missing (steps must be 0..{last})"))
+            errors.append(
+                (n, f"episode {ep}: steps {missing[:10]} missing (steps must be 0..{last})")
+            )
         for s, (t, n) in sorted(steps.items()):
             if s != last and t.final:
-                errors.append((n, f"episode {ep}: step {s} is done/truncated but step {last} follows"))
+                errors.append(
+                    (n, f"episode {ep}: step {s} is done/truncated but step {last} follows")
+                )
         t, n = steps[last]
         if not t.final:
-            errors.append((n, f"episode {ep}: the last step ({last}) is neither done nor truncated"))
+            errors.append(
+                (n, f"episode {ep}: the last step ({last}) is neither done nor truncated")
+            )
     return errors
 
 
@@ -135,7 +152,9 @@ def read_file(path: str | Path, run_id: str) -> Parsed:
         return parse_lines(fh, run_id)
 
 
-def import_file(cfg: Any, path: str | Path, *, skip_invalid: bool = False, publisher: Any = None) -> dict:
+def import_file(
+    cfg: Any, path: str | Path, *, skip_invalid: bool = False, publisher: Any = None
+) -> dict:
     """Validate ``path`` and publish its transitions onto the run's expert topic (flushed)."""
     from streams.kafka import Publisher, ensure_topics, make_producer
 
@@ -153,11 +172,15 @@ def import_file(cfg: Any, path: str | Path, *, skip_invalid: bool = False, publi
         if own:
             pub.close()
     return {
-        "file": str(path), "topic": topics.expert, "published": len(parsed.transitions),
-        "episodes": len({t.episode_id for t in parsed.transitions}), "invalid": len(parsed.errors),
-        "errors": [f"line {n}: {m}" for n, m in parsed.errors], "blank_lines": parsed.blank,
+        "file": str(path),
+        "topic": topics.expert,
+        "published": len(parsed.transitions),
+        "episodes": len({t.episode_id for t in parsed.transitions}),
+        "invalid": len(parsed.errors),
+        "errors": [f"line {n}: {m}" for n, m in parsed.errors],
+        "blank_lines": parsed.blank,
         "run_id_rewritten": parsed.run_id_rewritten,
-    }  # fmt: skip
+    }
 
 
 def read_expert_topic(cfg: Any, timeout: float = 60.0) -> tuple[list[Transition], dict]:
@@ -205,7 +228,12 @@ def export_file(cfg: Any, path: str | Path, timeout: float = 60.0) -> dict:
         for t in ts:
             fh.write(to_line(t) + "\n")
     tmp.replace(p)
-    return {"file": str(p), "transitions": len(ts), "episodes": len({t.episode_id for t in ts}), **counts}
+    return {
+        "file": str(p),
+        "transitions": len(ts),
+        "episodes": len({t.episode_id for t in ts}),
+        **counts,
+    }
 
 
 def main(args: Any, cfg: Any) -> int:
@@ -219,11 +247,19 @@ def main(args: Any, cfg: Any) -> int:
     elif args.action == "import":
         for e in res["errors"]:
             print(f"{args.file}: {e}")
-        print(f"published {res['published']} transitions ({res['episodes']} episodes) to {res['topic']}"
-              + (f"; {res['invalid']} invalid line(s) skipped" if res["invalid"] else "")
-              + (f"; run_id rewritten on {res['run_id_rewritten']}" if res["run_id_rewritten"] else ""))  # fmt: skip
+        print(
+            f"published {res['published']} transitions ({res['episodes']} episodes) to {res['topic']}"
+            + (f"; {res['invalid']} invalid line(s) skipped" if res["invalid"] else "")
+            + (
+                f"; run_id rewritten on {res['run_id_rewritten']}"
+                if res["run_id_rewritten"]
+                else ""
+            )
+        )
     else:
-        print(f"wrote {res['transitions']} transitions ({res['episodes']} episodes) to {res['file']}"
-              + (f"; {res['duplicates']} duplicate(s) skipped" if res["duplicates"] else "")
-              + (f"; {res['invalid']} invalid record(s) skipped" if res["invalid"] else ""))  # fmt: skip
+        print(
+            f"wrote {res['transitions']} transitions ({res['episodes']} episodes) to {res['file']}"
+            + (f"; {res['duplicates']} duplicate(s) skipped" if res["duplicates"] else "")
+            + (f"; {res['invalid']} invalid record(s) skipped" if res["invalid"] else "")
+        )
     return 1 if getattr(args, "action", "") == "import" and res.get("invalid") else 0

@@ -64,8 +64,8 @@ from collectors.observation import (
     PageState,
     locator_for,
 )
-from collectors.spaces import Action, ActionParseError, Observation, parse_action, precheck_error
 from collectors.tasks import TaskSpec, get_task
+from core.spaces import Action, ActionParseError, Observation, parse_action, precheck_error
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,10 @@ def _by_id(fn: str) -> str:
     """``fn(element)`` applied to the one element carrying our id ``id`` (a number argument), in the
     page's main world: one round trip, where a Playwright locator costs four.  null when the id is
     missing or not unique (the caller then takes the locator path, which reports why)."""
-    return ("(id) => { const els = document.querySelectorAll('[" + ATTR + "=\"' + (id | 0) + '\"]');"
-            " if (els.length !== 1) return null; return (" + fn.strip() + ")(els[0]); }")  # fmt: skip
+    return (
+        "(id) => { const els = document.querySelectorAll('[" + ATTR + "=\"' + (id | 0) + '\"]');"
+        " if (els.length !== 1) return null; return (" + fn.strip() + ")(els[0]); }"
+    )
 
 
 SELECTED_JS = "(el) => (el.tagName === 'SELECT' && el.multiple) ? Array.from(el.selectedOptions).map(o => o.label) : null"
@@ -177,8 +179,14 @@ SELECTED_JS = "(el) => (el.tagName === 'SELECT' && el.multiple) ? Array.from(el.
 CLICK_BY_ID_JS = _by_id(CLICK_POINT_JS)
 FILL_BY_ID_JS = _by_id(FILL_PREP_JS)
 
-_CRASH_MARKERS = ("crash", "target closed", "has been closed", "browser has been closed",
-                  "target page, context or browser has been closed", "connection closed")  # fmt: skip
+_CRASH_MARKERS = (
+    "crash",
+    "target closed",
+    "has been closed",
+    "browser has been closed",
+    "target page, context or browser has been closed",
+    "connection closed",
+)
 
 
 def _is_crash(exc: BaseException) -> bool:
@@ -212,11 +220,22 @@ class EnvSettings:
 class WebEnv:
     """One browser context with one page, running one episode at a time."""
 
-    def __init__(self, browser: Browser, base_url: str, cfg: Any = None, *, max_steps: int | None = None,
-                 time_limit_ms: int | None = None, budget: int | None | str = "cfg",
-                 action_timeout_ms: int = 1500, reload_each_episode: bool = False,
-                 reload_every: int = 50, measure: Any = None, settle_ms: float | None = None,
-                 settle_max_ms: float | None = None):  # fmt: skip
+    def __init__(
+        self,
+        browser: Browser,
+        base_url: str,
+        cfg: Any = None,
+        *,
+        max_steps: int | None = None,
+        time_limit_ms: int | None = None,
+        budget: int | None | str = "cfg",
+        action_timeout_ms: int = 1500,
+        reload_each_episode: bool = False,
+        reload_every: int = 50,
+        measure: Any = None,
+        settle_ms: float | None = None,
+        settle_max_ms: float | None = None,
+    ):
         self.browser = browser
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         s = EnvSettings()
@@ -326,8 +345,14 @@ class WebEnv:
             obs, st = await self._start(spec, int(seed))
         self.obs, self.state = obs, st
         self._t0 = time.monotonic()
-        return obs, {"task": spec.name, "seed": int(seed), "url": obs.url, "truncation": st.trunc,
-                     "blocked": self.blocked, "restarts": self.restarts}  # fmt: skip
+        return obs, {
+            "task": spec.name,
+            "seed": int(seed),
+            "url": obs.url,
+            "truncation": st.trunc,
+            "blocked": self.blocked,
+            "restarts": self.restarts,
+        }
 
     async def _start(self, spec: TaskSpec, seed: int) -> tuple[Observation, PageState]:
         """Load the task page if needed, start the episode and observe it (one evaluate when the
@@ -348,8 +373,12 @@ class WebEnv:
             self.page_loads += 1
         self._since_load += 1
         self.builder.next_id = 1
-        raw = json.loads(await page.evaluate(
-            START_OBSERVE_JS, {"seed": seed, "maxTime": int(s.time_limit_ms), "reset": True, "nextId": 1}))  # fmt: skip
+        raw = json.loads(
+            await page.evaluate(
+                START_OBSERVE_JS,
+                {"seed": seed, "maxTime": int(s.time_limit_ms), "reset": True, "nextId": 1},
+            )
+        )
         if not raw.get("not_ready"):
             return self.builder.build(raw)
         for _ in range(40):  # some tasks load data first (up to 2 s)
@@ -409,8 +438,15 @@ class WebEnv:
             self.crashed = True
             self.done = True
             prev = self.obs
-            obs = Observation(prev.instruction, prev.url, prev.tree, prev.focused,
-                              "the page crashed", prev.next_id, list(prev.element_ids))  # fmt: skip
+            obs = Observation(
+                prev.instruction,
+                prev.url,
+                prev.tree,
+                prev.focused,
+                "the page crashed",
+                prev.next_id,
+                list(prev.element_ids),
+            )
             self.obs = obs
             info.update(
                 crashed=True, error="the page crashed", timeout=False, raw_reward=0.0, reason=None
@@ -436,9 +472,17 @@ class WebEnv:
         if timeout:
             self.timeouts += 1
         self.done = terminated or truncated
-        info.update(raw_reward=st.raw_reward, reason=st.reason, timeout=timeout, crashed=False, error=error,
-                    truncation=st.trunc, blocked=self.blocked, timeouts=self.timeouts,
-                    settled_ms=st.settled_ms)  # fmt: skip
+        info.update(
+            raw_reward=st.raw_reward,
+            reason=st.reason,
+            timeout=timeout,
+            crashed=False,
+            error=error,
+            truncation=st.trunc,
+            blocked=self.blocked,
+            timeouts=self.timeouts,
+            settled_ms=st.settled_ms,
+        )
         return obs, reward, terminated, truncated, info
 
     @property
@@ -465,7 +509,9 @@ class WebEnv:
                         await page.mouse.click(point["x"], point["y"])
                     else:
                         point = await loc.evaluate(VISIBLE_POINT_JS, timeout=t)
-                        pos = {"x": point["x"], "y": point["y"]} if isinstance(point, dict) else None
+                        pos = (
+                            {"x": point["x"], "y": point["y"]} if isinstance(point, dict) else None
+                        )
                         await loc.click(timeout=t, **({"position": pos} if pos else {}))
                 elif a.kind == "type":
                     # Playwright's fill in two calls: focus + select (by id), then trusted text input

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from collectors.spaces import Action, Observation
+from core.spaces import Action, Observation
 
 # --- reading the text tree ------------------------------------------------------
 
@@ -114,8 +114,13 @@ def quoted(text: str) -> list[str]:
     return re.findall(r'"([^"]*)"', text)
 
 
-def find(nodes: list[Node], role: str | tuple | None = None, name: str | None = None,
-         pred: Callable[[Node], bool] | None = None, with_id: bool = True) -> list[Node]:  # fmt: skip
+def find(
+    nodes: list[Node],
+    role: str | tuple | None = None,
+    name: str | None = None,
+    pred: Callable[[Node], bool] | None = None,
+    with_id: bool = True,
+) -> list[Node]:
     roles = (role,) if isinstance(role, str) else role
     out = []
     for n in nodes:
@@ -155,8 +160,23 @@ def ancestors(nodes: list[Node], n: Node) -> list[Node]:
 
 TEXTBOX = ("textbox", "searchbox", "spinbutton")
 CLICKABLE_TEXT = ("text", "link", "generic", "listitem", "cell", "treeitem", "menuitem")
-ORDINALS = {"1st": 1, "2nd": 2, "3rd": 3, "4th": 4, "5th": 5, "6th": 6, "7th": 7, "8th": 8, "9th": 9,
-            "10th": 10, "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5}  # fmt: skip
+ORDINALS = {
+    "1st": 1,
+    "2nd": 2,
+    "3rd": 3,
+    "4th": 4,
+    "5th": 5,
+    "6th": 6,
+    "7th": 7,
+    "8th": 8,
+    "9th": 9,
+    "10th": 10,
+    "first": 1,
+    "second": 2,
+    "third": 3,
+    "fourth": 4,
+    "fifth": 5,
+}
 
 # A no-op used while the page is still changing.  Not a key press: keyboard widgets
 # (jQuery UI autocomplete) restart their timers on any keydown.
@@ -465,8 +485,12 @@ def navigate_tree(instr, nodes, obs, history):
     q = quoted(instr)
     if not q:
         return None
-    target = first(nodes, role=("text", "listitem", "generic", "link"), name=q[0],
-                   pred=lambda n: n.role != "generic" or n.has("clickable"))  # fmt: skip
+    target = first(
+        nodes,
+        role=("text", "listitem", "generic", "link"),
+        name=q[0],
+        pred=lambda n: n.role != "generic" or n.has("clickable"),
+    )
     if target:
         return Action.click(target.id)
     explored = set()
@@ -553,8 +577,13 @@ def use_autocomplete(instr, nodes, obs, history):
                 "Tab"
             )  # close the suggestion menu (it may cover Submit); Escape would undo
         return _submit(nodes)
-    items = find(nodes, role=("menuitem", "option", "listitem", "text", "generic"),
-                 pred=lambda n: n.name.startswith(start) and n.name.endswith(end) and n.name != start and n.id != box.id)  # fmt: skip
+    items = find(
+        nodes,
+        role=("menuitem", "option", "listitem", "text", "generic"),
+        pred=lambda n: (
+            n.name.startswith(start) and n.name.endswith(end) and n.name != start and n.id != box.id
+        ),
+    )
     menu = [n for n in items if n.role in ("menuitem", "option", "listitem") or n.has("clickable")]
     if menu:  # typing the item the menu offers is as good as clicking it (and not hover-sensitive)
         return Action.type(box.id, menu[0].name)
@@ -630,8 +659,14 @@ def click_widget(instr, nodes, obs, history):
     if not q:
         return None
     kind = q[0]
-    role = {"checkbox": "checkbox", "radio": "radio", "textfield": "textbox", "text": "textbox",
-            "button": "button", "textarea": "textbox"}.get(kind, kind)  # fmt: skip
+    role = {
+        "checkbox": "checkbox",
+        "radio": "radio",
+        "textfield": "textbox",
+        "text": "textbox",
+        "button": "button",
+        "textarea": "textbox",
+    }.get(kind, kind)
     cands = find(nodes, role=role)
     if kind == "textarea":
         cands = [c for c in cands if c.has("multiline")]
@@ -832,8 +867,11 @@ def guess_number(instr, nodes, obs, history):
             guess = int(a.text)
         elif a.kind == "click" and guess is not None:
             after = history[i + 1][0] if i + 1 < len(history) else obs
-            fb = first(parse_tree(after.tree), role="text",
-                       pred=lambda n: "higher" in n.name.lower() or "lower" in n.name.lower())  # fmt: skip
+            fb = first(
+                parse_tree(after.tree),
+                role="text",
+                pred=lambda n: "higher" in n.name.lower() or "lower" in n.name.lower(),
+            )
             if fb is not None and "higher" in fb.name.lower():
                 lo = max(lo, guess + 1)
             elif fb is not None and "lower" in fb.name.lower():
@@ -934,8 +972,12 @@ def social_media(instr, nodes, obs, history):
         b = _post_button(nodes, post, cls)
         return Action.click(b.id) if b else None
     # Share / Copy / Embed / Mute / Block ... live in the "more" menu
-    item = first(nodes, role=("text", "generic", "listitem", "menuitem", "link"), name=what,
-                 pred=lambda n: n.has("clickable") or n.role in ("menuitem", "link"))  # fmt: skip
+    item = first(
+        nodes,
+        role=("text", "generic", "listitem", "menuitem", "link"),
+        name=what,
+        pred=lambda n: n.has("clickable") or n.role in ("menuitem", "link"),
+    )
     if item:
         return Action.click(item.id)
     b = _post_button(nodes, post, "more")
@@ -1270,7 +1312,7 @@ VERIFIED: dict[str, float] = {
     "miniwob/use-autocomplete": 0.99,
     "miniwob/use-autocomplete-nodelay": 0.99,
     "miniwob/use-spinner": 1.00,
-}  # fmt: skip
+}
 
 EXPERTS: dict[str, Expert] = {k: v for k, v in ALL_EXPERTS.items() if VERIFIED.get(k, 0.0) >= 0.95}
 
@@ -1293,14 +1335,28 @@ async def run_episode(env, expert: Expert, task: str, seed: int) -> dict:
         steps += 1
         if term or trunc:
             break
-    return {"task": task, "seed": seed, "reward": reward, "steps": steps, "terminated": term,
-            "truncated": trunc, "reason": info.get("reason"), "timeout": info.get("timeout", False),
-            "crashed": info.get("crashed", False)}  # fmt: skip
+    return {
+        "task": task,
+        "seed": seed,
+        "reward": reward,
+        "steps": steps,
+        "terminated": term,
+        "truncated": trunc,
+        "reason": info.get("reason"),
+        "timeout": info.get("timeout", False),
+        "crashed": info.get("crashed", False),
+    }
 
 
-async def expert_table_async(tasks: list[str], seeds: list[int], contexts: int = 2, base_url: str | None = None,
-                             experts: dict | None = None, max_steps: int = 30,
-                             time_limit_ms: int = 60_000) -> list[dict]:  # fmt: skip
+async def expert_table_async(
+    tasks: list[str],
+    seeds: list[int],
+    contexts: int = 2,
+    base_url: str | None = None,
+    experts: dict | None = None,
+    max_steps: int = 30,
+    time_limit_ms: int = 60_000,
+) -> list[dict]:
     """Run the expert of each task on every seed; one result row per task."""
     from collectors.browser import Browser
     from collectors.env import WebEnv
@@ -1308,7 +1364,7 @@ async def expert_table_async(tasks: list[str], seeds: list[int], contexts: int =
     experts = experts or ALL_EXPERTS
     server = None
     if base_url is None:
-        from infra.taskserver import serve
+        from collectors.taskserver import serve
 
         server, _, base_url = serve()
     jobs = [(t, s) for t in tasks for s in seeds]
@@ -1365,17 +1421,33 @@ async def expert_table_async(tasks: list[str], seeds: list[int], contexts: int =
         rs = sorted(results[t], key=lambda r: r["seed"])
         n = len(rs)
         ok = sum(1 for r in rs if r["reward"] > 0)
-        rows.append({
-            "task": t, "episodes": n, "successes": ok, "success_rate": ok / n if n else 0.0,
-            "mean_steps": sum(r["steps"] for r in rs) / n if n else 0.0,
-            "failed_seeds": [r["seed"] for r in rs if r["reward"] <= 0][:20],
-            "reasons": sorted({str(r.get("reason") or r.get("error") or ("timeout" if r.get("timeout") else "max_steps")) for r in rs if r["reward"] <= 0})[:5],
-        })  # fmt: skip
+        rows.append(
+            {
+                "task": t,
+                "episodes": n,
+                "successes": ok,
+                "success_rate": ok / n if n else 0.0,
+                "mean_steps": sum(r["steps"] for r in rs) / n if n else 0.0,
+                "failed_seeds": [r["seed"] for r in rs if r["reward"] <= 0][:20],
+                "reasons": sorted(
+                    {
+                        str(
+                            r.get("reason")
+                            or r.get("error")
+                            or ("timeout" if r.get("timeout") else "max_steps")
+                        )
+                        for r in rs
+                        if r["reward"] <= 0
+                    }
+                )[:5],
+            }
+        )
     return rows
 
 
-def expert_table(tasks: list[str], seeds: list[int] | range, contexts: int = 2, base_url: str | None = None,
-                 **kw) -> list[dict]:  # fmt: skip
+def expert_table(
+    tasks: list[str], seeds: list[int] | range, contexts: int = 2, base_url: str | None = None, **kw
+) -> list[dict]:
     """Synchronous wrapper (the CLI subcommand calls this)."""
     return asyncio.run(expert_table_async(list(tasks), list(seeds), contexts, base_url, **kw))
 

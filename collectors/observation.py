@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.spaces import Observation
+from core.spaces import Observation
 
 ATTR = "data-dw-id"
 MAX_STRING = 160
@@ -64,11 +64,29 @@ TEXT_STRING = 48
 DEFAULT_BUDGET = 512
 
 # Roles the action space can act on directly
-ACTIONABLE_ROLES = frozenset({
-    "button", "link", "textbox", "searchbox", "checkbox", "radio", "slider", "spinbutton",
-    "combobox", "listbox", "option", "tab", "menuitem", "menuitemcheckbox", "menuitemradio",
-    "treeitem", "switch", "gridcell", "label",
-})  # fmt: skip
+ACTIONABLE_ROLES = frozenset(
+    {
+        "button",
+        "link",
+        "textbox",
+        "searchbox",
+        "checkbox",
+        "radio",
+        "slider",
+        "spinbutton",
+        "combobox",
+        "listbox",
+        "option",
+        "tab",
+        "menuitem",
+        "menuitemcheckbox",
+        "menuitemradio",
+        "treeitem",
+        "switch",
+        "gridcell",
+        "label",
+    }
+)
 
 
 def locator_for(page: Any, element_id: int) -> Any:
@@ -125,8 +143,9 @@ def render_lines(
     return "\n".join(ln.text(limit, text_limit) for ln in lines)
 
 
-def truncate_lines(lines: list[Line], budget: int | None = DEFAULT_BUDGET,
-                   measure: Callable[[str], int] = byte_len) -> tuple[str, dict]:  # fmt: skip
+def truncate_lines(
+    lines: list[Line], budget: int | None = DEFAULT_BUDGET, measure: Callable[[str], int] = byte_len
+) -> tuple[str, dict]:
     """Apply the documented truncation rule; returns ``(tree_text, info)``.
 
     ``info``: ``dropped_text`` (non-actionable lines dropped), ``shortened_to``
@@ -494,7 +513,11 @@ SETTLE_JS = r"""
 """
 # Observe after settling, in the same evaluate.
 SETTLED_OBSERVE_JS = (
-    "async (args) => { await (" + SETTLE_JS.strip() + ")(args); return (" + OBSERVE_JS.strip() + ")(args); }"
+    "async (args) => { await ("
+    + SETTLE_JS.strip()
+    + ")(args); return ("
+    + OBSERVE_JS.strip()
+    + ")(args); }"
 )
 
 
@@ -521,8 +544,12 @@ def lines_from_raw(raw: list) -> list[Line]:
 class ObservationBuilder:
     """Builds observations for one page; owns the id counter of that page."""
 
-    def __init__(self, budget: int | None = DEFAULT_BUDGET, measure: Callable[[str], int] = byte_len,
-                 strip_origin: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        budget: int | None = DEFAULT_BUDGET,
+        measure: Callable[[str], int] = byte_len,
+        strip_origin: str = "",
+    ):
         self.budget = budget
         self.measure = measure
         self.strip_origin = strip_origin.rstrip("/")
@@ -544,23 +571,38 @@ class ObservationBuilder:
         self.next_id = max(self.next_id, int(raw["next"]))
         tree, trunc = truncate_lines(lines, self.budget, self.measure)
         all_ids = {ln.id for ln in lines if ln.id is not None}
-        from collectors.spaces import ids_in_tree
+        from core.spaces import ids_in_tree
 
         obs = Observation(
-            instruction=str(raw.get("instruction") or ""), url=self.url_form(str(raw.get("url") or "")),
-            tree=tree, focused=raw.get("focused"), last_action_error=error, next_id=self.next_id,
+            instruction=str(raw.get("instruction") or ""),
+            url=self.url_form(str(raw.get("url") or "")),
+            tree=tree,
+            focused=raw.get("focused"),
+            last_action_error=error,
+            next_id=self.next_id,
             element_ids=ids_in_tree(tree),
-        )  # fmt: skip
+        )
         st = PageState(
-            done=bool(raw.get("done")), raw_reward=float(raw.get("raw_reward") or 0.0),
-            reward=float(raw.get("reward") or 0.0), reason=raw.get("reason"), ready=bool(raw.get("ready", True)),
-            url=str(raw.get("url") or ""), all_ids=all_ids, lines=lines, trunc=trunc,
+            done=bool(raw.get("done")),
+            raw_reward=float(raw.get("raw_reward") or 0.0),
+            reward=float(raw.get("reward") or 0.0),
+            reason=raw.get("reason"),
+            ready=bool(raw.get("ready", True)),
+            url=str(raw.get("url") or ""),
+            all_ids=all_ids,
+            lines=lines,
+            trunc=trunc,
             settled_ms=raw.get("settled_ms"),
-        )  # fmt: skip
+        )
         return obs, st
 
-    async def observe(self, page: Any, reset: bool = False, error: str = "",
-                      settle: tuple[float, float] | None = None) -> tuple[Observation, PageState]:  # fmt: skip
+    async def observe(
+        self,
+        page: Any,
+        reset: bool = False,
+        error: str = "",
+        settle: tuple[float, float] | None = None,
+    ) -> tuple[Observation, PageState]:
         """One evaluate; with ``settle=(quiet_ms, max_ms)`` it first waits for the page to settle
         (``SETTLE_JS``)."""
         if reset:

@@ -17,9 +17,9 @@ from typing import Any
 
 from kafka import TopicPartition
 
-from collectors.spaces import Observation
-from infra.config import Config
-from infra.s3 import make_client
+from core.config import Config
+from core.s3 import make_client
+from core.spaces import Observation
 from models.checkpoint import CheckpointStore
 from models.dreamer import ModelSlot
 from streams import records
@@ -34,7 +34,9 @@ class LatestPolicyAgent:
 
         self.cfg = cfg
         # one random stream per sampler for its whole life: a hot reload must not replay earlier draws
-        self.generator = sampler_generator(cfg.run_id, producer_id or f"policy-agent-{uuid.uuid4().hex}")
+        self.generator = sampler_generator(
+            cfg.run_id, producer_id or f"policy-agent-{uuid.uuid4().hex}"
+        )
         self.stop = stop or threading.Event()
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
         self.work = Path(tempfile.mkdtemp(prefix="dynaweb-collector-policy-"))
@@ -80,8 +82,9 @@ class LatestPolicyAgent:
             if self.slot.refresh() or self._runner is None and self.slot.model is not None:
                 from models.policy import PolicyRunner
 
-                self._runner = PolicyRunner(self.slot.model, self.slot.tokenizer, self.cfg.model,
-                                            generator=self.generator)  # fmt: skip
+                self._runner = PolicyRunner(
+                    self.slot.model, self.slot.tokenizer, self.cfg.model, generator=self.generator
+                )
                 self._runner.policy_version = self.slot.version
 
     def wait_ready(self, timeout: float = 120.0) -> None:
@@ -104,4 +107,6 @@ class LatestPolicyAgent:
         self._refresh()
         if self._runner is None:
             self.wait_ready()
-        return self._runner.act_info(observations, histories, temperature=self.cfg.dream.temperature)
+        return self._runner.act_info(
+            observations, histories, temperature=self.cfg.dream.temperature
+        )

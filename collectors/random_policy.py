@@ -15,7 +15,7 @@ import re
 
 from collectors.experts import TEXTBOX, parse_tree
 from collectors.observation import ACTIONABLE_ROLES
-from collectors.spaces import KEYS, Action, Observation
+from core.spaces import KEYS, Action, Observation
 
 _WORDS = ("hello", "test", "yes", "no", "1", "42", "Submit")
 

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from collectors import metrics as M
-from infra.config import Config
-from infra.metrics import MetricsEndpoint
+from core.config import Config
+from core.metrics import MetricsEndpoint
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
 
@@ -41,7 +41,9 @@ class PromMetrics:
         M.STEPS.labels(self.run, self.collector, self.policy, task).inc()
         M.STEP_LATENCY.labels(self.run, self.collector, self.policy).observe(latency_s)
         if self.agent is not None:
-            M.POLICY_VERSION.labels(self.run, self.collector).set(getattr(self.agent, "policy_version", 0))
+            M.POLICY_VERSION.labels(self.run, self.collector).set(
+                getattr(self.agent, "policy_version", 0)
+            )
 
     def on_episode(self, task: str, ok: bool, reward: float, steps: int, truncated: bool) -> None:
         outcome = "success" if ok else ("truncated" if truncated else "failure")
@@ -98,12 +100,26 @@ def main_collect(cfg: Config, collector_id: str) -> int:
 
     torch.set_num_threads(cfg.threads)
     topics = ensure_topics(cfg)
-    pub = Publisher(make_producer(cfg.kafka), on_error=lambda e: M.PUBLISH_ERRORS.labels(cfg.run_id, collector_id).inc())
+    pub = Publisher(
+        make_producer(cfg.kafka),
+        on_error=lambda e: M.PUBLISH_ERRORS.labels(cfg.run_id, collector_id).inc(),
+    )
     MetricsEndpoint(cfg, "collector", collector_id)
     pm = PromMetrics(cfg.run_id, collector_id, cfg.collector.policy)
-    pub.send(topics.collectors, records.Control(cfg.run_id, "announce", collector_id, info={
-        "tasks": list(cfg.collector.tasks), "policy": cfg.collector.policy, "contexts": cfg.collector.contexts}),
-        key=collector_id)  # fmt: skip
+    pub.send(
+        topics.collectors,
+        records.Control(
+            cfg.run_id,
+            "announce",
+            collector_id,
+            info={
+                "tasks": list(cfg.collector.tasks),
+                "policy": cfg.collector.policy,
+                "contexts": cfg.collector.contexts,
+            },
+        ),
+        key=collector_id,
+    )
 
     def make_agent(c: Config) -> Any:
         pm.agent = agent_factory(c)
@@ -122,7 +138,9 @@ def main_collect(cfg: Config, collector_id: str) -> int:
 
         threading.Thread(target=heartbeat, daemon=True).start()
         try:
-            stats = await run_collector(cfg, pub, topics, make_agent, stop, metrics=pm, collector_id=collector_id)
+            stats = await run_collector(
+                cfg, pub, topics, make_agent, stop, metrics=pm, collector_id=collector_id
+            )
             log.info("collector %s done: %s", collector_id, stats.snapshot())
         finally:
             beat.set()

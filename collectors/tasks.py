@@ -47,25 +47,46 @@ _DRAG = "needs drag-and-drop (no drag action)"
 _COORD = "needs clicks at pixel coordinates inside an SVG/canvas"
 _VISUAL = "needs reading shapes/colours that the text tree does not carry"
 MINIWOB_UNSOLVABLE: dict[str, str] = {
-    "bisect-angle": _COORD, "chase-circle": _COORD, "circle-center": _COORD,
-    "find-midpoint": _COORD, "grid-coordinate": _COORD, "right-angle": _COORD,
-    "hot-cold": "needs mouse moves/clicks at coordinates", "moving-items": _COORD,
-    "ascending-numbers": _COORD, "click-shape": _COORD, "click-pie": _COORD + " (SVG pie menu)",
+    "bisect-angle": _COORD,
+    "chase-circle": _COORD,
+    "circle-center": _COORD,
+    "find-midpoint": _COORD,
+    "grid-coordinate": _COORD,
+    "right-angle": _COORD,
+    "hot-cold": "needs mouse moves/clicks at coordinates",
+    "moving-items": _COORD,
+    "ascending-numbers": _COORD,
+    "click-shape": _COORD,
+    "click-pie": _COORD + " (SVG pie menu)",
     "click-pie-nodelay": _COORD + " (SVG pie menu)",
-    "count-shape": _VISUAL, "count-sides": _VISUAL, "identify-shape": _VISUAL,
-    "click-color": _VISUAL, "click-shades": _VISUAL, "visual-addition": _VISUAL,
+    "count-shape": _VISUAL,
+    "count-sides": _VISUAL,
+    "identify-shape": _VISUAL,
+    "click-color": _VISUAL,
+    "click-shades": _VISUAL,
+    "visual-addition": _VISUAL,
     "number-checkboxes": "needs reading digit shapes drawn by checkbox layout",
-    "simon-says": "needs watching colour flashes", "stock-market": "reads an SVG chart over time",
+    "simon-says": "needs watching colour flashes",
+    "stock-market": "reads an SVG chart over time",
     "hover-shape": "needs mouse hover (no hover action)",
-    "drag-box": _DRAG, "drag-circle": _DRAG, "drag-cube": _DRAG, "drag-items": _DRAG,
-    "drag-items-grid": _DRAG, "drag-shapes": _DRAG, "drag-shapes-2": _DRAG,
-    "drag-single-shape": _DRAG, "drag-sort-numbers": _DRAG,
-    "draw-circle": "needs free-hand drawing", "draw-line": "needs free-hand drawing",
-    "highlight-text": "needs text selection", "highlight-text-2": "needs text selection",
+    "drag-box": _DRAG,
+    "drag-circle": _DRAG,
+    "drag-cube": _DRAG,
+    "drag-items": _DRAG,
+    "drag-items-grid": _DRAG,
+    "drag-shapes": _DRAG,
+    "drag-shapes-2": _DRAG,
+    "drag-single-shape": _DRAG,
+    "drag-sort-numbers": _DRAG,
+    "draw-circle": "needs free-hand drawing",
+    "draw-line": "needs free-hand drawing",
+    "highlight-text": "needs text selection",
+    "highlight-text-2": "needs text selection",
     "text-editor": "needs text selection + formatting",
     "resize-textarea": "needs dragging the resize handle",
-    "use-colorwheel": "needs a colour picker (canvas)", "use-colorwheel-2": "needs a colour picker (canvas)",
-}  # fmt: skip
+    "use-colorwheel": "needs a colour picker (canvas)",
+    "use-colorwheel-2": "needs a colour picker (canvas)",
+}
 
 _REGISTRY: dict[str, TaskSpec] = {}
 _SUITES: dict[str, Suite] = {}
@@ -140,8 +161,9 @@ def get_task(name: str) -> TaskSpec:
     )
 
 
-def list_tasks(suite: str | None = None, solvable: bool | None = None,
-               has_expert: bool | None = None) -> list[TaskSpec]:  # fmt: skip
+def list_tasks(
+    suite: str | None = None, solvable: bool | None = None, has_expert: bool | None = None
+) -> list[TaskSpec]:
     _ensure()
     out = []
     for t in _REGISTRY.values():

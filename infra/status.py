@@ -15,7 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from infra.config import Config
+from core.config import Config
 
 
 class PrometheusUnavailable(RuntimeError):
@@ -34,8 +34,11 @@ class Prom:
 
     def _get(self, path: str, params: dict | list) -> dict:
         body = urllib.parse.urlencode(params).encode()
-        req = urllib.request.Request(self.url + path, data=body,
-                                     headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        req = urllib.request.Request(
+            self.url + path,
+            data=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 out = json.loads(r.read())
@@ -45,8 +48,10 @@ class Prom:
             except ValueError:
                 raise PrometheusUnavailable(f"{self.url}: HTTP {e.code}") from e
         except (urllib.error.URLError, OSError) as e:
-            raise PrometheusUnavailable(f"Prometheus at {self.url} is not reachable ({e}); "
-                                        "start it with `dynaweb infra up` or pass --prometheus URL") from e  # fmt: skip
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.url} is not reachable ({e}); "
+                "start it with `dynaweb infra up` or pass --prometheus URL"
+            ) from e
         if out.get("status") != "success":
             raise ValueError(f"Prometheus rejected the query: {out.get('error')}")
         return out["data"]
@@ -77,8 +82,15 @@ class Prom:
         return out
 
     def range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
-        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{max(step, 0.001):.3f}"})["result"]  # fmt: skip
+        return self._get(
+            "/api/v1/query_range",
+            {
+                "query": expr,
+                "start": f"{start:.3f}",
+                "end": f"{end:.3f}",
+                "step": f"{max(step, 0.001):.3f}",
+            },
+        )["result"]
 
     def series(self, match: str, start: float, end: float) -> list[dict]:
         return self._get(
@@ -130,9 +142,14 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     for r in prom.query(f"count by (collector, policy) (dynaweb_collector_steps_total{{{R}}})", at):
         pol[r["metric"]["collector"]] = r["metric"].get("policy")
     for name in sorted(set(cols) | set(steps) | set(hb)):
-        cols[name] = {"policy": pol.get(name) or cols.get(name, {}).get("policy"), "steps_per_s": steps.get(name),
-                      "episodes": eps.get(name), "success_rate": succ.get(name), "policy_version": ver.get(name),
-                      "heartbeat_age_s": hb.get(name)}  # fmt: skip
+        cols[name] = {
+            "policy": pol.get(name) or cols.get(name, {}).get("policy"),
+            "steps_per_s": steps.get(name),
+            "episodes": eps.get(name),
+            "success_rate": succ.get(name),
+            "policy_version": ver.get(name),
+            "heartbeat_age_s": hb.get(name),
+        }
     out["collectors"] = cols
     out["dream"] = {
         "steps_per_s": q(f"sum(rate(dynaweb_dream_steps_total{{{R}}}[{W}]))"),
@@ -173,8 +190,12 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
         ),
         "dead_letters_10m": q(f"sum(increase(dynaweb_stream_dead_letters_total{{{R}}}[10m]))"),
     }
-    out["alerts"] = sorted({r["metric"].get("alertname", "?") for r in
-                            prom.query(f'ALERTS{{alertstate="firing", {R}}}', at)})  # fmt: skip
+    out["alerts"] = sorted(
+        {
+            r["metric"].get("alertname", "?")
+            for r in prom.query(f'ALERTS{{alertstate="firing", {R}}}', at)
+        }
+    )
     return out
 
 
@@ -184,20 +205,38 @@ def learned_from(prom: Prom, R: str, at: float | None = None, window: str = "10m
     mean importance ratio, stale drops at train time, trajectories refused for having no group."""
 
     def inc(name: str) -> dict[str, float]:
-        return prom.by(f"sum by (source) (increase(dynaweb_trainer_{name}{{{R}}}[{window}]))", "source", at)
+        return prom.by(
+            f"sum by (source) (increase(dynaweb_trainer_{name}{{{R}}}[{window}]))", "source", at
+        )
 
-    traj, groups, nonzero = inc("gspo_trajectories_total"), inc("gspo_groups_total"), inc("gspo_groups_nonzero_total")
-    adv, clipped, ratio = inc("gspo_advantage_abs_total"), inc("gspo_clipped_total"), inc("gspo_ratio_total")
+    traj, groups, nonzero = (
+        inc("gspo_trajectories_total"),
+        inc("gspo_groups_total"),
+        inc("gspo_groups_nonzero_total"),
+    )
+    adv, clipped, ratio = (
+        inc("gspo_advantage_abs_total"),
+        inc("gspo_clipped_total"),
+        inc("gspo_ratio_total"),
+    )
     stale, ungrouped = inc("stale_dropped_total"), inc("ungrouped_total")
 
     def per(num: dict, den: dict, src: str) -> float | None:
         return num.get(src, 0.0) / den[src] if den.get(src) else None
 
-    return {src: {"trajectories": traj.get(src), "groups": groups.get(src),
-                  "nonzero_adv_share": per(nonzero, groups, src), "adv_abs_mean": per(adv, traj, src),
-                  "clipped_share": per(clipped, traj, src), "ratio_mean": per(ratio, traj, src),
-                  "stale_dropped": stale.get(src), "ungrouped": ungrouped.get(src)}
-            for src in ("real", "dream")}  # fmt: skip
+    return {
+        src: {
+            "trajectories": traj.get(src),
+            "groups": groups.get(src),
+            "nonzero_adv_share": per(nonzero, groups, src),
+            "adv_abs_mean": per(adv, traj, src),
+            "clipped_share": per(clipped, traj, src),
+            "ratio_mean": per(ratio, traj, src),
+            "stale_dropped": stale.get(src),
+            "ungrouped": ungrouped.get(src),
+        }
+        for src in ("real", "dream")
+    }
 
 
 def _n(v: float | None, fmt: str = "{:.2f}", none: str = "-") -> str:
@@ -219,40 +258,64 @@ def render(s: dict) -> str:
     lines.append(f"components  {comps}")
     first = True
     for name, c in s["collectors"].items():
-        lines.append(f"{'collectors' if first else '':11s} {name:28s} {c['policy'] or '?':7s} "
-                     f"{_n(c['steps_per_s'])} steps/s  episodes {_n(c['episodes'], '{:.0f}')}  "
-                     f"success {_pct(c['success_rate'])}  policy v{_n(c['policy_version'], '{:.0f}')}  "
-                     f"heartbeat {_n(c['heartbeat_age_s'], '{:.0f}')}s ago")  # fmt: skip
+        lines.append(
+            f"{'collectors' if first else '':11s} {name:28s} {c['policy'] or '?':7s} "
+            f"{_n(c['steps_per_s'])} steps/s  episodes {_n(c['episodes'], '{:.0f}')}  "
+            f"success {_pct(c['success_rate'])}  policy v{_n(c['policy_version'], '{:.0f}')}  "
+            f"heartbeat {_n(c['heartbeat_age_s'], '{:.0f}')}s ago"
+        )
         first = False
     if first:
         lines.append("collectors  none")
     d, t, st = s["dream"], s["trainer"], s["stream"]
     ratio = d["steps"] / s["real_steps"] if d["steps"] is not None and s["real_steps"] else None
-    lines.append(f"dream       {_n(d['steps_per_s'])} steps/s  dream/real {_n(ratio)}  policy v{_n(d['policy_version'], '{:.0f}')}"
-                 f" world model v{_n(d['world_model_version'], '{:.0f}')}  predicted success {_pct(d['success_rate'])}"
-                 f"  rate {_n(d['rate_factor'])}")  # fmt: skip
-    lines.append(f"trainer     policy {_n(t['policy_steps_per_s'], '{:.3f}')} steps/s ({_n(t['policy_steps'], '{:.0f}')} total)"
-                 f"  world model {_n(t['world_model_steps_per_s'], '{:.3f}')} steps/s  checkpoint "
-                 f"v{_n(t['checkpoint_version'], '{:.0f}')} ({_n(t['checkpoint_age_s'], '{:.0f}')}s ago)"
-                 f"  loss {_n(t['policy_loss'])} / wm {_n(t['world_model_loss'])}")  # fmt: skip
+    lines.append(
+        f"dream       {_n(d['steps_per_s'])} steps/s  dream/real {_n(ratio)}  policy v{_n(d['policy_version'], '{:.0f}')}"
+        f" world model v{_n(d['world_model_version'], '{:.0f}')}  predicted success {_pct(d['success_rate'])}"
+        f"  rate {_n(d['rate_factor'])}"
+    )
+    lines.append(
+        f"trainer     policy {_n(t['policy_steps_per_s'], '{:.3f}')} steps/s ({_n(t['policy_steps'], '{:.0f}')} total)"
+        f"  world model {_n(t['world_model_steps_per_s'], '{:.3f}')} steps/s  checkpoint "
+        f"v{_n(t['checkpoint_version'], '{:.0f}')} ({_n(t['checkpoint_age_s'], '{:.0f}')}s ago)"
+        f"  loss {_n(t['policy_loss'])} / wm {_n(t['world_model_loss'])}"
+    )
     for src, lf in s.get("learned_from", {}).items():
-        lines.append(f"{'GSPO (10m)' if src == 'real' else '':11s} {'live' if src == 'real' else 'dream':5s} "
-                     f"groups {_n(lf['groups'], '{:.0f}')}  with advantage {_pct(lf['nonzero_adv_share'])}  "
-                     f"|adv| {_n(lf['adv_abs_mean'])}  clipped {_pct(lf['clipped_share'])}  ratio "
-                     f"{_n(lf['ratio_mean'], '{:.3f}')}  stale {_n(lf['stale_dropped'], '{:.0f}')}  "
-                     f"ungrouped {_n(lf['ungrouped'], '{:.0f}')}")  # fmt: skip
+        lines.append(
+            f"{'GSPO (10m)' if src == 'real' else '':11s} {'live' if src == 'real' else 'dream':5s} "
+            f"groups {_n(lf['groups'], '{:.0f}')}  with advantage {_pct(lf['nonzero_adv_share'])}  "
+            f"|adv| {_n(lf['adv_abs_mean'])}  clipped {_pct(lf['clipped_share'])}  ratio "
+            f"{_n(lf['ratio_mean'], '{:.3f}')}  stale {_n(lf['stale_dropped'], '{:.0f}')}  "
+            f"ungrouped {_n(lf['ungrouped'], '{:.0f}')}"
+        )
     f = s["fidelity"]
-    lines.append("fidelity    " + ("  ".join(f"{k} {_n(f[k])}" for k in
-                 ("exact_match", "change_f1", "baseline_change_f1", "reward_bal_acc") if k in f) or "not reported yet"))  # fmt: skip
-    lines.append(f"stream      lag {_n(st['lag_batches'], '{:.0f}')} batches  {_n(st['batches_per_min'], '{:.1f}')} batches/min"
-                 f"  expert fraction {_pct(st['expert_fraction'])}  stale drops {_n(st['stale_dropped_10m'], '{:.0f}')}"
-                 f" / dead letters {_n(st['dead_letters_10m'], '{:.0f}')} (10 min)")  # fmt: skip
+    lines.append(
+        "fidelity    "
+        + (
+            "  ".join(
+                f"{k} {_n(f[k])}"
+                for k in ("exact_match", "change_f1", "baseline_change_f1", "reward_bal_acc")
+                if k in f
+            )
+            or "not reported yet"
+        )
+    )
+    lines.append(
+        f"stream      lag {_n(st['lag_batches'], '{:.0f}')} batches  {_n(st['batches_per_min'], '{:.1f}')} batches/min"
+        f"  expert fraction {_pct(st['expert_fraction'])}  stale drops {_n(st['stale_dropped_10m'], '{:.0f}')}"
+        f" / dead letters {_n(st['dead_letters_10m'], '{:.0f}')} (10 min)"
+    )
     lines.append("alerts      " + (", ".join(s["alerts"]) if s["alerts"] else "none firing"))
     return "\n".join(lines)
 
 
-def status(cfg: Config, url: str | None = None, run: str | None = None, as_json: bool = False,
-           at: float | None = None) -> int:  # fmt: skip
+def status(
+    cfg: Config,
+    url: str | None = None,
+    run: str | None = None,
+    as_json: bool = False,
+    at: float | None = None,
+) -> int:
     prom = Prom(prometheus_url(cfg, url))
     name = pick_run(prom, run)
     if name is None:

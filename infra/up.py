@@ -23,7 +23,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.config import Config
+from core.config import Config
 from infra.stack import REPO, Stack
 
 
@@ -45,20 +45,38 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
     comps = {"stream-worker": ["stream-worker"], "trainer": ["train"]}
     for i in range(cfg.up.dreamers):
         comps[f"dream-{i}"] = ["dream"]
-    comps["collector-expert"] = ["collect", "--policy", "expert", "--contexts", str(cfg.up.expert_contexts),
-                                 "--id", f"collector-expert-{cfg.run_id}",
-                                 "--set", f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}"]  # fmt: skip
+    comps["collector-expert"] = [
+        "collect",
+        "--policy",
+        "expert",
+        "--contexts",
+        str(cfg.up.expert_contexts),
+        "--id",
+        f"collector-expert-{cfg.run_id}",
+        "--set",
+        f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}",
+    ]
     if cfg.gate.enabled:  # candidates become LATEST only through the gate's probes
         comps["gate"] = ["gate"]
     for i in range(cfg.up.policy_collectors):
-        comps[f"collector-latest-{i}"] = ["collect", "--policy", "latest", "--contexts", "1",
-                                          "--id", f"collector-latest-{i}-{cfg.run_id}", "--set",
-                                          f"collector.groups_per_version={cfg.up.policy_groups_per_version}"]  # fmt: skip
+        comps[f"collector-latest-{i}"] = [
+            "collect",
+            "--policy",
+            "latest",
+            "--contexts",
+            "1",
+            "--id",
+            f"collector-latest-{i}-{cfg.run_id}",
+            "--set",
+            f"collector.groups_per_version={cfg.up.policy_groups_per_version}",
+        ]
     return comps
 
 
 class Supervisor:
-    def __init__(self, cfg: Config, components: dict[str, list[str]] | None = None, once: tuple = ()):
+    def __init__(
+        self, cfg: Config, components: dict[str, list[str]] | None = None, once: tuple = ()
+    ):
         self.cfg = cfg
         self.run_dir = cfg.home_path / "runs" / cfg.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -67,28 +85,45 @@ class Supervisor:
         self.logs = cfg.home_path / "logs" / cfg.run_id
         self.logs.mkdir(parents=True, exist_ok=True)
         comps = component_argv(cfg) if components is None else components
-        self.children = [Child(n, a, self.logs / f"{n}.log", backoff=cfg.up.restart_backoff_s, once=n in once)
-                         for n, a in comps.items()]  # fmt: skip
+        self.children = [
+            Child(n, a, self.logs / f"{n}.log", backoff=cfg.up.restart_backoff_s, once=n in once)
+            for n, a in comps.items()
+        ]
 
     def child(self, name: str) -> Child:
         return next(c for c in self.children if c.name == name)
 
     def _env(self) -> dict:
-        from infra.config import SECRETS
+        from core.config import SECRETS
 
         # the config file is the child's whole config: inherited DYNAWEB_<SECTION>__<FIELD> variables
         # would override it (they are already resolved into it); only secrets travel by environment
         keep = {f"DYNAWEB_{sec.upper()}__{key.upper()}" for sec, key in SECRETS}
-        env = {k: v for k, v in os.environ.items() if not (k.startswith("DYNAWEB_") and "__" in k) or k in keep}
-        env.update({"DYNAWEB_CONFIG": str(self.config_file), "DYNAWEB_HOME": str(self.cfg.home_path),
-                    "DYNAWEB_RUN_ID": self.cfg.run_id, "PYTHONUNBUFFERED": "1",
-                    "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])})  # fmt: skip
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not (k.startswith("DYNAWEB_") and "__" in k) or k in keep
+        }
+        env.update(
+            {
+                "DYNAWEB_CONFIG": str(self.config_file),
+                "DYNAWEB_HOME": str(self.cfg.home_path),
+                "DYNAWEB_RUN_ID": self.cfg.run_id,
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+            }
+        )
         return env
 
     def start(self, c: Child) -> None:
         log = open(c.log, "ab")
-        c.proc = subprocess.Popen([sys.executable, "-m", "infra.cli", *c.argv], stdout=log,
-                                  stderr=subprocess.STDOUT, env=self._env(), start_new_session=True)  # fmt: skip
+        c.proc = subprocess.Popen(
+            [sys.executable, "-m", "infra.cli", *c.argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self._env(),
+            start_new_session=True,
+        )
         log.close()
 
     def supervise(self) -> None:
@@ -110,8 +145,11 @@ class Supervisor:
                 c.restarts += 1
                 c.next_start = now + c.backoff
                 c.backoff = min(30.0, c.backoff * 2)
-                print(f"[up] {c.name} exited with {rc}; restarting in {c.next_start - now:.0f}s "
-                      f"(log: {c.log})", flush=True)  # fmt: skip
+                print(
+                    f"[up] {c.name} exited with {rc}; restarting in {c.next_start - now:.0f}s "
+                    f"(log: {c.log})",
+                    flush=True,
+                )
 
     def stop_one(self, name: str, timeout: float = 25.0) -> None:
         """Stop one child for good (SIGTERM, then SIGKILL after ``timeout``)."""
@@ -163,11 +201,26 @@ def scrape_targets(cfg: Config) -> list[tuple[dict, str]]:
 
 
 def summarize(cfg: Config) -> dict:
-    s = {"real_steps": 0.0, "expert_steps": 0.0, "dream_steps": 0.0, "episodes": 0.0, "successes": 0.0,
-         "policy_episodes": 0.0, "policy_successes": 0.0, "expert_episodes": 0.0, "expert_successes": 0.0,
-         "policy_steps": 0.0, "wm_steps": 0.0, "checkpoint_version": None, "dream_policy_version": None,
-         "batches": 0.0, "dead_letters": 0.0, "components": 0,
-         "gspo_groups": {"real": 0.0, "dream": 0.0}, "gspo_groups_nonzero": {"real": 0.0, "dream": 0.0}}  # fmt: skip
+    s = {
+        "real_steps": 0.0,
+        "expert_steps": 0.0,
+        "dream_steps": 0.0,
+        "episodes": 0.0,
+        "successes": 0.0,
+        "policy_episodes": 0.0,
+        "policy_successes": 0.0,
+        "expert_episodes": 0.0,
+        "expert_successes": 0.0,
+        "policy_steps": 0.0,
+        "wm_steps": 0.0,
+        "checkpoint_version": None,
+        "dream_policy_version": None,
+        "batches": 0.0,
+        "dead_letters": 0.0,
+        "components": 0,
+        "gspo_groups": {"real": 0.0, "dream": 0.0},
+        "gspo_groups_nonzero": {"real": 0.0, "dream": 0.0},
+    }
     for _labels, text in scrape_targets(cfg):
         s["components"] += 1
         for fam in text_string_to_metric_families(text):
@@ -176,13 +229,18 @@ def summarize(cfg: Config) -> dict:
                 if n == "dynaweb_collector_steps_total":
                     s["expert_steps" if lab.get("policy") == "expert" else "real_steps"] += v
                 elif n == "dynaweb_collector_episodes_total":
-                    who = "expert" if lab.get("policy") == "expert" else "policy"  # latest or random: not experts
+                    who = (
+                        "expert" if lab.get("policy") == "expert" else "policy"
+                    )  # latest or random: not experts
                     ok = lab.get("outcome") == "success"
                     s["episodes"] += v
                     s["successes"] += v * ok
                     s[f"{who}_episodes"] += v
                     s[f"{who}_successes"] += v * ok
-                elif n in ("dynaweb_trainer_gspo_groups_total", "dynaweb_trainer_gspo_groups_nonzero_total"):
+                elif n in (
+                    "dynaweb_trainer_gspo_groups_total",
+                    "dynaweb_trainer_gspo_groups_nonzero_total",
+                ):
                     key = "gspo_groups_nonzero" if "nonzero" in n else "gspo_groups"
                     s[key][lab.get("source", "")] = s[key].get(lab.get("source", ""), 0.0) + v
                 elif n == "dynaweb_dream_steps_total":
@@ -201,8 +259,10 @@ def summarize(cfg: Config) -> dict:
     for who in ("policy", "expert"):
         n = s[f"{who}_episodes"]
         s[f"{who}_success_rate"] = s[f"{who}_successes"] / n if n else None
-    s["nonzero_adv_share"] = {src: (s["gspo_groups_nonzero"][src] / g if g else None)
-                              for src, g in s["gspo_groups"].items()}  # fmt: skip
+    s["nonzero_adv_share"] = {
+        src: (s["gspo_groups_nonzero"][src] / g if g else None)
+        for src, g in s["gspo_groups"].items()
+    }
     return s
 
 
@@ -238,15 +298,22 @@ def progress_line(s: dict, elapsed: float) -> str:
         return "-" if v is None else f"{100 * v:.0f}%"
 
     nz = s.get("nonzero_adv_share", {})
-    share = " ".join(f"{src} {'-' if nz.get(src) is None else f'{100 * nz[src]:.0f}%'}" for src in ("real", "dream"))
-    return (f"[up {elapsed:5.0f}s] real {i(s['real_steps'])} expert {i(s['expert_steps'])} "
-            f"dream {i(s['dream_steps'])} | batches {i(s['batches'])} trainer step {i(s['policy_steps'])} "
-            f"(wm {i(s['wm_steps'])}) | ckpt v{i(s['checkpoint_version'])} dreaming with "
-            f"v{i(s['dream_policy_version'])} | policy success {pct('policy')} (expert {pct('expert')}) | "
-            f"groups with advantage {share} | components {s['components']}")  # fmt: skip
+    share = " ".join(
+        f"{src} {'-' if nz.get(src) is None else f'{100 * nz[src]:.0f}%'}"
+        for src in ("real", "dream")
+    )
+    return (
+        f"[up {elapsed:5.0f}s] real {i(s['real_steps'])} expert {i(s['expert_steps'])} "
+        f"dream {i(s['dream_steps'])} | batches {i(s['batches'])} trainer step {i(s['policy_steps'])} "
+        f"(wm {i(s['wm_steps'])}) | ckpt v{i(s['checkpoint_version'])} dreaming with "
+        f"v{i(s['dream_policy_version'])} | policy success {pct('policy')} (expert {pct('expert')}) | "
+        f"groups with advantage {share} | components {s['components']}"
+    )
 
 
-def run_up(cfg: Config, duration: float = 0, start_stack: bool = True, as_json: bool = False) -> int:
+def run_up(
+    cfg: Config, duration: float = 0, start_stack: bool = True, as_json: bool = False
+) -> int:
     from streams.kafka import ensure_topics
 
     stack = Stack(cfg)
@@ -267,7 +334,10 @@ def run_up(cfg: Config, duration: float = 0, start_stack: bool = True, as_json: 
         while not stop["now"] and not (duration and time.time() - t0 >= duration):
             sup.supervise()
             if time.time() - last >= cfg.up.progress_every_s:
-                print(progress_line(recent.update(summarize(cfg), time.time()), time.time() - t0), flush=True)
+                print(
+                    progress_line(recent.update(summarize(cfg), time.time()), time.time() - t0),
+                    flush=True,
+                )
                 last = time.time()
             time.sleep(0.2)
     except KeyboardInterrupt:

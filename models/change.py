@@ -102,7 +102,9 @@ def _parse_ops(lines: list[str]) -> tuple[list[tuple], list[str]]:
         elif m := _OP_REPLACE.match(line):
             ops.append(("replace", (int(m.group(1)), int(m.group(2) or 0)), m.group(3) or ""))
         elif m := _OP_INSERT.match(line):
-            ops.append(("insert_" + m.group(1), (int(m.group(2)), int(m.group(3) or 0)), m.group(4) or ""))
+            ops.append(
+                ("insert_" + m.group(1), (int(m.group(2)), int(m.group(3) or 0)), m.group(4) or "")
+            )
         elif line.strip():
             problems.append(f"unknown op {line[:40]!r}")
     return ops, problems
@@ -379,7 +381,7 @@ def _op_text(op: tuple) -> str:
         return f"remove {_anchor_text(op[1])}"
     if kind == "replace":
         return f"replace {_anchor_text(op[1])} {op[2]}"
-    return f"insert {kind[len('insert_'):]} {_anchor_text(op[1])} {op[2]}"
+    return f"insert {kind[len('insert_') :]} {_anchor_text(op[1])} {op[2]}"
 
 
 # --- fidelity helpers ------------------------------------------------------------

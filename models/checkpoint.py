@@ -8,11 +8,11 @@ Layout (bucket ``cfg.s3.bucket``)::
                                                               resolved config, consumed offsets
     <run_id>/checkpoints/<kind>/LATEST                         {"version", "manifest_sha256"}
     <run_id>/checkpoints/<kind>/PROMOTED                       {"versions": [...]}
-    <run_id>/checkpoints/<kind>/<version:08d>/gate.json        the gate's decision (``models.gate``)
+    <run_id>/checkpoints/<kind>/<version:08d>/gate.json        the gate's decision (``evaluation.gate``)
 
 The writer uploads every file, then the manifest, then ``LATEST``; the
 announcement on Kafka only notifies.  With ``gate.enabled`` the trainer writes
-a *candidate* (files and manifest, ``LATEST`` untouched) and ``models.gate``
+a *candidate* (files and manifest, ``LATEST`` untouched) and ``evaluation.gate``
 moves ``LATEST`` (and announces) only when the candidate passes its probes.  Readers verify the manifest's sha256
 (against the announcement or ``LATEST``) and every file's sha256 before
 loading; a mismatch raises ``CorruptCheckpoint`` and the caller keeps the
@@ -53,23 +53,41 @@ def sha256_bytes(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def build_manifest(kind: str, version: int, run_id: str, local_dir: Path, config: dict,
-                   offsets: dict, extra: dict | None = None) -> dict:  # fmt: skip
+def build_manifest(
+    kind: str,
+    version: int,
+    run_id: str,
+    local_dir: Path,
+    config: dict,
+    offsets: dict,
+    extra: dict | None = None,
+) -> dict:
     files = {}
     for p in sorted(local_dir.rglob("*")):
         if p.is_file():
-            files[p.relative_to(local_dir).as_posix()] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+            files[p.relative_to(local_dir).as_posix()] = {
+                "sha256": sha256_file(p),
+                "size": p.stat().st_size,
+            }
     return {
-        "kind": kind, "version": version, "run_id": run_id, "created_at": time.time(),
-        "files": files, "config": config, "offsets": offsets, "extra": extra or {},
-    }  # fmt: skip
+        "kind": kind,
+        "version": version,
+        "run_id": run_id,
+        "created_at": time.time(),
+        "files": files,
+        "config": config,
+        "offsets": offsets,
+        "extra": extra or {},
+    }
 
 
 def verify_manifest_files(manifest: dict, local_dir: Path) -> None:
     for rel, meta in manifest["files"].items():
         p = local_dir / rel
         if not p.exists():
-            raise CorruptCheckpoint(f"{manifest['kind']} v{manifest['version']}: file {rel} is missing")
+            raise CorruptCheckpoint(
+                f"{manifest['kind']} v{manifest['version']}: file {rel} is missing"
+            )
         got = sha256_file(p)
         if got != meta["sha256"]:
             raise CorruptCheckpoint(
@@ -102,8 +120,16 @@ class CheckpointStore:
         return f"s3://{self.bucket}/{self.prefix(kind, version)}"
 
     # --- writing -------------------------------------------------------
-    def save(self, kind: str, version: int, local_dir: Path, config: dict, offsets: dict,
-             extra: dict | None = None, set_latest: bool = True) -> Saved:  # fmt: skip
+    def save(
+        self,
+        kind: str,
+        version: int,
+        local_dir: Path,
+        config: dict,
+        offsets: dict,
+        extra: dict | None = None,
+        set_latest: bool = True,
+    ) -> Saved:
         local_dir = Path(local_dir)
         manifest = build_manifest(kind, version, self.run_id, local_dir, config, offsets, extra)
         pre = self.prefix(kind, version)
@@ -117,8 +143,9 @@ class CheckpointStore:
         return Saved(kind, version, self.uri(kind, version), digest)
 
     def _put(self, key: str, body: bytes) -> None:
-        self.client.put_object(self.bucket, key, io.BytesIO(body), len(body),
-                               content_type="application/json")  # fmt: skip
+        self.client.put_object(
+            self.bucket, key, io.BytesIO(body), len(body), content_type="application/json"
+        )
 
     def _get(self, key: str) -> bytes | None:
         try:
@@ -137,10 +164,16 @@ class CheckpointStore:
         if manifest_sha256 is None:
             body = self._get(self.prefix(kind, version) + "manifest.json")
             if body is None:
-                raise KeyError(f"{kind} v{version} has no manifest in s3://{self.bucket}/{self.prefix(kind)}")
+                raise KeyError(
+                    f"{kind} v{version} has no manifest in s3://{self.bucket}/{self.prefix(kind)}"
+                )
             manifest_sha256 = sha256_bytes(body)
-        self._put(self.prefix(kind) + "LATEST", json.dumps(
-            {"version": version, "manifest_sha256": manifest_sha256, "updated_at": time.time()}).encode())
+        self._put(
+            self.prefix(kind) + "LATEST",
+            json.dumps(
+                {"version": version, "manifest_sha256": manifest_sha256, "updated_at": time.time()}
+            ).encode(),
+        )
 
     # --- reading -------------------------------------------------------
     def latest(self, kind: str) -> dict | None:
@@ -152,7 +185,7 @@ class CheckpointStore:
         out = set()
         base = self.prefix(kind)
         for obj in self.client.list_objects(self.bucket, prefix=base, recursive=True):
-            rel = obj.object_name[len(base):]
+            rel = obj.object_name[len(base) :]
             head, _, name = rel.partition("/")
             if name == "manifest.json" and head.isdigit():
                 out.add(int(head))
@@ -169,8 +202,12 @@ class CheckpointStore:
     # --- gate decisions ----------------------------------------------------
     def write_decision(self, kind: str, version: int, record: dict) -> None:
         """The gate's decision on ``version`` (``decision``: promoted, rejected or superseded)."""
-        self._put(self.prefix(kind, version) + GATE_FILE, json.dumps(
-            {"kind": kind, "version": version, "decided_at": time.time(), **record}, default=str).encode())
+        self._put(
+            self.prefix(kind, version) + GATE_FILE,
+            json.dumps(
+                {"kind": kind, "version": version, "decided_at": time.time(), **record}, default=str
+            ).encode(),
+        )
 
     def decision(self, kind: str, version: int) -> dict | None:
         body = self._get(self.prefix(kind, version) + GATE_FILE)
@@ -181,14 +218,16 @@ class CheckpointStore:
         base = self.prefix(kind)
         out = {}
         for obj in self.client.list_objects(self.bucket, prefix=base, recursive=True):
-            head, _, name = obj.object_name[len(base):].partition("/")
+            head, _, name = obj.object_name[len(base) :].partition("/")
             if name == GATE_FILE and head.isdigit():
                 rec = self.decision(kind, int(head))
                 if rec is not None:
                     out[int(head)] = rec
         return out
 
-    def manifest(self, kind: str, version: int, expected_sha256: str | None = None) -> tuple[dict, str]:
+    def manifest(
+        self, kind: str, version: int, expected_sha256: str | None = None
+    ) -> tuple[dict, str]:
         body = self._get(self.prefix(kind, version) + "manifest.json")
         if body is None:
             raise CorruptCheckpoint(f"{kind} v{version}: no manifest at {self.uri(kind, version)}")
@@ -199,11 +238,17 @@ class CheckpointStore:
             )
         return json.loads(body), digest
 
-    def download(self, kind: str, version: int, dest: Path, expected_sha256: str | None = None) -> dict:
+    def download(
+        self, kind: str, version: int, dest: Path, expected_sha256: str | None = None
+    ) -> dict:
         """Download into ``dest`` (replaced atomically) and verify every sha256."""
         manifest, _ = self.manifest(kind, version, expected_sha256)
         dest = Path(dest)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-{version}-", dir=dest.parent if dest.parent.exists() else None))
+        tmp = Path(
+            tempfile.mkdtemp(
+                prefix=f".{kind}-{version}-", dir=dest.parent if dest.parent.exists() else None
+            )
+        )
         try:
             pre = self.prefix(kind, version)
             for rel in manifest["files"]:
@@ -239,7 +284,9 @@ class CheckpointStore:
         for v in vs:
             if v in protect:
                 continue
-            for obj in self.client.list_objects(self.bucket, prefix=self.prefix(kind, v), recursive=True):
+            for obj in self.client.list_objects(
+                self.bucket, prefix=self.prefix(kind, v), recursive=True
+            ):
                 self.client.remove_object(self.bucket, obj.object_name)
             removed.append(v)
         return removed
@@ -255,7 +302,10 @@ def announce(cfg, store: CheckpointStore, kind: str, version: int, publisher=Non
     _, digest = store.manifest(kind, version)
     pub = publisher or Publisher(make_producer(cfg.kafka))
     try:
-        pub.send(topics.checkpoints, CheckpointAnnouncement(cfg.run_id, kind, version, store.uri(kind, version), digest))
+        pub.send(
+            topics.checkpoints,
+            CheckpointAnnouncement(cfg.run_id, kind, version, store.uri(kind, version), digest),
+        )
         pub.flush()
     finally:
         if publisher is None:

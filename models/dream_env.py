@@ -27,7 +27,7 @@ Dreamed and live episodes end by the same rules and render the same fields
 (``dream_outcome``): ``stop`` ends the episode (reward 0, page unchanged, no
 world-model call), as in ``collectors.env.WebEnv``; an action the live page
 would refuse before touching it (an element id not on the page, an unknown key:
-``collectors.spaces.precheck_error``) leaves the page unchanged with the same
+``core.spaces.precheck_error``) leaves the page unchanged with the same
 ``Error:`` line; otherwise the world model predicts the change, reward and
 done; the step limit (the horizon) truncates.
 """
@@ -38,7 +38,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from collectors.spaces import Action, Observation, parse_action, precheck_error
+from core.spaces import Action, Observation, parse_action, precheck_error
 
 
 def dream_outcome(obs: Observation, action: Action) -> tuple[Observation, bool, str] | None:
@@ -64,7 +64,9 @@ class DreamEnv:
         self.t = 0
         self.history: list[str] = []
 
-    def reset(self, start_obs: Observation, task: str = "", seed: int = 0) -> tuple[Observation, dict]:
+    def reset(
+        self, start_obs: Observation, task: str = "", seed: int = 0
+    ) -> tuple[Observation, dict]:
         self.obs, self.task, self.seed, self.t, self.history = start_obs, task, seed, 0, []
         return start_obs, {"task": task, "seed": seed, "dream": True}
 
@@ -105,9 +107,16 @@ class Rollout(list):
 
 
 def dream_rollouts(
-    policy_runner: Any, wm_runner: Any, start_states: list, group_size: int, horizon: int,
-    temperature: float = 1.0, greedy: bool = False, sample_world: bool = False, batch: int | None = None,
-) -> list[Rollout]:  # fmt: skip
+    policy_runner: Any,
+    wm_runner: Any,
+    start_states: list,
+    group_size: int,
+    horizon: int,
+    temperature: float = 1.0,
+    greedy: bool = False,
+    sample_world: bool = False,
+    batch: int | None = None,
+) -> list[Rollout]:
     """G rollouts per start state (sharing a fresh group id), at most ``horizon`` steps.
 
     ``start_states``: Observations (or objects with ``.obs``).  Step dict keys:
@@ -132,25 +141,60 @@ def dream_rollouts(
         for c in range(0, len(active), cap):
             idx = active[c : c + cap]
             obs_b = [state[k][1] for k in idx]
-            acts = policy_runner.act(obs_b, [state[k][2] for k in idx], temperature=temperature, greedy=greedy)
-            infos = getattr(policy_runner, "last_info", None) or []  # candidates_hash, temperature per decision
+            acts = policy_runner.act(
+                obs_b, [state[k][2] for k in idx], temperature=temperature, greedy=greedy
+            )
+            infos = (
+                getattr(policy_runner, "last_info", None) or []
+            )  # candidates_hash, temperature per decision
             infos = infos if len(infos) == len(acts) else [{}] * len(acts)
             fixed = [dream_outcome(o, a) for o, (a, _, _) in zip(obs_b, acts, strict=True)]
             ask = [j for j, f in enumerate(fixed) if f is None]  # only these need the world model
-            preds = dict(zip(ask, wm_runner.predict([obs_b[j] for j in ask], [acts[j][0] for j in ask],
-                                                    sample=sample_world) if ask else [], strict=True))  # fmt: skip
+            preds = dict(
+                zip(
+                    ask,
+                    wm_runner.predict(
+                        [obs_b[j] for j in ask], [acts[j][0] for j in ask], sample=sample_world
+                    )
+                    if ask
+                    else [],
+                    strict=True,
+                )
+            )
             for j, (k, (act, lp, nt)) in enumerate(zip(idx, acts, strict=True)):
                 ro, obs, hist = state[k]
                 text = act.to_text()
                 if fixed[j] is not None:
                     nxt, done, reason = fixed[j]
-                    step = {"next_obs": nxt, "reward": 0.0, "done": done, "ok": True, "reason": reason}
+                    step = {
+                        "next_obs": nxt,
+                        "reward": 0.0,
+                        "done": done,
+                        "ok": True,
+                        "reason": reason,
+                    }
                 else:
                     p = preds[j]
-                    step = {"next_obs": p.next_obs, "reward": float(p.reward), "done": bool(p.done), "ok": p.ok,
-                            "reason": p.reason}  # fmt: skip
-                ro.append({"obs": obs, "action": text, **step, "behaviour_logprob": float(lp), "logprob": float(lp),
-                           "ntokens": int(nt), "candidates_hash": str(infos[j].get("candidates_hash") or ""),
-                           "temperature": float(infos[j].get("temperature") or (temperature if temperature > 0 else 1.0))})  # fmt: skip
+                    step = {
+                        "next_obs": p.next_obs,
+                        "reward": float(p.reward),
+                        "done": bool(p.done),
+                        "ok": p.ok,
+                        "reason": p.reason,
+                    }
+                ro.append(
+                    {
+                        "obs": obs,
+                        "action": text,
+                        **step,
+                        "behaviour_logprob": float(lp),
+                        "logprob": float(lp),
+                        "ntokens": int(nt),
+                        "candidates_hash": str(infos[j].get("candidates_hash") or ""),
+                        "temperature": float(
+                            infos[j].get("temperature") or (temperature if temperature > 0 else 1.0)
+                        ),
+                    }
+                )
                 state[k] = (ro, step["next_obs"], hist + [text])
     return rollouts

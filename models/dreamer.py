@@ -26,10 +26,10 @@ from typing import Any
 import torch
 from kafka import TopicPartition
 
-from collectors.spaces import Observation
-from infra.config import Config
-from infra.process import start_component
-from infra.s3 import make_client
+from core.config import Config
+from core.process import start_component
+from core.s3 import make_client
+from core.spaces import Observation
 from models import metrics as M
 from models.checkpoint import CheckpointStore, CorruptCheckpoint
 from streams import records
@@ -100,7 +100,9 @@ class Dreamer:
         self.topics = ensure_topics(cfg)
         self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
         self.work = Path(tempfile.mkdtemp(prefix="dynaweb-dream-"))
-        self.slots = {k: ModelSlot(self.store, k, self.work, self.run) for k in ("policy", "world_model")}
+        self.slots = {
+            k: ModelSlot(self.store, k, self.work, self.run) for k in ("policy", "world_model")
+        }
         self.pub = Publisher(make_producer(cfg.kafka))
         self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
         self.rate_factor = 1.0
@@ -115,7 +117,12 @@ class Dreamer:
     def setup(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
         tps = []
-        for t in (self.topics.checkpoints, self.topics.control, self.topics.real, self.topics.expert):
+        for t in (
+            self.topics.checkpoints,
+            self.topics.control,
+            self.topics.real,
+            self.topics.expert,
+        ):
             parts = self.consumer.partitions_for_topic(t) or {0}
             tps += [TopicPartition(t, p) for p in sorted(parts)]
         self.consumer.assign(tps)
@@ -160,7 +167,9 @@ class Dreamer:
                     self.rate_factor = max(0.01, min(1.0, float(rec.value)))
                     M.DREAM_RATE_FACTOR.labels(self.run).set(self.rate_factor)
                 elif isinstance(rec, records.Transition) and rec.step == 0:
-                    self.starts.append(StartState(Observation.from_dict(rec.obs), rec.task, rec.seed))
+                    self.starts.append(
+                        StartState(Observation.from_dict(rec.obs), rec.task, rec.seed)
+                    )
         M.DREAM_START_STATES.labels(self.run).set(len(self.starts))
         if announced:
             self.refresh_models()
@@ -175,8 +184,14 @@ class Dreamer:
         pv, wv = self.slots["policy"].version, self.slots["world_model"].version
         t0 = time.time()
         with torch.no_grad():
-            rollouts = dream_rollouts(pr, wr, [s.obs for s in starts], cfg.group_size, cfg.horizon,
-                                      temperature=cfg.temperature)  # fmt: skip
+            rollouts = dream_rollouts(
+                pr,
+                wr,
+                [s.obs for s in starts],
+                cfg.group_size,
+                cfg.horizon,
+                temperature=cfg.temperature,
+            )
         n = 0
         successes = 0
         per_task: dict[str, list[int]] = {}
@@ -186,15 +201,30 @@ class Dreamer:
             for i, st in enumerate(ro.steps):
                 last = i == len(ro.steps) - 1
                 rec = records.Transition(
-                    run_id=self.run, episode_id=ep, step=i, task=start.task, seed=start.seed, source="dream",
-                    policy_version=pv, world_model_version=wv, obs=st["obs"].to_dict(), action=st["action"],
-                    next_obs=st["next_obs"].to_dict(), reward=float(st["reward"]) if last else 0.0,
-                    done=bool(st["done"]) and last, truncated=last and not st["done"],
-                    producer_id=self.producer_id, group_id=ro.group_id,
-                    behaviour_logprob=float(st["logprob"]), action_tokens=int(st["ntokens"]),
+                    run_id=self.run,
+                    episode_id=ep,
+                    step=i,
+                    task=start.task,
+                    seed=start.seed,
+                    source="dream",
+                    policy_version=pv,
+                    world_model_version=wv,
+                    obs=st["obs"].to_dict(),
+                    action=st["action"],
+                    next_obs=st["next_obs"].to_dict(),
+                    reward=float(st["reward"]) if last else 0.0,
+                    done=bool(st["done"]) and last,
+                    truncated=last and not st["done"],
+                    producer_id=self.producer_id,
+                    group_id=ro.group_id,
+                    behaviour_logprob=float(st["logprob"]),
+                    action_tokens=int(st["ntokens"]),
                     candidates_hash=str(st.get("candidates_hash") or ""),
-                    info={"wm_ok": bool(st.get("ok", True)), "temperature": float(st.get("temperature") or 1.0)},
-                )  # fmt: skip
+                    info={
+                        "wm_ok": bool(st.get("ok", True)),
+                        "temperature": float(st.get("temperature") or 1.0),
+                    },
+                )
                 self.pub.send(self.topics.dream, rec, key=ro.group_id)
                 n += 1
             successes += int(ro.steps[-1]["reward"] > 0)
@@ -239,7 +269,9 @@ class Dreamer:
 
 def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = None) -> Dreamer:
     stop = start_component(cfg, "dream", producer_id, stop)
-    M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(1.0)  # full speed until told otherwise (series exists from start)
+    M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(
+        1.0
+    )  # full speed until told otherwise (series exists from start)
     d = Dreamer(cfg, producer_id, stop)
     try:
         d.setup()

@@ -28,7 +28,9 @@ def model_path() -> str:
 class PageEmbedder:
     dim = DIM
 
-    def __init__(self, path: str = "", max_length: int = 256, cache_size: int = 4096, batch: int = 32):
+    def __init__(
+        self, path: str = "", max_length: int = 256, cache_size: int = 4096, batch: int = 32
+    ):
         self.path = path
         self.max_length = max_length
         self.cache_size = cache_size
@@ -54,7 +56,9 @@ class PageEmbedder:
 
     @torch.no_grad()
     def _encode(self, texts: list[str]) -> torch.Tensor:
-        enc = self._tok(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        enc = self._tok(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
         hidden = self._model(**enc).last_hidden_state
         m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)

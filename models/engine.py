@@ -25,7 +25,12 @@ def setup_distributed() -> None:
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     single = "WORLD_SIZE" not in os.environ or os.environ["WORLD_SIZE"] == "1"
-    for k, v in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+    for k, v in (
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("LOCAL_RANK", "0"),
+    ):
         os.environ.setdefault(k, v)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     import deepspeed
@@ -39,7 +44,9 @@ def setup_distributed() -> None:
         deepspeed.init_distributed(dist_backend=backend)
 
 
-def lr_factor(step: int, warmup_steps: int = 0, decay_steps: int = 0, min_lr_ratio: float = 0.0) -> float:
+def lr_factor(
+    step: int, warmup_steps: int = 0, decay_steps: int = 0, min_lr_ratio: float = 0.0
+) -> float:
     """Learning-rate multiplier for the optimizer step ``step`` (0-based; the lr of step ``k`` is
     ``peak * lr_factor(k)``): linear warm-up ``(k + 1) / warmup_steps`` over the first ``warmup_steps``
     steps, then cosine decay from 1 to ``min_lr_ratio`` over ``decay_steps`` steps, then flat at
@@ -53,14 +60,20 @@ def lr_factor(step: int, warmup_steps: int = 0, decay_steps: int = 0, min_lr_rat
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
 
 
-def lr_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int = 0, decay_steps: int = 0,
-                min_lr_ratio: float = 0.0) -> torch.optim.lr_scheduler.LambdaLR:  # fmt: skip
+def lr_schedule(
+    optimizer: torch.optim.Optimizer,
+    warmup_steps: int = 0,
+    decay_steps: int = 0,
+    min_lr_ratio: float = 0.0,
+) -> torch.optim.lr_scheduler.LambdaLR:
     """``LambdaLR`` over ``lr_factor``: stepped by ``engine.step()`` after each optimizer step and saved /
     restored with the engine's checkpoint (its step count and peak lr; the schedule's shape comes
     from the config of the running process)."""
     w, d, m = int(warmup_steps), int(decay_steps), float(min_lr_ratio)
 
-    def factor(step: int) -> float:  # a plain function: LambdaLR's state dict then holds no parameters
+    def factor(
+        step: int,
+    ) -> float:  # a plain function: LambdaLR's state dict then holds no parameters
         return lr_factor(step, w, d, m)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -71,13 +84,22 @@ def current_lr(engine: Any) -> float:
     return float(engine.optimizer.param_groups[0]["lr"])
 
 
-def make_engine(model: torch.nn.Module, lr: float, zero_stage: int = 0, grad_clip: float = 1.0,
-                warmup_steps: int = 0, decay_steps: int = 0, min_lr_ratio: float = 0.0) -> Any:
+def make_engine(
+    model: torch.nn.Module,
+    lr: float,
+    zero_stage: int = 0,
+    grad_clip: float = 1.0,
+    warmup_steps: int = 0,
+    decay_steps: int = 0,
+    min_lr_ratio: float = 0.0,
+) -> Any:
     """A DeepSpeed engine with AdamW at peak ``lr`` and the ``lr_schedule`` (defaults: constant lr)."""
     import deepspeed
 
     setup_distributed()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0
+    )
     sched = lr_schedule(opt, warmup_steps, decay_steps, min_lr_ratio)
     ds_config = {
         "train_micro_batch_size_per_gpu": 1,
@@ -87,7 +109,9 @@ def make_engine(model: torch.nn.Module, lr: float, zero_stage: int = 0, grad_cli
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=ds_config)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=opt, lr_scheduler=sched, config=ds_config
+    )
     return engine
 
 
@@ -95,9 +119,15 @@ def trainer_engine(model: torch.nn.Module, tc: Any, kind: str = "policy") -> Any
     """``make_engine`` with ``TrainerConfig``: peak ``tc.lr`` (policy) or ``tc.wm_lr`` (world model), one
     schedule shape for both (``warmup_steps``, ``decay_steps``, ``min_lr_ratio``; each model counts its own
     optimizer steps)."""
-    return make_engine(model, tc.wm_lr if kind == "world_model" else tc.lr, tc.zero_stage, tc.grad_clip,
-                       getattr(tc, "warmup_steps", 0), getattr(tc, "decay_steps", 0),
-                       getattr(tc, "min_lr_ratio", 0.0))  # fmt: skip
+    return make_engine(
+        model,
+        tc.wm_lr if kind == "world_model" else tc.lr,
+        tc.zero_stage,
+        tc.grad_clip,
+        getattr(tc, "warmup_steps", 0),
+        getattr(tc, "decay_steps", 0),
+        getattr(tc, "min_lr_ratio", 0.0),
+    )
 
 
 def engine_step(engine: Any, loss: torch.Tensor | None) -> float:

@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from collectors.spaces import Observation, parse_action
+from core.spaces import Observation, parse_action
 from models.losses import (
     balanced_cross_entropy,
     bc_loss,
@@ -82,7 +82,9 @@ def _pad_rows(rows: list[list[int]], pad: int) -> torch.Tensor:
     return out
 
 
-def _pack(rows: list[tuple[list[int], list[int]]], max_pos: int) -> list[tuple[list[int], list[int]]]:
+def _pack(
+    rows: list[tuple[list[int], list[int]]], max_pos: int
+) -> list[tuple[list[int], list[int]]]:
     """Rows sharing a prompt -> packed rows (prompt, [row indices]) within ``max_pos``."""
     groups: dict[tuple, list[int]] = {}
     for i, (p, _) in enumerate(rows):
@@ -101,7 +103,9 @@ def _pack(rows: list[tuple[list[int], list[int]]], max_pos: int) -> list[tuple[l
     return packed
 
 
-def _trie_row(prompt: list[int], conts: list[list[int]]) -> tuple[list[int], list[int], list[list[int]], list]:
+def _trie_row(
+    prompt: list[int], conts: list[list[int]]
+) -> tuple[list[int], list[int], list[list[int]], list]:
     """One packed row: the prompt, then the continuations as a token trie.
 
     Returns (tokens, position ids, the visible positions of each trie node -- the prompt
@@ -141,7 +145,9 @@ def action_logprobs(
     padding).  Runs in eval mode (dropout off) and restores the previous mode.
     """
     max_pos = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-    packed = sorted(_pack(rows, max_pos), key=lambda x: len(x[0]) + sum(len(rows[i][1]) for i in x[1]))
+    packed = sorted(
+        _pack(rows, max_pos), key=lambda x: len(x[0]) + sum(len(rows[i][1]) for i in x[1])
+    )
     out: list[torch.Tensor | None] = [None] * len(rows)
     dev = next(model.parameters()).device
     neg = torch.finfo(torch.float32).min
@@ -166,8 +172,12 @@ def action_logprobs(
                     allowed[r, L:, :L] = True
                     allowed[r, q, torch.tensor([k for ch in chains for k in ch])] = True
             mask = torch.where(allowed, 0.0, neg)[:, None].to(dev)
-            logits = model(input_ids=ids.to(dev), attention_mask=mask, position_ids=pos_t.to(dev),
-                           use_cache=False).logits  # fmt: skip
+            logits = model(
+                input_ids=ids.to(dev),
+                attention_mask=mask,
+                position_ids=pos_t.to(dev),
+                use_cache=False,
+            ).logits
             # one gather for every continuation token of the forward (per-continuation indexing
             # would make backward allocate a logits-sized gradient per continuation)
             rr, pp, lab, owners = [], [], [], []
@@ -187,12 +197,19 @@ def action_logprobs(
         model.train(was_training)
 
 
-def trajectory_rows(tokenizer: Any, steps: list, max_positions: int) -> list[tuple[list[int], list[int]]]:
+def trajectory_rows(
+    tokenizer: Any, steps: list, max_positions: int
+) -> list[tuple[list[int], list[int]]]:
     """(policy prompt, action tokens) per step, history = the trajectory's previous action texts."""
     rows, history = [], []
     for t in steps:
         obs = Observation.from_dict(t.obs)
-        rows.append((policy_prompt_ids(tokenizer, obs, history, max_positions), action_ids(tokenizer, t.action)))
+        rows.append(
+            (
+                policy_prompt_ids(tokenizer, obs, history, max_positions),
+                action_ids(tokenizer, t.action),
+            )
+        )
         history = history + [t.action]
     return rows
 
@@ -202,12 +219,16 @@ class Decision:
     """One step as the policy saw it: the prompt, the rebuilt candidate set C(s), the action's place in it."""
 
     prompt: list[int]
-    cand_ids: list[list[int]]  # token ids (text + eos) of every candidate, in ``policy_candidates`` order
+    cand_ids: list[
+        list[int]
+    ]  # token ids (text + eos) of every candidate, in ``policy_candidates`` order
     index: int  # the recorded action's index in the candidates, -1 if it is not one of them
     action_ids: list[int]
     hash: str  # ``candidates_hash`` of the rebuilt set
     recorded_hash: str  # the transition's ``candidates_hash`` ("" = not recorded)
-    temperature: float  # T of ``log pi_T``: the transition's ``info["temperature"]``, else the trainer's
+    temperature: (
+        float  # T of ``log pi_T``: the transition's ``info["temperature"]``, else the trainer's
+    )
 
 
 def _canonical(text: str) -> str:
@@ -217,13 +238,22 @@ def _canonical(text: str) -> str:
         return text
 
 
-def trajectory_decisions(tokenizer: Any, steps: list, max_positions: int, default_temperature: float = 1.0,
-                         max_candidates: int = MAX_CANDIDATES) -> list[Decision]:  # fmt: skip
+def trajectory_decisions(
+    tokenizer: Any,
+    steps: list,
+    max_positions: int,
+    default_temperature: float = 1.0,
+    max_candidates: int = MAX_CANDIDATES,
+) -> list[Decision]:
     """``Decision`` per step: prompt as in ``trajectory_rows``, C(s) from ``policy_candidates`` (the
     function the runner acts with)."""
     out = []
-    for (prompt, a_ids), t in zip(trajectory_rows(tokenizer, steps, max_positions), steps, strict=True):
-        acts, ids = policy_candidates(tokenizer, Observation.from_dict(t.obs), prompt, max_positions, max_candidates)
+    for (prompt, a_ids), t in zip(
+        trajectory_rows(tokenizer, steps, max_positions), steps, strict=True
+    ):
+        acts, ids = policy_candidates(
+            tokenizer, Observation.from_dict(t.obs), prompt, max_positions, max_candidates
+        )
         texts = [a.to_text() for a in acts]
         k = texts.index(t.action) if t.action in texts else -1
         if k < 0:
@@ -231,9 +261,20 @@ def trajectory_decisions(tokenizer: Any, steps: list, max_positions: int, defaul
             k = texts.index(c) if c in texts else -1
         temp = (t.info or {}).get("temperature")
         ok_t = isinstance(temp, int | float) and not isinstance(temp, bool) and temp > 0
-        a_ids = a_ids[: max(1, max_positions - len(prompt))]  # scored only when no candidate: keep it in range
-        out.append(Decision(prompt, ids, k, a_ids, candidates_hash(texts), getattr(t, "candidates_hash", "") or "",
-                            float(temp) if ok_t else float(default_temperature)))  # fmt: skip
+        a_ids = a_ids[
+            : max(1, max_positions - len(prompt))
+        ]  # scored only when no candidate: keep it in range
+        out.append(
+            Decision(
+                prompt,
+                ids,
+                k,
+                a_ids,
+                candidates_hash(texts),
+                getattr(t, "candidates_hash", "") or "",
+                float(temp) if ok_t else float(default_temperature),
+            )
+        )
     return out
 
 
@@ -264,9 +305,15 @@ class _Rows:
 
 
 def policy_batch_loss(
-    model: Any, tokenizer: Any, trajectories: list, cfg: Any, model_cfg: Any,
-    backward: bool = False, chunk_rows: int = 32, backward_fn: Callable | None = None,
-) -> tuple[torch.Tensor, dict]:  # fmt: skip
+    model: Any,
+    tokenizer: Any,
+    trajectories: list,
+    cfg: Any,
+    model_cfg: Any,
+    backward: bool = False,
+    chunk_rows: int = 32,
+    backward_fn: Callable | None = None,
+) -> tuple[torch.Tensor, dict]:
     """GSPO on trajectories with behaviour log-probs + bc_weight * BC on expert ones (see module doc).
 
     Both train ``log pi_T(a|s)`` over the rebuilt candidate sets.  Extra metrics:
@@ -294,7 +341,9 @@ def policy_batch_loss(
     rewards = torch.tensor([task_success_reward(tr.reward) for tr, _ in gspo])
     adv = group_advantages(rewards, [tr.group_id for tr, _ in gspo]) if gspo else torch.zeros(0)
     by_source = source_stats([tr for tr, _ in gspo], adv)
-    items = [("gspo", i, tr, st) for i, (tr, st) in enumerate(gspo)] + [("bc", i, tr, st) for i, (tr, st) in enumerate(bc)]
+    items = [("gspo", i, tr, st) for i, (tr, st) in enumerate(gspo)] + [
+        ("bc", i, tr, st) for i, (tr, st) in enumerate(bc)
+    ]
     bc_steps = sum(len(st) for _, st in bc)
     chunks, cur, n_rows = [], [], 0
     for it in items:
@@ -308,9 +357,22 @@ def policy_batch_loss(
     if not backward and chunks:
         chunks = [[it for c in chunks for it in c]]
     total = torch.zeros(())
-    agg = {"clip_frac": 0.0, "kl": 0.0, "ratio_mean": 0.0, "ratio_min": float("inf"), "ratio_max": -float("inf")}
-    cnt = {"cand_mismatch": 0, "cand_missing": 0, "cand_unhashed": 0, "bc_not_candidate": 0, "cand_rows": 0,
-           "cand_total": 0, "decisions": 0}  # fmt: skip
+    agg = {
+        "clip_frac": 0.0,
+        "kl": 0.0,
+        "ratio_mean": 0.0,
+        "ratio_min": float("inf"),
+        "ratio_max": -float("inf"),
+    }
+    cnt = {
+        "cand_mismatch": 0,
+        "cand_missing": 0,
+        "cand_unhashed": 0,
+        "bc_not_candidate": 0,
+        "cand_rows": 0,
+        "cand_total": 0,
+        "decisions": 0,
+    }
     log_ratios = [0.0] * len(gspo)
     g_loss = b_loss = 0.0
     dev = next(model.parameters()).device
@@ -354,7 +416,9 @@ def policy_batch_loss(
         gi = [k for k, it in enumerate(chunk) if it[0] == "gspo"]
         if gi:
             lp, mask = _flat([per_traj[k] for k in gi])
-            old = torch.tensor([sum(float(s.behaviour_logprob) for s in chunk[k][3]) for k in gi], device=dev)
+            old = torch.tensor(
+                [sum(float(s.behaviour_logprob) for s in chunk[k][3]) for k in gi], device=dev
+            )
             a = adv[[chunk[k][1] for k in gi]].to(dev)
             loss_g, st = gspo_loss(lp, old, mask, a, cfg.clip_low, cfg.clip_high)
             for k, r, c in zip(gi, st["ratio_seq"], st["clipped_seq"], strict=True):
@@ -388,12 +452,21 @@ def policy_batch_loss(
         agg.update(ratio_min=1.0, ratio_max=1.0, ratio_mean=1.0)
     n_dec = cnt.pop("decisions")
     metrics = {
-        "loss": float(total.detach()), "gspo_loss": g_loss, "bc_loss": b_loss, "n_gspo": len(gspo), "n_bc": len(bc),
-        "n_skipped": skipped, "adv_abs": float(adv.abs().mean()) if len(adv) else 0.0,
-        "reward_mean": float(rewards.mean()) if len(rewards) else 0.0, **agg,
-        "cand_per_step": cnt.pop("cand_total") / max(1, n_dec), **cnt, "log_ratios": log_ratios,
-        "by_source": by_source, "ungrouped": dict(ungrouped),
-    }  # fmt: skip
+        "loss": float(total.detach()),
+        "gspo_loss": g_loss,
+        "bc_loss": b_loss,
+        "n_gspo": len(gspo),
+        "n_bc": len(bc),
+        "n_skipped": skipped,
+        "adv_abs": float(adv.abs().mean()) if len(adv) else 0.0,
+        "reward_mean": float(rewards.mean()) if len(rewards) else 0.0,
+        **agg,
+        "cand_per_step": cnt.pop("cand_total") / max(1, n_dec),
+        **cnt,
+        "log_ratios": log_ratios,
+        "by_source": by_source,
+        "ungrouped": dict(ungrouped),
+    }
     return total, metrics
 
 
@@ -403,8 +476,17 @@ def source_stats(trajs: list, adv: torch.Tensor) -> dict[str, dict]:
     out: dict[str, dict] = {}
     groups: dict[tuple, bool] = {}
     for tr, a in zip(trajs, adv.tolist(), strict=True):
-        s = out.setdefault(tr.source, {"trajectories": 0, "groups": 0, "groups_nonzero": 0, "adv_abs_sum": 0.0,
-                                       "ratio_sum": 0.0, "clipped": 0})  # fmt: skip
+        s = out.setdefault(
+            tr.source,
+            {
+                "trajectories": 0,
+                "groups": 0,
+                "groups_nonzero": 0,
+                "adv_abs_sum": 0.0,
+                "ratio_sum": 0.0,
+                "clipped": 0,
+            },
+        )
         s["trajectories"] += 1
         s["adv_abs_sum"] += abs(a)
         key = (tr.source, tr.group_id)
@@ -415,7 +497,9 @@ def source_stats(trajs: list, adv: torch.Tensor) -> dict[str, dict]:
     return out
 
 
-def _wm_rows(tokenizer: Any, transitions: list, max_pos: int, max_change_tokens: int) -> tuple[list, list, int]:
+def _wm_rows(
+    tokenizer: Any, transitions: list, max_pos: int, max_change_tokens: int
+) -> tuple[list, list, int]:
     """(rows of (prompt ids, target ids + eos), real next trees, number of ``page`` targets)."""
     eos = int(tokenizer.eos_token_id)
     rows, next_trees, n_page = [], [], 0
@@ -430,8 +514,9 @@ def _wm_rows(tokenizer: Any, transitions: list, max_pos: int, max_change_tokens:
     return rows, next_trees, n_page
 
 
-def _wm_forward(model: Any, tokenizer: Any, rows: list, hidden: bool,
-                heads: bool = False) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:  # fmt: skip
+def _wm_forward(
+    model: Any, tokenizer: Any, rows: list, hidden: bool, heads: bool = False
+) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:
     """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None,
     last prompt token's hidden state | None (``heads``: the reward/done heads' input))."""
     was_training = model.training
@@ -456,21 +541,31 @@ def _wm_forward(model: Any, tokenizer: Any, rows: list, hidden: bool,
         h = out.hidden_states[-1]
         pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
     last = None
-    if heads:  # the position that predicts the first change token (as WorldModelRunner's prefill reads it)
-        last = out.hidden_states[-1][torch.arange(len(rows), device=dev),
-                                     torch.tensor([len(p) - 1 for p, _ in rows], device=dev)]  # fmt: skip
+    if (
+        heads
+    ):  # the position that predicts the first change token (as WorldModelRunner's prefill reads it)
+        last = out.hidden_states[-1][
+            torch.arange(len(rows), device=dev),
+            torch.tensor([len(p) - 1 for p, _ in rows], device=dev),
+        ]
     return out, labels, mask, pooled, last
 
 
 def _wm_head_targets(transitions: list, dev: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """head name -> (labels, whole-batch class-balanced weights): reward_head = task success
     (``task_success_reward(raw) > 0``), done_head = done."""
-    succ = torch.tensor([int(task_success_reward(float(t.reward)) > 0) for t in transitions], device=dev)
+    succ = torch.tensor(
+        [int(task_success_reward(float(t.reward)) > 0) for t in transitions], device=dev
+    )
     done = torch.tensor([int(bool(t.done)) for t in transitions], device=dev)
-    return {name: (y, class_balanced_weights(y, 2)) for name, y in zip(HEADS, (succ, done), strict=True)}
+    return {
+        name: (y, class_balanced_weights(y, 2)) for name, y in zip(HEADS, (succ, done), strict=True)
+    }
 
 
-def _wm_head_loss(model: Any, last: torch.Tensor, targets: dict, idx: list[int]) -> tuple[torch.Tensor, dict]:
+def _wm_head_loss(
+    model: Any, last: torch.Tensor, targets: dict, idx: list[int]
+) -> tuple[torch.Tensor, dict]:
     """Sum over the heads of their class-balanced CE on rows ``idx`` (weights of the whole batch, so
     micro-batches add up to the whole batch's loss) -> (loss, {name: (loss, weighted correct)})."""
     sel = torch.tensor(idx, device=last.device)
@@ -486,8 +581,13 @@ def _wm_head_metrics(parts: dict, targets: dict) -> dict:
     out = {}
     for name, (loss, acc) in parts.items():
         k = name.removesuffix("_head")
-        out.update({f"{k}_head_loss": loss, f"{k}_head_acc": acc,
-                    f"{k}_positive_share": float(targets[name][0].float().mean())})  # fmt: skip
+        out.update(
+            {
+                f"{k}_head_loss": loss,
+                f"{k}_head_acc": acc,
+                f"{k}_positive_share": float(targets[name][0].float().mean()),
+            }
+        )
     return out
 
 
@@ -507,10 +607,16 @@ def wm_chunks(rows: list, chunk_rows: int) -> list[list[int]]:
 
 
 def world_model_batch_loss(
-    model: Any, tokenizer: Any, transitions: list, cfg: Any, embedder: Any = None,
-    max_change_tokens: int = 160, backward: bool = False, chunk_rows: int = 8,
+    model: Any,
+    tokenizer: Any,
+    transitions: list,
+    cfg: Any,
+    embedder: Any = None,
+    max_change_tokens: int = 160,
+    backward: bool = False,
+    chunk_rows: int = 8,
     backward_fn: Callable | None = None,
-) -> tuple[torch.Tensor, dict]:  # fmt: skip
+) -> tuple[torch.Tensor, dict]:
     """Change-text likelihood + infonce_weight * InfoNCE + wm_head_weight * (reward head CE + done
     head CE) (see module doc).
 
@@ -545,18 +651,41 @@ def world_model_batch_loss(
     use_nce = use_nce and len(keep) >= 2
     head_w = float(getattr(cfg, "wm_head_weight", 1.0))
     dev = next(model.parameters()).device
-    targets = _wm_head_targets(transitions, dev) if head_w > 0 and all(
-        getattr(model, n, None) is not None for n in HEADS) else {}  # fmt: skip
+    targets = (
+        _wm_head_targets(transitions, dev)
+        if head_w > 0 and all(getattr(model, n, None) is not None for n in HEADS)
+        else {}
+    )
     if targets and torch.is_grad_enabled():
         mark_heads_trained(model)
     if backward and len(rows) > max(1, int(chunk_rows)):
-        return _wm_loss_chunked(model, tokenizer, rows, next_trees, n_page, keep if use_nce else [], cfg, embedder,
-                                chunk_rows, backward_fn or (lambda x: x.backward()), targets, head_w)  # fmt: skip
-    out, labels, mask, pooled, last = _wm_forward(model, tokenizer, rows, hidden=use_nce, heads=bool(targets))
+        return _wm_loss_chunked(
+            model,
+            tokenizer,
+            rows,
+            next_trees,
+            n_page,
+            keep if use_nce else [],
+            cfg,
+            embedder,
+            chunk_rows,
+            backward_fn or (lambda x: x.backward()),
+            targets,
+            head_w,
+        )
+    out, labels, mask, pooled, last = _wm_forward(
+        model, tokenizer, rows, hidden=use_nce, heads=bool(targets)
+    )
     loss_lm = lm_loss(out.logits[:, :-1], labels, mask)
     loss = loss_lm
-    metrics = {"lm_loss": float(loss_lm.detach()), "infonce": 0.0, "infonce_acc": 0.0, "n": len(rows),
-               "target_tokens_mean": float(mask.sum()) / max(1, len(rows)), "page_fraction": n_page / max(1, len(rows))}  # fmt: skip
+    metrics = {
+        "lm_loss": float(loss_lm.detach()),
+        "infonce": 0.0,
+        "infonce_acc": 0.0,
+        "n": len(rows),
+        "target_tokens_mean": float(mask.sum()) / max(1, len(rows)),
+        "page_fraction": n_page / max(1, len(rows)),
+    }
     if use_nce:
         pred = head(pooled[keep])
         target = embedder.embed([next_trees[i] for i in keep]).to(dev)
@@ -576,7 +705,9 @@ def world_model_batch_loss(
 
 
 def _rng_state() -> tuple:
-    return torch.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    return torch.get_rng_state(), (
+        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    )
 
 
 def _set_rng_state(state: tuple) -> None:
@@ -585,9 +716,20 @@ def _set_rng_state(state: tuple) -> None:
         torch.cuda.set_rng_state_all(state[1])
 
 
-def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n_page: int, keep: list[int], cfg: Any,
-                     embedder: Any, chunk_rows: int, backward_fn: Callable, targets: dict | None = None,
-                     head_w: float = 0.0) -> tuple[torch.Tensor, dict]:  # fmt: skip
+def _wm_loss_chunked(
+    model: Any,
+    tokenizer: Any,
+    rows: list,
+    next_trees: list,
+    n_page: int,
+    keep: list[int],
+    cfg: Any,
+    embedder: Any,
+    chunk_rows: int,
+    backward_fn: Callable,
+    targets: dict | None = None,
+    head_w: float = 0.0,
+) -> tuple[torch.Tensor, dict]:
     chunks = wm_chunks(rows, chunk_rows)
     n_tok = sum(len(c) for _, c in rows)
     dev = next(model.parameters()).device
@@ -601,7 +743,9 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
         with torch.no_grad():
             for ch in chunks:
                 states.append(_rng_state())
-                _, _, _, pooled, _ = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=True)
+                _, _, _, pooled, _ = _wm_forward(
+                    model, tokenizer, [rows[i] for i in ch], hidden=True
+                )
                 for k, i in enumerate(ch):
                     pooled_all[i] = pooled[k]
         leaf = torch.stack([pooled_all[i] for i in keep]).detach().requires_grad_(True)  # type: ignore[misc]
@@ -616,8 +760,9 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
     for c, ch in enumerate(chunks):
         if states:
             _set_rng_state(states[c])
-        out, labels, mask, pooled, last = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=bool(keep),
-                                                      heads=bool(targets))  # fmt: skip
+        out, labels, mask, pooled, last = _wm_forward(
+            model, tokenizer, [rows[i] for i in ch], hidden=bool(keep), heads=bool(targets)
+        )
         w = float(mask.sum()) / max(1, n_tok)
         loss_c = lm_loss(out.logits[:, :-1], labels, mask)
         total_lm += w * float(loss_c.detach())
@@ -627,7 +772,11 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
             g = torch.stack([grad_pooled[ch[k]] for k in sel])
             part = part + (pooled[sel] * g).sum()
         if c == 0 and nce_head is not None:  # the page head's own gradient (its input held fixed)
-            part = part + cfg.infonce_weight * info_nce(head(nce_head[0]), nce_head[1], INFONCE_TEMPERATURE)[0]
+            part = (
+                part
+                + cfg.infonce_weight
+                * info_nce(head(nce_head[0]), nce_head[1], INFONCE_TEMPERATURE)[0]
+            )
         if targets:  # this micro-batch's rows' share of the heads' whole-batch weighted CE
             loss_h, parts = _wm_head_loss(model, last, targets, ch)
             part = part + head_w * loss_h
@@ -639,36 +788,60 @@ def _wm_loss_chunked(model: Any, tokenizer: Any, rows: list, next_trees: list, n
     if targets:
         metrics.update(_wm_head_metrics({n: tuple(v) for n, v in head_parts.items()}, targets))
         loss += head_w * sum(v[0] for v in head_parts.values())
-    metrics.update(lm_loss=total_lm, n=len(rows), target_tokens_mean=n_tok / max(1, len(rows)),
-                   page_fraction=n_page / max(1, len(rows)), loss=loss, chunks=len(chunks))  # fmt: skip
+    metrics.update(
+        lm_loss=total_lm,
+        n=len(rows),
+        target_tokens_mean=n_tok / max(1, len(rows)),
+        page_fraction=n_page / max(1, len(rows)),
+        loss=loss,
+        chunks=len(chunks),
+    )
     return torch.tensor(loss), metrics
 
 
 # --- one optimiser step through a DeepSpeed engine (the trainer and `bench train`) -------------
 
 
-def policy_update(engine: Any, tokenizer: Any, trajectories: list, cfg: Any, model_cfg: Any) -> tuple:
+def policy_update(
+    engine: Any, tokenizer: Any, trajectories: list, cfg: Any, model_cfg: Any
+) -> tuple:
     """``policy_batch_loss`` + the engine's step; in micro-batches of ``cfg.chunk_rows`` step rows
     (each one forward + ``engine.backward``) where the engine allows it.  Returns
     ``(loss, stats, grad_norm, time the loss was done)``."""
     from models.engine import chunked_backward_ok, engine_step
 
     chunked = cfg.chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
-    loss, stats = policy_batch_loss(engine.module, tokenizer, trajectories, cfg, model_cfg, backward=chunked,
-                                    chunk_rows=max(1, cfg.chunk_rows),
-                                    backward_fn=engine.backward if chunked else None)  # fmt: skip
+    loss, stats = policy_batch_loss(
+        engine.module,
+        tokenizer,
+        trajectories,
+        cfg,
+        model_cfg,
+        backward=chunked,
+        chunk_rows=max(1, cfg.chunk_rows),
+        backward_fn=engine.backward if chunked else None,
+    )
     t1 = time.time()
     return loss, stats, engine_step(engine, None if chunked else loss), t1
 
 
-def world_model_update(engine: Any, tokenizer: Any, transitions: list, cfg: Any, embedder: Any,
-                       max_change_tokens: int) -> tuple:  # fmt: skip
+def world_model_update(
+    engine: Any, tokenizer: Any, transitions: list, cfg: Any, embedder: Any, max_change_tokens: int
+) -> tuple:
     """``world_model_batch_loss`` + the engine's step, chunked by ``cfg.wm_chunk_rows`` where the
     engine allows it.  Returns ``(loss, stats, grad_norm)``."""
     from models.engine import chunked_backward_ok, engine_step
 
     chunked = cfg.wm_chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
-    loss, stats = world_model_batch_loss(engine.module, tokenizer, transitions, cfg, embedder, max_change_tokens,
-                                         backward=chunked, chunk_rows=max(1, cfg.wm_chunk_rows),
-                                         backward_fn=engine.backward if chunked else None)  # fmt: skip
+    loss, stats = world_model_batch_loss(
+        engine.module,
+        tokenizer,
+        transitions,
+        cfg,
+        embedder,
+        max_change_tokens,
+        backward=chunked,
+        chunk_rows=max(1, cfg.wm_chunk_rows),
+        backward_fn=engine.backward if chunked else None,
+    )
     return loss, stats, engine_step(engine, None if chunked else loss)

@@ -18,7 +18,10 @@ def group_advantages(rewards: torch.Tensor, group_ids: list, eps: float = EPS) -
     ``rewards``: (N,), ``group_ids``: N hashables.  The std is the population std
     of the group; groups whose rewards are all equal (incl. singletons) get 0.
     """
-    assert rewards.dim() == 1 and rewards.shape[0] == len(group_ids), (rewards.shape, len(group_ids))
+    assert rewards.dim() == 1 and rewards.shape[0] == len(group_ids), (
+        rewards.shape,
+        len(group_ids),
+    )
     adv = torch.zeros_like(rewards, dtype=torch.float32)
     index: dict = {}
     for i, g in enumerate(group_ids):
@@ -44,7 +47,10 @@ def task_success_reward(raw_reward: float) -> float:
 
 def sequence_logprob(logp_tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum of masked token log-probs per sequence: (N, T) -> (N,)."""
-    assert logp_tokens.shape == mask.shape and logp_tokens.dim() == 2, (logp_tokens.shape, mask.shape)
+    assert logp_tokens.shape == mask.shape and logp_tokens.dim() == 2, (
+        logp_tokens.shape,
+        mask.shape,
+    )
     return (logp_tokens * mask).sum(-1)
 
 
@@ -77,9 +83,14 @@ def gspo_loss(
     KL(behaviour || new) from the length-normalised log-ratio), ``adv_abs``.
     """
     assert logp_new_tokens.dim() == 2 and logp_new_tokens.shape == mask.shape, (
-        logp_new_tokens.shape, mask.shape)  # fmt: skip
+        logp_new_tokens.shape,
+        mask.shape,
+    )
     n = logp_new_tokens.shape[0]
-    assert logp_old_seq.shape == (n,) and advantages.shape == (n,), (logp_old_seq.shape, advantages.shape)
+    assert logp_old_seq.shape == (n,) and advantages.shape == (n,), (
+        logp_old_seq.shape,
+        advantages.shape,
+    )
     lengths = mask.sum(-1).clamp(min=1.0)
     log_ratio = (sequence_logprob(logp_new_tokens, mask) - logp_old_seq.detach()) / lengths
     ratio = torch.exp(log_ratio)
@@ -106,7 +117,10 @@ def gspo_loss(
 
 def bc_loss(logp_tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Behaviour cloning: mean negative log-likelihood per masked token. (N, T) -> ()."""
-    assert logp_tokens.shape == mask.shape and logp_tokens.dim() == 2, (logp_tokens.shape, mask.shape)
+    assert logp_tokens.shape == mask.shape and logp_tokens.dim() == 2, (
+        logp_tokens.shape,
+        mask.shape,
+    )
     return -(logp_tokens * mask).sum() / mask.sum().clamp(min=1.0)
 
 
@@ -142,7 +156,9 @@ def info_nce(
     Callers should de-duplicate identical target pages (they are not negatives).
     """
     assert pooled.dim() == 2 and pooled.shape == target_embeddings.shape, (
-        pooled.shape, target_embeddings.shape)  # fmt: skip
+        pooled.shape,
+        target_embeddings.shape,
+    )
     assert temperature > 0
     p = F.normalize(pooled.float(), dim=-1)
     t = F.normalize(target_embeddings.detach().float(), dim=-1)

@@ -10,65 +10,148 @@ from prometheus_client import Counter, Gauge, Histogram
 
 # --- trainer -----------------------------------------------------------------
 TRAINER_STEPS = Counter("dynaweb_trainer_steps_total", "Optimizer steps.", ["run", "model"])
-TRAINER_SAMPLES = Counter("dynaweb_trainer_samples_total", "Samples trained on (trajectories / transitions).",
-                          ["run", "model", "source"])  # fmt: skip
+TRAINER_SAMPLES = Counter(
+    "dynaweb_trainer_samples_total",
+    "Samples trained on (trajectories / transitions).",
+    ["run", "model", "source"],
+)
 TRAINER_LOSS = Gauge("dynaweb_trainer_loss", "Last loss value by term.", ["run", "model", "term"])
-TRAINER_GRAD_NORM = Gauge("dynaweb_trainer_grad_norm", "Gradient norm before clipping.", ["run", "model"])
-TRAINER_LR = Gauge("dynaweb_trainer_learning_rate", "Learning rate of the next optimizer step (the schedule of "
-                   "trainer.warmup_steps / decay_steps / min_lr_ratio).", ["run", "model"])  # fmt: skip
-TRAINER_RATIO = Gauge("dynaweb_trainer_importance_ratio", "GSPO sequence importance ratio stats.", ["run", "stat"])
-TRAINER_CLIP_FRAC = Gauge("dynaweb_trainer_clip_fraction", "Share of sequences clipped by GSPO.", ["run"])
-TRAINER_KL = Gauge("dynaweb_trainer_kl", "KL estimate between behaviour and current policy.", ["run"])
-TRAINER_NONZERO_ADV = Gauge("dynaweb_trainer_nonzero_advantage_share", "Share of groups with nonzero advantage.",
-                            ["run"])  # fmt: skip
-TRAINER_VERSION = Gauge("dynaweb_trainer_checkpoint_version", "Last checkpoint version written.", ["run", "kind"])
-TRAINER_CKPT_TIME = Gauge("dynaweb_trainer_checkpoint_timestamp_seconds", "When the last checkpoint was written.",
-                          ["run", "kind"])  # fmt: skip
-TRAINER_PHASE = Histogram("dynaweb_trainer_phase_seconds", "Time per phase of a trainer step.", ["run", "phase"],
-                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))  # fmt: skip
-TRAINER_IDLE = Counter("dynaweb_trainer_idle_seconds_total", "Time the trainer waited for data.", ["run"])
-TRAINER_DUPES = Counter("dynaweb_trainer_duplicates_total", "Batches/transitions skipped as already trained.",
-                        ["run", "model"])  # fmt: skip
-TRAINER_FIDELITY = Gauge("dynaweb_trainer_world_model_fidelity", "World-model fidelity on a rolling window of "
-                         "fresh real transitions.", ["run", "metric"])  # fmt: skip
-TRAINER_BATCH_KIND = Counter("dynaweb_trainer_batches_total", "Training batches consumed by kind.", ["run", "kind"])
+TRAINER_GRAD_NORM = Gauge(
+    "dynaweb_trainer_grad_norm", "Gradient norm before clipping.", ["run", "model"]
+)
+TRAINER_LR = Gauge(
+    "dynaweb_trainer_learning_rate",
+    "Learning rate of the next optimizer step (the schedule of "
+    "trainer.warmup_steps / decay_steps / min_lr_ratio).",
+    ["run", "model"],
+)
+TRAINER_RATIO = Gauge(
+    "dynaweb_trainer_importance_ratio", "GSPO sequence importance ratio stats.", ["run", "stat"]
+)
+TRAINER_CLIP_FRAC = Gauge(
+    "dynaweb_trainer_clip_fraction", "Share of sequences clipped by GSPO.", ["run"]
+)
+TRAINER_KL = Gauge(
+    "dynaweb_trainer_kl", "KL estimate between behaviour and current policy.", ["run"]
+)
+TRAINER_NONZERO_ADV = Gauge(
+    "dynaweb_trainer_nonzero_advantage_share", "Share of groups with nonzero advantage.", ["run"]
+)
+TRAINER_VERSION = Gauge(
+    "dynaweb_trainer_checkpoint_version", "Last checkpoint version written.", ["run", "kind"]
+)
+TRAINER_CKPT_TIME = Gauge(
+    "dynaweb_trainer_checkpoint_timestamp_seconds",
+    "When the last checkpoint was written.",
+    ["run", "kind"],
+)
+TRAINER_PHASE = Histogram(
+    "dynaweb_trainer_phase_seconds",
+    "Time per phase of a trainer step.",
+    ["run", "phase"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
+TRAINER_IDLE = Counter(
+    "dynaweb_trainer_idle_seconds_total", "Time the trainer waited for data.", ["run"]
+)
+TRAINER_DUPES = Counter(
+    "dynaweb_trainer_duplicates_total",
+    "Batches/transitions skipped as already trained.",
+    ["run", "model"],
+)
+TRAINER_FIDELITY = Gauge(
+    "dynaweb_trainer_world_model_fidelity",
+    "World-model fidelity on a rolling window of fresh real transitions.",
+    ["run", "metric"],
+)
+TRAINER_BATCH_KIND = Counter(
+    "dynaweb_trainer_batches_total", "Training batches consumed by kind.", ["run", "kind"]
+)
 # what the policy loss learned from, per source (``real`` = live on-policy rollouts, ``dream``); running
 # totals, so shares over any window are ratios of ``increase()`` and survive nothing but a restart's reset
-GSPO_TRAJ = Counter("dynaweb_trainer_gspo_trajectories_total", "Trajectories that reached the GSPO loss.",
-                    ["run", "source"])  # fmt: skip
-GSPO_GROUPS = Counter("dynaweb_trainer_gspo_groups_total", "GSPO groups that reached the loss.", ["run", "source"])
-GSPO_GROUPS_NONZERO = Counter("dynaweb_trainer_gspo_groups_nonzero_total", "GSPO groups that reached the loss with "
-                              "a nonzero advantage (their rewards differ).", ["run", "source"])  # fmt: skip
-GSPO_ADV_ABS = Counter("dynaweb_trainer_gspo_advantage_abs", "Sum of |advantage| over trajectories at the loss "
-                       "(mean = this / trajectories).", ["run", "source"])  # fmt: skip
-GSPO_CLIPPED = Counter("dynaweb_trainer_gspo_clipped_total", "Trajectories whose clipped GSPO term was the active one.",
-                       ["run", "source"])  # fmt: skip
-GSPO_RATIO_SUM = Counter("dynaweb_trainer_gspo_ratio", "Sum of GSPO importance ratios at the loss (mean = this / "
-                         "trajectories).", ["run", "source"])  # fmt: skip
-TRAINER_STALE = Counter("dynaweb_trainer_stale_dropped_total", "Samples dropped at train time as older than "
-                        "latest - stream.max_staleness.", ["run", "source"])  # fmt: skip
-TRAINER_UNGROUPED = Counter("dynaweb_trainer_ungrouped_total", "Non-expert trajectories on the GSPO path without a "
-                            "group id: counted, never trained on.", ["run", "source"])  # fmt: skip
-TRAINER_SOURCE_NONZERO = Gauge("dynaweb_trainer_source_nonzero_advantage_share", "Share of the last batch's GSPO "
-                               "groups with a nonzero advantage, per source.", ["run", "source"])  # fmt: skip
+GSPO_TRAJ = Counter(
+    "dynaweb_trainer_gspo_trajectories_total",
+    "Trajectories that reached the GSPO loss.",
+    ["run", "source"],
+)
+GSPO_GROUPS = Counter(
+    "dynaweb_trainer_gspo_groups_total", "GSPO groups that reached the loss.", ["run", "source"]
+)
+GSPO_GROUPS_NONZERO = Counter(
+    "dynaweb_trainer_gspo_groups_nonzero_total",
+    "GSPO groups that reached the loss with a nonzero advantage (their rewards differ).",
+    ["run", "source"],
+)
+GSPO_ADV_ABS = Counter(
+    "dynaweb_trainer_gspo_advantage_abs",
+    "Sum of |advantage| over trajectories at the loss (mean = this / trajectories).",
+    ["run", "source"],
+)
+GSPO_CLIPPED = Counter(
+    "dynaweb_trainer_gspo_clipped_total",
+    "Trajectories whose clipped GSPO term was the active one.",
+    ["run", "source"],
+)
+GSPO_RATIO_SUM = Counter(
+    "dynaweb_trainer_gspo_ratio",
+    "Sum of GSPO importance ratios at the loss (mean = this / trajectories).",
+    ["run", "source"],
+)
+TRAINER_STALE = Counter(
+    "dynaweb_trainer_stale_dropped_total",
+    "Samples dropped at train time as older than latest - stream.max_staleness.",
+    ["run", "source"],
+)
+TRAINER_UNGROUPED = Counter(
+    "dynaweb_trainer_ungrouped_total",
+    "Non-expert trajectories on the GSPO path without a group id: counted, never trained on.",
+    ["run", "source"],
+)
+TRAINER_SOURCE_NONZERO = Gauge(
+    "dynaweb_trainer_source_nonzero_advantage_share",
+    "Share of the last batch's GSPO groups with a nonzero advantage, per source.",
+    ["run", "source"],
+)
 
 # --- dream generator ---------------------------------------------------------
 DREAM_STEPS = Counter("dynaweb_dream_steps_total", "Dreamed transitions published.", ["run"])
 DREAM_ROLLOUTS = Counter("dynaweb_dream_rollouts_total", "Dreamed rollouts published.", ["run"])
-DREAM_ROLLOUT_LEN = Histogram("dynaweb_dream_rollout_length_steps", "Dream rollout length.", ["run"],
-                              buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15))  # fmt: skip
+DREAM_ROLLOUT_LEN = Histogram(
+    "dynaweb_dream_rollout_length_steps",
+    "Dream rollout length.",
+    ["run"],
+    buckets=(1, 2, 3, 4, 5, 6, 8, 10, 15),
+)
 DREAM_VERSION = Gauge("dynaweb_dream_model_version", "Model version in use.", ["run", "kind"])
-DREAM_RELOADS = Counter("dynaweb_dream_reloads_total", "Hot reloads by outcome.", ["run", "kind", "outcome"])
-DREAM_RELOAD_SECONDS = Histogram("dynaweb_dream_reload_seconds", "Time to hot-reload a checkpoint.", ["run", "kind"],
-                                 buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))  # fmt: skip
-DREAM_RATE_FACTOR = Gauge("dynaweb_dream_rate_factor", "Back-pressure rate factor (1 = full speed).", ["run"])
-DREAM_WM_INVALID = Counter("dynaweb_dream_world_model_invalid_total", "World-model outputs repaired or rejected.",
-                           ["run", "outcome"])  # fmt: skip
+DREAM_RELOADS = Counter(
+    "dynaweb_dream_reloads_total", "Hot reloads by outcome.", ["run", "kind", "outcome"]
+)
+DREAM_RELOAD_SECONDS = Histogram(
+    "dynaweb_dream_reload_seconds",
+    "Time to hot-reload a checkpoint.",
+    ["run", "kind"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+)
+DREAM_RATE_FACTOR = Gauge(
+    "dynaweb_dream_rate_factor", "Back-pressure rate factor (1 = full speed).", ["run"]
+)
+DREAM_WM_INVALID = Counter(
+    "dynaweb_dream_world_model_invalid_total",
+    "World-model outputs repaired or rejected.",
+    ["run", "outcome"],
+)
 DREAM_START_STATES = Gauge("dynaweb_dream_start_states", "Real start states available.", ["run"])
-DREAM_SUCCESS = Gauge("dynaweb_dream_success_rate", "Share of dreamed rollouts with predicted success.", ["run"])
-DREAM_TASK_SUCCESS = Gauge("dynaweb_dream_task_success_rate", "Share of the last round's dreamed rollouts of a "
-                           "task with predicted success (policy version: dynaweb_dream_model_version).",
-                           ["run", "task"])  # fmt: skip
+DREAM_SUCCESS = Gauge(
+    "dynaweb_dream_success_rate", "Share of dreamed rollouts with predicted success.", ["run"]
+)
+DREAM_TASK_SUCCESS = Gauge(
+    "dynaweb_dream_task_success_rate",
+    "Share of the last round's dreamed rollouts of a "
+    "task with predicted success (policy version: dynaweb_dream_model_version).",
+    ["run", "task"],
+)
 
 # --- clients -----------------------------------------------------------------
-CLIENT_ERRORS = Counter("dynaweb_client_errors_total", "Broker and S3 client errors.", ["run", "component", "service"])
+CLIENT_ERRORS = Counter(
+    "dynaweb_client_errors_total", "Broker and S3 client errors.", ["run", "component", "service"]
+)

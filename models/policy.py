@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from collectors.spaces import Action, Observation
+from core.spaces import Action, Observation
 from models.prompts import action_ids, policy_prompt_ids
 from models.tokenizer import build_tokenizer, load_tokenizer, pad_id
 
@@ -78,30 +78,47 @@ def gpt_neo_config(model_cfg: Any, tokenizer: Any) -> Any:
     from transformers import GPTNeoConfig
 
     return GPTNeoConfig(
-        vocab_size=len(tokenizer), max_position_embeddings=model_cfg.max_positions,
-        hidden_size=model_cfg.d_model, num_layers=model_cfg.layers, num_heads=model_cfg.heads,
-        attention_types=[[["global"], model_cfg.layers]], intermediate_size=4 * model_cfg.d_model,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=model_cfg.max_positions,
+        hidden_size=model_cfg.d_model,
+        num_layers=model_cfg.layers,
+        num_heads=model_cfg.heads,
+        attention_types=[[["global"], model_cfg.layers]],
+        intermediate_size=4 * model_cfg.d_model,
         activation_function="gelu",  # exact erf GELU: one fused op (gelu_new is 4 memory-bound ops)
-        embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=pad_id(tokenizer), tie_word_embeddings=True,
-    )  # fmt: skip
+        embed_dropout=0.0,
+        attention_dropout=0.0,
+        resid_dropout=0.0,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad_id(tokenizer),
+        tie_word_embeddings=True,
+    )
 
 
-def _sdpa_attn(self: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask=None):
+def _sdpa_attn(
+    self: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask=None
+):
     """GPT-Neo attention via fused ``scaled_dot_product_attention`` (same maths as eager:
     no 1/sqrt(d) scale, the layer's causal/local ``bias`` AND the additive mask)."""
     q_len, k_len = query.size(-2), key.size(-2)
     query, key, value = query.float(), key.float(), value.float()
     bias = self.bias[:, :, k_len - q_len : k_len, :k_len]
     neg = torch.finfo(torch.float32).min
-    mask = torch.zeros((), dtype=torch.float32, device=query.device).masked_fill(~bias, neg) if attention_mask is None \
-        else attention_mask.float().masked_fill(~bias, neg)  # fmt: skip
+    mask = (
+        torch.zeros((), dtype=torch.float32, device=query.device).masked_fill(~bias, neg)
+        if attention_mask is None
+        else attention_mask.float().masked_fill(~bias, neg)
+    )
     p = self.attn_dropout.p if self.training else 0.0
-    if q_len <= 8 and p == 0.0:  # decoding: two small matmuls beat the blocked CPU kernel (~2x at q = 1)
+    if (
+        q_len <= 8 and p == 0.0
+    ):  # decoding: two small matmuls beat the blocked CPU kernel (~2x at q = 1)
         att = torch.softmax(torch.matmul(query, key.transpose(-1, -2)) + mask, dim=-1)
         return torch.matmul(att, value), None
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=p, scale=1.0)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=p, scale=1.0
+    )
     return out, None
 
 
@@ -186,8 +203,15 @@ def parse_tree(tree: str) -> list[dict]:
                 name = json.loads(f'"{q.group(1)}"')
             except json.JSONDecodeError:
                 name = q.group(1)
-        out.append({"id": int(m.group(2)), "depth": len(m.group(1)) // 2,
-                    "role": m.group(3).lower(), "name": name, "line_no": n})  # fmt: skip
+        out.append(
+            {
+                "id": int(m.group(2)),
+                "depth": len(m.group(1)) // 2,
+                "role": m.group(3).lower(),
+                "name": name,
+                "line_no": n,
+            }
+        )
     return out
 
 
@@ -219,8 +243,14 @@ def instruction_texts(instruction: str, limit: int = MAX_TEXTS) -> list[str]:
     kw = r"\b(?:enter|type|write|input|search for|fill in|fill)\s+(?:the\s+(?:text|word|value)\s+)?"
     for m in re.finditer(kw + r"([^\s\"'“”.,;:!?]+(?:\s+[^\s\"'“”.,;:!?]+)*)", instruction, re.I):
         words = m.group(1).split()
-        stop = next((i for i, w in enumerate(words)
-                     if w.lower() in ("in", "into", "on", "to", "and", "then", "as")), len(words))  # fmt: skip
+        stop = next(
+            (
+                i
+                for i, w in enumerate(words)
+                if w.lower() in ("in", "into", "on", "to", "and", "then", "as")
+            ),
+            len(words),
+        )
         if not words or words[0].lower() in ("the", "a", "an", "your", "it", "this"):
             continue
         found.append(words[0])
@@ -270,10 +300,22 @@ def _solve(text: str) -> int | None:
     op, c = m.group(2), int(m.group(4))
     if m.group(1) == "x":  # x op a = c
         a = int(m.group(3))
-        inv = {"+": ("-", c, a), "-": ("+", c, a), "*": ("/", c, a), "×": ("/", c, a), "/": ("*", c, a)}[op]
+        inv = {
+            "+": ("-", c, a),
+            "-": ("+", c, a),
+            "*": ("/", c, a),
+            "×": ("/", c, a),
+            "/": ("*", c, a),
+        }[op]
     else:  # a op x = c
         a = int(m.group(1))
-        inv = {"+": ("-", c, a), "-": ("-", a, c), "*": ("/", c, a), "×": ("/", c, a), "/": ("/", a, c)}[op]
+        inv = {
+            "+": ("-", c, a),
+            "-": ("-", a, c),
+            "*": ("/", c, a),
+            "×": ("/", c, a),
+            "/": ("/", a, c),
+        }[op]
     return _arith(inv[1], inv[0], inv[2])
 
 
@@ -290,19 +332,31 @@ def page_texts(obs: Observation, limit: int = MAX_PAGE_TEXTS) -> list[str]:
 
     nodes = parse_nodes(obs.tree)
     low = obs.instruction.lower()
-    labels = {n.name.strip().rstrip(":").lower() for n in nodes if n.role in ("label", "text") and n.name.endswith(":")}
+    labels = {
+        n.name.strip().rstrip(":").lower()
+        for n in nodes
+        if n.role in ("label", "text") and n.name.endswith(":")
+    }
     typed = [n.value for n in nodes if n.role in TYPEABLE and n.value]
     nth = re.search(r"\b(\d+)(?:st|nd|rd|th) word\b", low)
     found: list[str] = []
     for n in nodes:
         if n.role in TYPEABLE and n.has("multiline") and n.value:
             found.append(n.value)
-        elif n.role in ("listitem", "option", "menuitem") and n.name and any(
-                n.name.lower().startswith(v.lower()) and n.name != v for v in typed):  # fmt: skip
+        elif (
+            n.role in ("listitem", "option", "menuitem")
+            and n.name
+            and any(n.name.lower().startswith(v.lower()) and n.name != v for v in typed)
+        ):
             found.append(n.name)
         elif n.role == "row" and len(n.children) == 2:
             k, v = (nodes[c] for c in n.children)
-            if k.role == v.role == "cell" and k.name and v.name and (k.name.lower() in low or k.name.lower() in labels):
+            if (
+                k.role == v.role == "cell"
+                and k.name
+                and v.name
+                and (k.name.lower() in low or k.name.lower() in labels)
+            ):
                 found.append(v.name)
         elif n.role == "text" and n.name:
             words = [w.strip(".,;:!?\"'()") for w in n.name.split()]
@@ -345,7 +399,9 @@ def candidate_actions(obs: Observation, max_candidates: int = MAX_CANDIDATES) ->
                 name = _line_name(m.group(3)) if m.group(2).lower() == "option" else ""
                 if name:
                     cands.append(Action.select(nd["id"], name))
-    cands += [Action.press("Enter")] + ([Action.press("Tab")] if typeable else []) + [Action.stop("")]
+    cands += (
+        [Action.press("Enter")] + ([Action.press("Tab")] if typeable else []) + [Action.stop("")]
+    )
     cands += [Action.click(nd["id"]) for nd in nodes]
     cands += [Action.scroll("down"), Action.scroll("up")]
     seen: set = set()
@@ -364,9 +420,12 @@ def candidates_hash(texts: list[str]) -> str:
 
 
 def policy_candidates(
-    tokenizer: Any, obs: Observation, prompt_ids: list[int], max_positions: int,
+    tokenizer: Any,
+    obs: Observation,
+    prompt_ids: list[int],
+    max_positions: int,
     max_candidates: int = MAX_CANDIDATES,
-) -> tuple[list[Action], list[list[int]]]:  # fmt: skip
+) -> tuple[list[Action], list[list[int]]]:
     """C(s): the actions the policy chooses among after ``prompt_ids``, and their token ids.
 
     ``candidate_actions(obs, max_candidates)`` keeping those whose tokens (text +
@@ -402,7 +461,9 @@ def candidate_logprobs(scores: torch.Tensor, temperature: float) -> torch.Tensor
 MIN_SHARED = 32  # prompts sharing at least this many leading tokens share one prefix pass
 
 
-def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED) -> list[tuple[int, list[int]]]:
+def prefix_groups(
+    prompts: list[list[int]], min_shared: int = MIN_SHARED
+) -> list[tuple[int, list[int]]]:
     """Prompts -> ``[(prefix length L, member indices)]``.
 
     Prompts whose common prefix has at least ``min_shared`` tokens form one group
@@ -425,7 +486,9 @@ def prefix_groups(prompts: list[list[int]], min_shared: int = MIN_SHARED) -> lis
     return groups
 
 
-def _trie_rounds(seqs: list[list[int]], starts: list[int], room: int) -> list[tuple[list[int], list[int], list[tuple]]]:
+def _trie_rounds(
+    seqs: list[list[int]], starts: list[int], room: int
+) -> list[tuple[list[int], list[int], list[tuple]]]:
     """Sequences -> rounds of (node tokens, node parents, labels) within ``room`` nodes.
 
     The nodes of a round are the distinct proper prefixes of its sequences (the
@@ -472,7 +535,11 @@ def _tree_mask(parents: list[int], prefix: int, neg: float) -> tuple[torch.Tenso
 
 @torch.no_grad()
 def score_continuations(
-    model: Any, prompts: list[list[int]], conts: list[list[list[int]]], max_positions: int, pad: int,
+    model: Any,
+    prompts: list[list[int]],
+    conts: list[list[list[int]]],
+    max_positions: int,
+    pad: int,
     stats: dict | None = None,
 ) -> list[torch.Tensor]:
     """Summed log-probs of each continuation given its prompt (see module doc).
@@ -504,13 +571,20 @@ def score_continuations(
         flat = torch.zeros(len(seqs))
         cache = None
         if L:
-            out = model(input_ids=torch.tensor([prompts[members[0]][:L]], device=dev), use_cache=True)
+            out = model(
+                input_ids=torch.tensor([prompts[members[0]][:L]], device=dev), use_cache=True
+            )
             cache = out.past_key_values
             used += L
         for toks, parents, labels in _trie_rounds(seqs, starts, max(1, max_positions - L)):
             mask, depth = _tree_mask(parents, L, neg)
-            o = model(input_ids=torch.tensor([toks], device=dev), attention_mask=mask.to(dev),
-                      position_ids=(L + depth)[None].to(dev), past_key_values=cache, use_cache=True)  # fmt: skip
+            o = model(
+                input_ids=torch.tensor([toks], device=dev),
+                attention_mask=mask.to(dev),
+                position_ids=(L + depth)[None].to(dev),
+                past_key_values=cache,
+                use_cache=True,
+            )
             lsm = torch.log_softmax(o.logits[0].float(), -1).cpu()
             lab = torch.tensor(labels)  # (k, 3): sequence, node, token
             flat.index_add_(0, lab[:, 0], lsm[lab[:, 1], lab[:, 2]])
@@ -534,16 +608,27 @@ def sampler_generator(run_id: str, producer_id: str, counter: int = 0) -> torch.
     import hashlib
 
     g = torch.Generator()
-    g.manual_seed(int.from_bytes(hashlib.sha256(f"{run_id}|{producer_id}|{counter}".encode()).digest()[:8], "big"))
+    g.manual_seed(
+        int.from_bytes(
+            hashlib.sha256(f"{run_id}|{producer_id}|{counter}".encode()).digest()[:8], "big"
+        )
+    )
     return g
 
 
 class PolicyRunner:
     """Batched constrained acting.  ``policy_version`` is set by the checkpoint loader."""
 
-    def __init__(self, model: Any, tokenizer: Any, cfg: Any, max_candidates: int = MAX_CANDIDATES,
-                 policy_version: int = 0, seed: int | None = None,
-                 generator: torch.Generator | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        cfg: Any,
+        max_candidates: int = MAX_CANDIDATES,
+        policy_version: int = 0,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.cfg = cfg
@@ -551,7 +636,9 @@ class PolicyRunner:
         self.max_candidates = max_candidates
         self.policy_version = policy_version
         self.stats: dict = {"tokens": 0}  # tokens run through the model (prompts + candidate tries)
-        self.last_info: list[dict] = []  # act(): per-decision extras of act_info (hash, temperature)
+        self.last_info: list[
+            dict
+        ] = []  # act(): per-decision extras of act_info (hash, temperature)
         # a long-lived sampler passes its own stream (``sampler_generator``), kept across hot reloads
         if generator is None:
             generator = torch.Generator()
@@ -559,9 +646,12 @@ class PolicyRunner:
         self.generator = generator
 
     def act(
-        self, observations: list[Observation], histories: list[list[str]],
-        temperature: float = 1.0, greedy: bool = False,
-    ) -> list[tuple[Action, float, int]]:  # fmt: skip
+        self,
+        observations: list[Observation],
+        histories: list[list[str]],
+        temperature: float = 1.0,
+        greedy: bool = False,
+    ) -> list[tuple[Action, float, int]]:
         """One action per observation: (Action, behaviour logprob ``log pi_T(a|s)``, action token count).
 
         The per-decision extras of ``act_info`` (candidate-set hash, temperature) are
@@ -573,9 +663,12 @@ class PolicyRunner:
         return [x[:3] for x in out]
 
     def act_info(
-        self, observations: list[Observation], histories: list[list[str]],
-        temperature: float = 1.0, greedy: bool = False,
-    ) -> list[tuple[Action, float, int, dict]]:  # fmt: skip
+        self,
+        observations: list[Observation],
+        histories: list[list[str]],
+        temperature: float = 1.0,
+        greedy: bool = False,
+    ) -> list[tuple[Action, float, int, dict]]:
         """One decision per observation: (Action, ``log pi_T(a|s)``, action token count, info).
 
         ``info``: ``candidates_hash`` (of C(s)), ``temperature`` (the T of the
@@ -594,13 +687,21 @@ class PolicyRunner:
             key = (tuple(p), obs.tree, obs.instruction)
             if key not in keys:
                 keys[key] = len(prompts)
-                acts, ids = policy_candidates(self.tokenizer, obs, p, self.max_positions, self.max_candidates)
+                acts, ids = policy_candidates(
+                    self.tokenizer, obs, p, self.max_positions, self.max_candidates
+                )
                 prompts.append(p)
                 cands.append(acts)
                 cand_ids.append(ids)
             which.append(keys[key])
-        scores = score_continuations(self.model, prompts, cand_ids, self.max_positions, pad_id(self.tokenizer),
-                                     stats=self.stats)
+        scores = score_continuations(
+            self.model,
+            prompts,
+            cand_ids,
+            self.max_positions,
+            pad_id(self.tokenizer),
+            stats=self.stats,
+        )
         logps = [candidate_logprobs(s, t_rec) for s in scores]
         hashes = [candidates_hash([a.to_text() for a in acts]) for acts in cands]
         out = []

@@ -24,7 +24,7 @@ World-model prompt (the change target follows it, then eos)::
     reward 0
     done 0<eos>
 
-The observation part is ``Observation.render()`` (collectors/spaces.py).
+The observation part is ``Observation.render()`` (core/spaces.py).
 ``history`` is the list of previous action texts of the same episode.
 
 Fitting ``max_positions`` (deterministic): the instruction is cut in the middle
@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from collectors.spaces import Observation
+from core.spaces import Observation
 from models.tokenizer import encode
 
 HISTORY_K = 4
@@ -110,9 +110,12 @@ def _fit(tokenizer: Any, obs: Observation, tail: str, budget: int) -> list[int]:
 
 
 def policy_prompt_ids(
-    tokenizer: Any, obs: Observation, history: list[str], max_positions: int,
+    tokenizer: Any,
+    obs: Observation,
+    history: list[str],
+    max_positions: int,
     reserve: int = POLICY_ACTION_RESERVE,
-) -> list[int]:  # fmt: skip
+) -> list[int]:
     """Token ids of the policy prompt (ends with ``Action: ``), within ``max_positions - reserve``."""
     tail = history_line(history) + "\nAction: "
     return _fit(tokenizer, obs, tail, max(16, max_positions - reserve))

@@ -87,7 +87,11 @@ def _byte_offset(tokenizer: Any) -> int | None:
 
 def _backend(tokenizer: Any) -> Any:
     """The ``tokenizers.Tokenizer`` of a fast tokenizer (None for a Python one)."""
-    return getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    return (
+        getattr(tokenizer, "backend_tokenizer", None)
+        if getattr(tokenizer, "is_fast", False)
+        else None
+    )
 
 
 def _split_backend(tokenizer: Any) -> Any:

@@ -51,7 +51,9 @@ BPE_DIR = ASSETS / "tokenizer-bpe"
 VOCAB_SIZE = 2048
 HELDOUT = 0.2  # share of the corpus's episodes kept out of training (streams.state.heldout)
 SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2: the same as the byte tokenizer's
-PRE_TOKENIZER = r"\p{N}| ?[^\s\p{N}]+|\s+(?!\S)|\s+"  # a digit | a chunk up to white space | white space
+PRE_TOKENIZER = (
+    r"\p{N}| ?[^\s\p{N}]+|\s+(?!\S)|\s+"  # a digit | a chunk up to white space | white space
+)
 _OBS_KEYS = ("instruction", "url", "tree", "focused", "last_action_error", "next_id")
 
 
@@ -59,19 +61,34 @@ _OBS_KEYS = ("instruction", "url", "tree", "focused", "last_action_error", "next
 
 
 def _row(t: Any) -> dict:
-    return {"episode_id": t.episode_id, "step": t.step, "task": t.task, "source": t.source,
-            "obs": {k: t.obs.get(k) for k in _OBS_KEYS}, "action": t.action,
-            "next_obs": {k: t.next_obs.get(k) for k in _OBS_KEYS}, "reward": t.reward, "done": t.done}  # fmt: skip
+    return {
+        "episode_id": t.episode_id,
+        "step": t.step,
+        "task": t.task,
+        "source": t.source,
+        "obs": {k: t.obs.get(k) for k in _OBS_KEYS},
+        "action": t.action,
+        "next_obs": {k: t.next_obs.get(k) for k in _OBS_KEYS},
+        "reward": t.reward,
+        "done": t.done,
+    }
 
 
-def collect_corpus(cfg: Any, out: Path, expert_per_task: int = 8, random_per_task: int = 6,
-                   max_steps: int = 8, contexts: int = 2, log: Any = print) -> dict:  # fmt: skip
+def collect_corpus(
+    cfg: Any,
+    out: Path,
+    expert_per_task: int = 8,
+    random_per_task: int = 6,
+    max_steps: int = 8,
+    contexts: int = 2,
+    log: Any = print,
+) -> dict:
     """Expert episodes on every expert task and random-policy episodes on every task, written to
     ``out`` (gzipped JSONL, episodes in collection order); returns counts."""
     from collectors.collector import ExpertAgent, RandomAgent, run_collector
     from collectors.tasks import list_tasks
-    from infra.taskserver import serve
-    from models.wm_experiment import _ListSink
+    from collectors.taskserver import serve
+    from evaluation.wm_study import _ListSink
     from streams.topics import Topics
 
     all_tasks = [t.name for t in list_tasks()]
@@ -83,20 +100,42 @@ def collect_corpus(cfg: Any, out: Path, expert_per_task: int = 8, random_per_tas
     async def one(policy: str, tasks: list[str], per_task: int, offset: int) -> None:
         # run_length 1: every context walks through the task list, context i starting at task i
         n = per_task * len(tasks)
-        cc = dataclasses.replace(cfg, collector=dataclasses.replace(
-            cfg.collector, tasks=tasks, contexts=contexts, max_steps=max_steps, seed_start=0, max_episodes=n))  # fmt: skip
+        cc = dataclasses.replace(
+            cfg,
+            collector=dataclasses.replace(
+                cfg.collector,
+                tasks=tasks,
+                contexts=contexts,
+                max_steps=max_steps,
+                seed_start=0,
+                max_episodes=n,
+            ),
+        )
         sink = _ListSink()
         agent = (lambda: ExpertAgent()) if policy == "expert" else (lambda: RandomAgent(seed=1))
         t0 = time.time()
-        st = await run_collector(cc, sink, Topics(cc.run_id), agent, asyncio.Event(), base_url=base,
-                                 collector_id=f"tokenizer-corpus-{policy}", seed_offset=offset, run_length=1)  # fmt: skip
+        st = await run_collector(
+            cc,
+            sink,
+            Topics(cc.run_id),
+            agent,
+            asyncio.Event(),
+            base_url=base,
+            collector_id=f"tokenizer-corpus-{policy}",
+            seed_offset=offset,
+            run_length=1,
+        )
         first: dict[str, float] = {}
         for t in sink.transitions:
             first[t.episode_id] = min(first.get(t.episode_id, t.created_at), t.created_at)
         ts = sorted(sink.transitions, key=lambda t: (first[t.episode_id], t.episode_id, t.step))
         rows.extend(_row(t) for t in ts)
-        counts[policy] = {"tasks": len(tasks), "episodes": st.episodes, "transitions": len(ts),
-                          "seconds": round(time.time() - t0, 1)}  # fmt: skip
+        counts[policy] = {
+            "tasks": len(tasks),
+            "episodes": st.episodes,
+            "transitions": len(ts),
+            "seconds": round(time.time() - t0, 1),
+        }
         log(f"{policy}: {counts[policy]}")
 
     try:
@@ -131,7 +170,7 @@ def split_corpus(rows: list[dict], fraction: float = HELDOUT) -> tuple[list[dict
 def transition_texts(rows: list[dict]) -> list[tuple[str, str, str, str]]:
     """Per transition: (policy prompt, action text, world-model prompt, world-model target), in full,
     with the episode's own action history (rows of an episode in step order)."""
-    from collectors.spaces import Observation
+    from core.spaces import Observation
     from models.prompts import policy_prompt, world_model_prompt
     from models.world_model import change_target
 
@@ -142,8 +181,14 @@ def transition_texts(rows: list[dict]) -> list[tuple[str, str, str, str]]:
     for r in rows:
         obs, nxt = Observation.from_dict(r["obs"]), Observation.from_dict(r["next_obs"])
         hist = [a for s, a in sorted(history[r["episode_id"]]) if s < int(r["step"])]
-        out.append((policy_prompt(obs, hist), r["action"], world_model_prompt(obs, r["action"]),
-                    change_target(obs, nxt, float(r["reward"]), bool(r["done"]))))  # fmt: skip
+        out.append(
+            (
+                policy_prompt(obs, hist),
+                r["action"],
+                world_model_prompt(obs, r["action"]),
+                change_target(obs, nxt, float(r["reward"]), bool(r["done"])),
+            )
+        )
     return out
 
 
@@ -175,19 +220,25 @@ def train_bpe(texts: list[str], vocab_size: int = VOCAB_SIZE) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tk = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRE_TOKENIZER), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRE_TOKENIZER), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=list(SPECIALS),
+        vocab_size=vocab_size,
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=list(SPECIALS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
+    )
     tk.train_from_iterator(texts, trainer=trainer, length=len(texts))
     eos = tk.token_to_id("</s>")
-    tk.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                                      special_tokens=[("</s>", eos)])  # fmt: skip
+    tk.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", eos)]
+    )
     return tk
 
 
@@ -197,13 +248,22 @@ def wrap(tk: Any) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
-        tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-        split_special_tokens=True, clean_up_tokenization_spaces=False, model_max_length=1 << 30,
-    )  # fmt: skip
+        tokenizer_object=tk,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        split_special_tokens=True,
+        clean_up_tokenization_spaces=False,
+        model_max_length=1 << 30,
+    )
 
 
-def train(out: Path | str, corpus: Path | str = CORPUS, vocab_size: int = VOCAB_SIZE,
-          heldout_fraction: float = HELDOUT) -> dict:  # fmt: skip
+def train(
+    out: Path | str,
+    corpus: Path | str = CORPUS,
+    vocab_size: int = VOCAB_SIZE,
+    heldout_fraction: float = HELDOUT,
+) -> dict:
     """Train on the corpus's training episodes and ``save_pretrained`` into ``out``."""
     rows = read_corpus(corpus)
     train_rows, held = split_corpus(rows, heldout_fraction)
@@ -213,8 +273,13 @@ def train(out: Path | str, corpus: Path | str = CORPUS, vocab_size: int = VOCAB_
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(str(out))
-    return {"out": str(out), "vocab_size": len(tok), "train_transitions": len(train_rows),
-            "heldout_transitions": len(held), "seconds": round(secs, 2)}  # fmt: skip
+    return {
+        "out": str(out),
+        "vocab_size": len(tok),
+        "train_transitions": len(train_rows),
+        "heldout_transitions": len(held),
+        "seconds": round(secs, 2),
+    }
 
 
 # --- measurement -----------------------------------------------------------------------
@@ -229,9 +294,14 @@ def tokens_per_transition(tok: Any, texts: list[tuple[str, str, str, str]]) -> d
     act = [len(encode(tok, a)) + 1 for _, a, _, _ in texts]
     tgt = [len(encode(tok, t)) + 1 for _, _, _, t in texts]
     n = max(1, len(texts))
-    return {"policy": round(sum(pol) / n, 1), "world_model": round(sum(wm) / n, 1),
-            "total": round((sum(pol) + sum(wm)) / n, 1), "action": round(sum(act) / n, 2),
-            "wm_target": round(sum(tgt) / n, 1), "vocab": len(tok)}  # fmt: skip
+    return {
+        "policy": round(sum(pol) / n, 1),
+        "world_model": round(sum(wm) / n, 1),
+        "total": round((sum(pol) + sum(wm)) / n, 1),
+        "action": round(sum(act) / n, 2),
+        "wm_target": round(sum(tgt) / n, 1),
+        "vocab": len(tok),
+    }
 
 
 def _mmacs(s: dict, layers: int, d_model: int) -> float:
@@ -240,8 +310,13 @@ def _mmacs(s: dict, layers: int, d_model: int) -> float:
     return round(s["total"] * (12 * layers * d_model**2 + s["vocab"] * d_model) / 1e6, 1)
 
 
-def stats(corpus: Path | str = CORPUS, vocab_sizes: tuple = (512, 1024, 2048, 4096, 8192),
-          heldout_fraction: float = HELDOUT, layers: int = 4, d_model: int = 256) -> dict:  # fmt: skip
+def stats(
+    corpus: Path | str = CORPUS,
+    vocab_sizes: tuple = (512, 1024, 2048, 4096, 8192),
+    heldout_fraction: float = HELDOUT,
+    layers: int = 4,
+    d_model: int = 256,
+) -> dict:
     """Tokens per held-out transition: byte, the shipped BPE, and BPEs of ``vocab_sizes``; with the
     model cost per transition (``mmacs``, for ``layers`` x ``d_model``: more ids cost a bigger output
     layer for every token, fewer tokens cost less of everything)."""

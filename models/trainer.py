@@ -12,7 +12,7 @@ initial weights) is published before the first step.  After a crash it resumes
 from ``LATEST``: versions continue, optimizer state is restored and consumption
 restarts at the manifest's offsets.  With ``gate.enabled`` every version after
 the first is written as a candidate (``LATEST`` untouched, no announcement;
-``models.gate`` promotes it or not), training always continues from the
+``evaluation.gate`` promotes it or not), training always continues from the
 trainer's own weights, and a restart resumes from the newest version written.
 """
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from infra.config import Config
-from infra.process import start_component
-from infra.s3 import make_client
+from core.config import Config
+from core.process import start_component
+from core.s3 import make_client
 from models import metrics as M
 from models.checkpoint import KINDS, CheckpointStore
 from models.engine import current_lr, trainer_engine
@@ -121,12 +121,17 @@ class Trainer:
             self.version = lat["version"]
         elif self.cfg.trainer.init_from:
             dirs = self._init_dirs(self.cfg.trainer.init_from)
-        models = build_models(self.cfg, dirs.get("policy") and dirs["policy"] / "hf",
-                              dirs.get("world_model") and dirs["world_model"] / "hf")  # fmt: skip
+        models = build_models(
+            self.cfg,
+            dirs.get("policy") and dirs["policy"] / "hf",
+            dirs.get("world_model") and dirs["world_model"] / "hf",
+        )
         self.policy_model, self.tokenizer = models["policy"]
         self.wm_model, self.wm_tokenizer = models["world_model"]
         tc = self.cfg.trainer
-        self.p_engine = trainer_engine(self.policy_model, tc, "policy")  # lr schedule: restored by load_checkpoint
+        self.p_engine = trainer_engine(
+            self.policy_model, tc, "policy"
+        )  # lr schedule: restored by load_checkpoint
         self.w_engine = trainer_engine(self.wm_model, tc, "world_model")
         if manifest is not None:
             for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
@@ -136,9 +141,16 @@ class Trainer:
             extra = manifest.get("extra", {})
             self.policy_steps = int(extra.get("policy_steps", 0))
             self.wm_steps = int(extra.get("wm_steps", 0))
-            self.offsets = {t: {int(p): int(o) for p, o in parts.items()}
-                            for t, parts in manifest.get("offsets", {}).items()}  # fmt: skip
-            log.info("resumed from v%d (policy step %d, offsets %s)", self.version, self.policy_steps, self.offsets)
+            self.offsets = {
+                t: {int(p): int(o) for p, o in parts.items()}
+                for t, parts in manifest.get("offsets", {}).items()
+            }
+            log.info(
+                "resumed from v%d (policy step %d, offsets %s)",
+                self.version,
+                self.policy_steps,
+                self.offsets,
+            )
         else:
             self.checkpoint()  # version 0 before the first step
         self._open_consumer()
@@ -156,7 +168,9 @@ class Trainer:
                 entry = src.latest(kind)
             if entry is None:
                 if kind == "policy":
-                    raise RuntimeError(f"trainer.init_from={spec!r}: run {src_run!r} has no policy checkpoint")
+                    raise RuntimeError(
+                        f"trainer.init_from={spec!r}: run {src_run!r} has no policy checkpoint"
+                    )
                 continue
             dest = self.work / f"init-{kind}"
             src.download(kind, int(entry["version"]), dest, entry.get("manifest_sha256"))
@@ -171,8 +185,10 @@ class Trainer:
 
     def _open_consumer(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=64)
-        tps = assignable(self.consumer, (self.topics.policy_batches, self.topics.world_model,
-                                         self.topics.world_model_eval))  # fmt: skip
+        tps = assignable(
+            self.consumer,
+            (self.topics.policy_batches, self.topics.world_model, self.topics.world_model_eval),
+        )
         self.consumer.assign(tps)
         for tp in tps:
             off = self.offsets.get(tp.topic, {}).get(tp.partition)
@@ -187,8 +203,10 @@ class Trainer:
         cfg_dict = self.cfg.to_dict()
         extra = {"policy_steps": self.policy_steps, "wm_steps": self.wm_steps}
         gated = self.cfg.gate.enabled
-        for kind, engine, tok in (("policy", self.p_engine, self.tokenizer),
-                                  ("world_model", self.w_engine, self.wm_tokenizer)):  # fmt: skip
+        for kind, engine, tok in (
+            ("policy", self.p_engine, self.tokenizer),
+            ("world_model", self.w_engine, self.wm_tokenizer),
+        ):
             d = self.work / f"ckpt-{kind}-{self.version}"
             if d.exists():
                 shutil.rmtree(d)
@@ -198,13 +216,26 @@ class Trainer:
             engine.save_checkpoint(str(d / "state"), tag="ds")
             # gated: a candidate (LATEST stays; `dynaweb gate` decides), except the very first version
             publish = not gated or self.store.latest(kind) is None
-            saved = self.store.save(kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish)
+            saved = self.store.save(
+                kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish
+            )
             if publish:
-                self.pub.send(self.topics.checkpoints, records.CheckpointAnnouncement(
-                    self.run, kind, self.version, saved.uri, saved.manifest_sha256))  # fmt: skip
+                self.pub.send(
+                    self.topics.checkpoints,
+                    records.CheckpointAnnouncement(
+                        self.run, kind, self.version, saved.uri, saved.manifest_sha256
+                    ),
+                )
                 if gated:
-                    self.store.write_decision(kind, self.version, {
-                        "decision": "promoted", "by": "trainer", "reason": "first version (no LATEST yet)"})
+                    self.store.write_decision(
+                        kind,
+                        self.version,
+                        {
+                            "decision": "promoted",
+                            "by": "trainer",
+                            "reason": "first version (no LATEST yet)",
+                        },
+                    )
             M.TRAINER_VERSION.labels(self.run, kind).set(self.version)
             M.TRAINER_CKPT_TIME.labels(self.run, kind).set(time.time())
             shutil.rmtree(d)
@@ -213,8 +244,12 @@ class Trainer:
             self.store.prune(kind, self.cfg.trainer.keep_checkpoints)
         self.last_ckpt_time = time.time()
         M.TRAINER_PHASE.labels(self.run, "checkpoint").observe(time.time() - t0)
-        log.info("checkpoint v%d written in %.2fs%s", self.version, time.time() - t0,
-                 " (candidate: the gate decides whether it becomes LATEST)" if gated else "")
+        log.info(
+            "checkpoint v%d written in %.2fs%s",
+            self.version,
+            time.time() - t0,
+            " (candidate: the gate decides whether it becomes LATEST)" if gated else "",
+        )
 
     # --- data ----------------------------------------------------------------
     def poll(self, timeout_ms: int) -> list:
@@ -231,7 +266,12 @@ class Trainer:
                 is_batch = tp.topic == self.topics.policy_batches
                 if not is_batch:
                     self.offsets.setdefault(tp.topic, {})[tp.partition] = m.offset + 1
-                skip = (None, tp.topic, tp.partition, m.offset + 1)  # consumed in order, nothing to train
+                skip = (
+                    None,
+                    tp.topic,
+                    tp.partition,
+                    m.offset + 1,
+                )  # consumed in order, nothing to train
                 if m.value is None or is_control(m.value):
                     if is_batch:
                         batches.append(skip)
@@ -285,7 +325,9 @@ class Trainer:
             self._advance(topic, partition, next_offset)
             return False
         self.p_engine.train()
-        loss, stats, gn, t1 = policy_update(self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model)
+        loss, stats, gn, t1 = policy_update(
+            self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model
+        )
         t2 = time.time()
         self.policy_steps += 1
         M.TRAINER_STEPS.labels(self.run, "policy").inc()
@@ -305,7 +347,9 @@ class Trainer:
 
     def _count_consumed(self, batch: records.TrainingBatch) -> None:
         self.batches_consumed += 1
-        self.consumed_by_worker[batch.worker_id] = self.consumed_by_worker.get(batch.worker_id, 0) + 1
+        self.consumed_by_worker[batch.worker_id] = (
+            self.consumed_by_worker.get(batch.worker_id, 0) + 1
+        )
 
     def drop_stale(self, trajs: list[records.Trajectory]) -> list[records.Trajectory]:
         """Staleness enforced where samples are used: non-expert trajectories made by a policy older
@@ -331,8 +375,14 @@ class Trainer:
             return
         t0 = time.time()
         self.w_engine.train()
-        loss, stats, gn = world_model_update(self.w_engine, self.wm_tokenizer, batch, self.cfg.trainer,
-                                             self.embedder, self.cfg.dream.max_change_tokens)  # fmt: skip
+        loss, stats, gn = world_model_update(
+            self.w_engine,
+            self.wm_tokenizer,
+            batch,
+            self.cfg.trainer,
+            self.embedder,
+            self.cfg.dream.max_change_tokens,
+        )
         self.wm_steps += 1
         M.TRAINER_STEPS.labels(self.run, "world_model").inc()
         for t in batch:
@@ -341,7 +391,9 @@ class Trainer:
         M.TRAINER_LR.labels(self.run, "world_model").set(current_lr(self.w_engine))
         for k in ("lm_loss", "infonce", "reward_head_loss", "done_head_loss"):
             if k in stats:
-                M.TRAINER_LOSS.labels(self.run, "world_model", k.removesuffix("_loss")).set(float(stats[k]))
+                M.TRAINER_LOSS.labels(self.run, "world_model", k.removesuffix("_loss")).set(
+                    float(stats[k])
+                )
         M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
         M.TRAINER_PHASE.labels(self.run, "world_model_step").observe(time.time() - t0)
 
@@ -353,20 +405,36 @@ class Trainer:
         sample = list(self.eval_window)[-8:]
         self.w_engine.eval()
         runner = WorldModelRunner(self.w_engine.module, self.wm_tokenizer, self.cfg.dream)
-        from collectors.spaces import Observation, parse_action
+        from core.spaces import Observation, parse_action
 
-        preds = runner.predict([Observation.from_dict(t.obs) for t in sample], [parse_action(t.action) for t in sample])
-        fid = fidelity(preds, [Observation.from_dict(t.next_obs) for t in sample],
-                       [t.reward for t in sample], [t.done for t in sample])  # fmt: skip
+        preds = runner.predict(
+            [Observation.from_dict(t.obs) for t in sample], [parse_action(t.action) for t in sample]
+        )
+        fid = fidelity(
+            preds,
+            [Observation.from_dict(t.next_obs) for t in sample],
+            [t.reward for t in sample],
+            [t.done for t in sample],
+        )
         for k, v in fid.items():
             if isinstance(v, int | float):
                 M.TRAINER_FIDELITY.labels(self.run, k).set(float(v))
 
     def publish_progress(self) -> None:
-        self.pub.send(self.topics.control, records.Control(
-            self.run, "consumed", "trainer", float(self.batches_consumed),
-            info={"policy_steps": self.policy_steps, "version": self.version,
-                  "by_worker": dict(self.consumed_by_worker)}))  # fmt: skip
+        self.pub.send(
+            self.topics.control,
+            records.Control(
+                self.run,
+                "consumed",
+                "trainer",
+                float(self.batches_consumed),
+                info={
+                    "policy_steps": self.policy_steps,
+                    "version": self.version,
+                    "by_worker": dict(self.consumed_by_worker),
+                },
+            ),
+        )
 
     # --- loop --------------------------------------------------------------------
     def loop(self) -> None:
@@ -375,7 +443,9 @@ class Trainer:
         pending: deque = deque()
         while not self.stop.is_set():
             t0 = time.time()
-            if len(pending) < 4:  # bounded: a lagging trainer leaves the backlog in Kafka, not in memory
+            if (
+                len(pending) < 4
+            ):  # bounded: a lagging trainer leaves the backlog in Kafka, not in memory
                 pending.extend(self.poll(timeout_ms=0 if (pending or self.wm_buffer) else 500))
             did = False
             while pending and pending[0][0] is None:
@@ -456,9 +526,20 @@ def _export_stats(run: str, stats: dict) -> None:
 def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
     stop = start_component(cfg, "trainer", f"trainer-{cfg.run_id}", stop)
     M.TRAINER_IDLE.labels(cfg.run_id)  # export 0 before the first idle wait
-    for src in ("real", "dream"):  # the per-source report exists (at 0) before the first group arrives
-        for m in (M.GSPO_TRAJ, M.GSPO_GROUPS, M.GSPO_GROUPS_NONZERO, M.GSPO_ADV_ABS, M.GSPO_CLIPPED, M.GSPO_RATIO_SUM,
-                  M.TRAINER_STALE, M.TRAINER_UNGROUPED):  # fmt: skip
+    for src in (
+        "real",
+        "dream",
+    ):  # the per-source report exists (at 0) before the first group arrives
+        for m in (
+            M.GSPO_TRAJ,
+            M.GSPO_GROUPS,
+            M.GSPO_GROUPS_NONZERO,
+            M.GSPO_ADV_ABS,
+            M.GSPO_CLIPPED,
+            M.GSPO_RATIO_SUM,
+            M.TRAINER_STALE,
+            M.TRAINER_UNGROUPED,
+        ):
             m.labels(cfg.run_id, src)
     tr = Trainer(cfg, stop)
     try:

@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from collectors.spaces import Action, Observation, ids_in_tree, parse_action
+from core.spaces import Action, Observation, ids_in_tree, parse_action
 from models.change import (
     apply_change,
     change_f1,
@@ -81,7 +81,10 @@ def attach_page_head(model: Any, dim: int = DIM) -> Any:
     return model
 
 
-HEADS = ("reward_head", "done_head")  # 2-way classifiers on the hidden state at the last prompt token
+HEADS = (
+    "reward_head",
+    "done_head",
+)  # 2-way classifiers on the hidden state at the last prompt token
 
 
 def attach_heads(model: Any) -> Any:
@@ -103,7 +106,8 @@ def attach_heads(model: Any) -> Any:
 def heads_trained(model: Any) -> bool:
     """True once the reward/done heads were trained (``predict`` then uses them; else the text)."""
     return bool(getattr(getattr(model, "config", None), "wm_heads_trained", False)) and all(
-        getattr(model, n, None) is not None for n in HEADS)  # fmt: skip
+        getattr(model, n, None) is not None for n in HEADS
+    )
 
 
 def mark_heads_trained(model: Any) -> None:
@@ -114,8 +118,10 @@ def mark_heads_trained(model: Any) -> None:
 def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(p(success), p(done)) per row of ``hidden`` (B, d): the last prompt token's hidden state."""
     h = hidden.to(model.reward_head.weight.dtype)
-    return (torch.softmax(model.reward_head(h).float(), -1)[:, 1],
-            torch.softmax(model.done_head(h).float(), -1)[:, 1])  # fmt: skip
+    return (
+        torch.softmax(model.reward_head(h).float(), -1)[:, 1],
+        torch.softmax(model.done_head(h).float(), -1)[:, 1],
+    )
 
 
 def make_world_model(model_cfg: Any) -> tuple[Any, Any]:
@@ -145,7 +151,9 @@ def load_world_model(path: str) -> tuple[Any, Any]:
             if sd:
                 getattr(model, name).load_state_dict(sd)
                 found.add(name)
-    model.config.wm_heads_trained = bool(getattr(model.config, "wm_heads_trained", False)) and found >= set(HEADS)
+    model.config.wm_heads_trained = bool(
+        getattr(model.config, "wm_heads_trained", False)
+    ) and found >= set(HEADS)
     return model, tok
 
 
@@ -178,9 +186,14 @@ def next_observation(obs: Observation, tree: str, action: Action | None) -> Obse
     if action is not None and action.kind in ("click", "type", "select") and action.element in ids:
         focused = action.element
     return Observation(
-        instruction=obs.instruction, url=obs.url, tree=tree, focused=focused, last_action_error="",
-        next_id=max([obs.next_id] + [i + 1 for i in ids]), element_ids=ids,
-    )  # fmt: skip
+        instruction=obs.instruction,
+        url=obs.url,
+        tree=tree,
+        focused=focused,
+        last_action_error="",
+        next_id=max([obs.next_id] + [i + 1 for i in ids]),
+        element_ids=ids,
+    )
 
 
 def _try_parse(text: str) -> Action | None:
@@ -218,9 +231,14 @@ class PreallocatedLayer:
         t = k.shape[-2]
         if self.n + t > self._k.shape[-2]:
             cap = max(2 * self._k.shape[-2], self.n + t)
-            k2, v2 = self._k.new_empty((*self._k.shape[:2], cap, self._k.shape[-1])), self._v.new_empty(
-                (*self._v.shape[:2], cap, self._v.shape[-1]))  # fmt: skip
-            k2[..., : self.n, :], v2[..., : self.n, :] = self._k[..., : self.n, :], self._v[..., : self.n, :]
+            k2, v2 = (
+                self._k.new_empty((*self._k.shape[:2], cap, self._k.shape[-1])),
+                self._v.new_empty((*self._v.shape[:2], cap, self._v.shape[-1])),
+            )
+            k2[..., : self.n, :], v2[..., : self.n, :] = (
+                self._k[..., : self.n, :],
+                self._v[..., : self.n, :],
+            )
             self._k, self._v = k2, v2
         self._k[..., self.n : self.n + t, :] = k
         self._v[..., self.n : self.n + t, :] = v
@@ -286,7 +304,9 @@ def _select_tab(lines: list[str], idx: int) -> list[str]:
     for j, x in enumerate(lines):
         if " tab " in f" {x.strip()} " and x.strip().split(" ", 2)[1:2] == ["tab"]:
             bare = x.replace(" expanded selected", "").replace(" collapsed", "")
-            new[j] = bare + (" expanded selected" if j == idx else (" collapsed" if bare != x else ""))
+            new[j] = bare + (
+                " expanded selected" if j == idx else (" collapsed" if bare != x else "")
+            )
     return new
 
 
@@ -325,17 +345,27 @@ def candidate_trees(obs: Observation, action: Action | None) -> list[str]:
                     body = lines[j].strip()
                     if body.startswith("option "):
                         bare = lines[j].replace(" selected", "")
-                        new[j] = bare + " selected" if body.startswith(f'option "{action.text}"') else bare
+                        new[j] = (
+                            bare + " selected"
+                            if body.startswith(f'option "{action.text}"')
+                            else bare
+                        )
                 out.append("\n".join(new))
     return list(dict.fromkeys(out))
 
 
-def candidate_outputs(obs: Observation, action: Action | None, generated: str | None = None) -> list[str]:
+def candidate_outputs(
+    obs: Observation, action: Action | None, generated: str | None = None
+) -> list[str]:
     """Full world-model outputs to score: every candidate tree's change x every trailer,
     plus the freely generated text (if it parses) and its change with every trailer."""
-    changes = [diff_to_change(obs.tree, t, next_id=obs.next_id) for t in candidate_trees(obs, action)]
+    changes = [
+        diff_to_change(obs.tree, t, next_id=obs.next_id) for t in candidate_trees(obs, action)
+    ]
     out = []
-    if generated is not None:  # kept when it parses (a rejected text would only mean "unchanged, reward 0")
+    if (
+        generated is not None
+    ):  # kept when it parses (a rejected text would only mean "unchanged, reward 0")
         change, _r, _d, ok, _why = parse_model_output(generated, tree=obs.tree, next_id=obs.next_id)
         if ok:
             out.append(generated)
@@ -351,14 +381,23 @@ DECODES = ("greedy", "rerank")
 class WorldModelRunner:
     """Batched prediction with KV-cached generation (left padded)."""
 
-    def __init__(self, model: Any, tokenizer: Any, cfg: Any = None, max_positions: int | None = None,
-                 max_change_tokens: int | None = None, world_model_version: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        cfg: Any = None,
+        max_positions: int | None = None,
+        max_change_tokens: int | None = None,
+        world_model_version: int = 0,
+    ):
         dream = getattr(cfg, "dream", cfg)
         mcfg = getattr(cfg, "model", None)
         self.model = model
         self.tokenizer = tokenizer
         self.max_positions = int(
-            max_positions or getattr(mcfg, "max_positions", 0) or model.config.max_position_embeddings
+            max_positions
+            or getattr(mcfg, "max_positions", 0)
+            or model.config.max_position_embeddings
         )
         self.max_change_tokens = int(max_change_tokens or getattr(dream, "max_change_tokens", 160))
         self.world_model_version = world_model_version
@@ -376,8 +415,13 @@ class WorldModelRunner:
         )
 
     @torch.no_grad()
-    def generate_texts(self, prompts: list[list[int]], sample: bool = False, temperature: float = 1.0,
-                       return_hidden: bool = False) -> list[str] | tuple[list[str], torch.Tensor]:  # fmt: skip
+    def generate_texts(
+        self,
+        prompts: list[list[int]],
+        sample: bool = False,
+        temperature: float = 1.0,
+        return_hidden: bool = False,
+    ) -> list[str] | tuple[list[str], torch.Tensor]:
         """Greedy (or sampled, top_k = 0) continuation of each prompt up to eos.
 
         ``return_hidden``: also the last layer's hidden state at each prompt's last token, (B, d),
@@ -402,8 +446,14 @@ class WorldModelRunner:
         # 1. the shared prefixes (one row per prefix group, left padded) into the cache
         groups = prefix_groups(prompts)
         Pp = max(L for L, _ in groups)
-        if Pp + max(len(p) - L for L, mem in groups for p in (prompts[b] for b in mem)) + new > self.max_positions:
-            groups, Pp = [(0, [b]) for b in range(B)], 0  # prefixes and tails of very unequal length: no sharing
+        if (
+            Pp + max(len(p) - L for L, mem in groups for p in (prompts[b] for b in mem)) + new
+            > self.max_positions
+        ):
+            groups, Pp = (
+                [(0, [b]) for b in range(B)],
+                0,
+            )  # prefixes and tails of very unequal length: no sharing
         gi = torch.zeros(B, dtype=torch.long)
         plen_b = torch.zeros(B, dtype=torch.long)
         for g, (L, mem) in enumerate(groups):
@@ -422,9 +472,13 @@ class WorldModelRunner:
                     kp[g, Pp - L :] = True
             causal = torch.ones(Pp, Pp, dtype=torch.bool).tril()
             allowed = (causal[None] & kp[:, None, :]) | torch.eye(Pp, dtype=torch.bool)[None]
-            self.model(input_ids=ids.to(dev), attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-                       position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev), past_key_values=cache,
-                       use_cache=True)  # fmt: skip
+            self.model(
+                input_ids=ids.to(dev),
+                attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+                position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
+                past_key_values=cache,
+                use_cache=True,
+            )
             cache.batch_select_indices(gi.to(dev))  # one copy: prefix group -> its members' rows
             keep[:, :Pp] = kp[gi]
         # 2. every row's own tail (left padded inside its block), after its prefix
@@ -437,9 +491,14 @@ class WorldModelRunner:
         causal = torch.ones(S, Pp + S, dtype=torch.bool).tril(diagonal=Pp)
         allowed = causal[None] & keep[:, None, : Pp + S]
         allowed[:, torch.arange(S), Pp + torch.arange(S)] = True  # pad rows see themselves: no NaN
-        out = self.model(input_ids=ids.to(dev), attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-                         position_ids=pos.to(dev), past_key_values=cache, use_cache=True,
-                         output_hidden_states=return_hidden)  # fmt: skip
+        out = self.model(
+            input_ids=ids.to(dev),
+            attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+            position_ids=pos.to(dev),
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=return_hidden,
+        )
         logits = out.logits[:, -1]
         last_hidden = out.hidden_states[-1][:, -1] if return_hidden else None
         plen = torch.tensor([len(p) for p in prompts])
@@ -468,9 +527,13 @@ class WorldModelRunner:
             keep[rows, P + t] = True
             L = P + t + 1
             mask = torch.where(keep[rows, :L], 0.0, neg)[:, None, None, :]
-            out = self.model(input_ids=nxt[:, None].to(dev), attention_mask=mask.to(dev),
-                             position_ids=(plen[rows] + t)[:, None].to(dev), past_key_values=cache,
-                             use_cache=True)  # fmt: skip
+            out = self.model(
+                input_ids=nxt[:, None].to(dev),
+                attention_mask=mask.to(dev),
+                position_ids=(plen[rows] + t)[:, None].to(dev),
+                past_key_values=cache,
+                use_cache=True,
+            )
             logits = out.logits[:, -1]
         texts = []
         for row in gen:
@@ -479,8 +542,13 @@ class WorldModelRunner:
             texts.append(decode(self.tokenizer, row))
         return (texts, last_hidden) if return_hidden else texts
 
-    def predict(self, obs_list: list[Observation], actions: list, sample: bool = False,
-                temperature: float = 1.0) -> list[Prediction]:  # fmt: skip
+    def predict(
+        self,
+        obs_list: list[Observation],
+        actions: list,
+        sample: bool = False,
+        temperature: float = 1.0,
+    ) -> list[Prediction]:
         """Predicted next observation, reward, done per (obs, action); rejected output -> page unchanged.
 
         Reward and done come from the reward/done heads when they are trained (``heads_trained``):
@@ -495,7 +563,9 @@ class WorldModelRunner:
         use_heads = heads_trained(self.model)
         hidden = None
         if sample:
-            res = self.generate_texts(prompts, sample=True, temperature=temperature, return_hidden=use_heads)
+            res = self.generate_texts(
+                prompts, sample=True, temperature=temperature, return_hidden=use_heads
+            )
             outs, hidden = res if use_heads else (res, None)
         else:  # greedy is deterministic: identical inputs are generated once
             uniq = list(dict.fromkeys(tuple(p) for p in prompts))
@@ -504,7 +574,9 @@ class WorldModelRunner:
             where = {u: k for k, u in enumerate(uniq)}
             outs = [texts_u[where[tuple(p)]] for p in prompts]
             if hid_u is not None:
-                hidden = hid_u[torch.tensor([where[tuple(p)] for p in prompts], device=hid_u.device)]
+                hidden = hid_u[
+                    torch.tensor([where[tuple(p)] for p in prompts], device=hid_u.device)
+                ]
         p_succ = p_done = None
         if hidden is not None:
             with torch.no_grad():
@@ -514,7 +586,9 @@ class WorldModelRunner:
             outs = self.rerank(obs_list, acts, prompts, outs)
         preds = []
         for b, (obs, act, text) in enumerate(zip(obs_list, acts, outs, strict=True)):
-            change, reward, done, ok, reason = parse_model_output(text, tree=obs.tree, next_id=obs.next_id)
+            change, reward, done, ok, reason = parse_model_output(
+                text, tree=obs.tree, next_id=obs.next_id
+            )
             tree = obs.tree
             if ok:
                 try:
@@ -524,21 +598,46 @@ class WorldModelRunner:
             text_reward, text_done = float(reward), bool(done)
             if p_succ is not None and p_done is not None:
                 reward, done = (1.0 if p_succ[b] > 0.5 else 0.0), p_done[b] > 0.5
-            preds.append(Prediction(next_observation(obs, tree, act), float(reward), bool(done), ok, reason, text,
-                                    obs.tree, text_reward, text_done, None if p_succ is None else p_succ[b],
-                                    None if p_done is None else p_done[b]))  # fmt: skip
+            preds.append(
+                Prediction(
+                    next_observation(obs, tree, act),
+                    float(reward),
+                    bool(done),
+                    ok,
+                    reason,
+                    text,
+                    obs.tree,
+                    text_reward,
+                    text_done,
+                    None if p_succ is None else p_succ[b],
+                    None if p_done is None else p_done[b],
+                )
+            )
         return preds
 
     @torch.no_grad()
-    def rerank(self, obs_list: list[Observation], acts: list, prompts: list[list[int]], generated: list[str]) -> list[str]:
+    def rerank(
+        self,
+        obs_list: list[Observation],
+        acts: list,
+        prompts: list[list[int]],
+        generated: list[str],
+    ) -> list[str]:
         """Per row, the most likely of ``candidate_outputs`` (the generated text is one of them)."""
         from models.policy import score_continuations
 
         eos = eos_id(self.tokenizer)
-        cands = [candidate_outputs(o, a, g) for o, a, g in zip(obs_list, acts, generated, strict=True)]
+        cands = [
+            candidate_outputs(o, a, g) for o, a, g in zip(obs_list, acts, generated, strict=True)
+        ]
         room = [max(1, self.max_positions - len(p)) for p in prompts]
-        conts = [[(encode(self.tokenizer, c) + [eos])[: room[b]] for c in cs] for b, cs in enumerate(cands)]
-        scores = score_continuations(self.model, prompts, conts, self.max_positions, pad_id(self.tokenizer))
+        conts = [
+            [(encode(self.tokenizer, c) + [eos])[: room[b]] for c in cs]
+            for b, cs in enumerate(cands)
+        ]
+        scores = score_continuations(
+            self.model, prompts, conts, self.max_positions, pad_id(self.tokenizer)
+        )
         return [cs[int(torch.argmax(sc))] for cs, sc in zip(cands, scores, strict=True)]
 
 
@@ -559,13 +658,18 @@ def _scores(obs_trees, pred_trees, pred_r, pred_d, real_trees, real_r, real_d) -
     n = max(1, len(real_trees))
     return {
         "exact_match": sum(p == r for p, r in zip(pred_trees, real_trees, strict=True)) / n,
-        "change_f1": sum(change_f1(o, p, r) for o, p, r in zip(obs_trees, pred_trees, real_trees, strict=True)) / n,
+        "change_f1": sum(
+            change_f1(o, p, r) for o, p, r in zip(obs_trees, pred_trees, real_trees, strict=True)
+        )
+        / n,
         "reward_bal_acc": balanced_accuracy([x > 0 for x in pred_r], [x > 0 for x in real_r]),
         "done_bal_acc": balanced_accuracy([bool(x) for x in pred_d], [bool(x) for x in real_d]),
     }
 
 
-def fidelity(predictions: list[Prediction], real_next_obs: list, real_rewards: list, real_dones: list) -> dict:
+def fidelity(
+    predictions: list[Prediction], real_next_obs: list, real_rewards: list, real_dones: list
+) -> dict:
     """Dream fidelity vs. the real transitions, and the same for "nothing changes".
 
     Keys: exact_match (next tree identical), change_f1 (line-level F1 of the
@@ -576,9 +680,18 @@ def fidelity(predictions: list[Prediction], real_next_obs: list, real_rewards: l
     real_trees = [o.tree if isinstance(o, Observation) else o["tree"] for o in real_next_obs]
     obs_trees = [p.obs_tree for p in predictions]
     n = len(predictions)
-    out = _scores(obs_trees, [p.next_obs.tree for p in predictions], [p.reward for p in predictions],
-                  [p.done for p in predictions], real_trees, real_rewards, real_dones)  # fmt: skip
-    base = _scores(obs_trees, obs_trees, [0.0] * n, [False] * n, real_trees, real_rewards, real_dones)
+    out = _scores(
+        obs_trees,
+        [p.next_obs.tree for p in predictions],
+        [p.reward for p in predictions],
+        [p.done for p in predictions],
+        real_trees,
+        real_rewards,
+        real_dones,
+    )
+    base = _scores(
+        obs_trees, obs_trees, [0.0] * n, [False] * n, real_trees, real_rewards, real_dones
+    )
     out.update({f"baseline_{k}": v for k, v in base.items()})
     out["ok_rate"] = sum(p.ok for p in predictions) / max(1, n)
     out["n"] = n

@@ -33,7 +33,7 @@ from typing import Any
 
 import faust
 
-from infra.config import Config
+from core.config import Config
 from streams import metrics as M
 from streams import records, recovery
 from streams.app import app_id
@@ -94,8 +94,15 @@ class _Sender:
 class Runner:
     """Glue between Faust and the state: processing, commits, rebalances, readiness."""
 
-    def __init__(self, app: faust.App, cfg: Config, topics: Topics, state: StreamState,
-                 side: SideReader | None, ready_file: Path | None):  # fmt: skip
+    def __init__(
+        self,
+        app: faust.App,
+        cfg: Config,
+        topics: Topics,
+        state: StreamState,
+        side: SideReader | None,
+        ready_file: Path | None,
+    ):
         self.app, self.cfg, self.topics, self.state, self.side = app, cfg, topics, state, side
         self.ready_file = ready_file
         self.sender = _Sender(app, on_error=lambda _e: state.m(M.publish_errors).inc())
@@ -218,9 +225,16 @@ class Runner:
                 self.process(item)
 
 
-def register(app: faust.App, cfg: Config, topics: Topics, state: StreamState | None = None,
-             side: SideReader | None = None, ready_file: Path | None = None,
-             take: int = 2000, within: float = 0.02) -> Runner:  # fmt: skip
+def register(
+    app: faust.App,
+    cfg: Config,
+    topics: Topics,
+    state: StreamState | None = None,
+    side: SideReader | None = None,
+    ready_file: Path | None = None,
+    take: int = 2000,
+    within: float = 0.02,
+) -> Runner:
     """Register the worker's agent, timer and rebalance hooks on ``app``."""
     state = state or StreamState(cfg, topics)
     r = Runner(app, cfg, topics, state, side, ready_file)

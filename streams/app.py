@@ -25,7 +25,7 @@ from pathlib import Path
 
 import faust
 
-from infra.config import Config
+from core.config import Config
 from streams.kafka import client_kwargs
 
 
@@ -54,9 +54,11 @@ def credentials(cfg: Config) -> faust.auth.Credentials | None:
         )
     if proto.startswith("SASL"):
         return faust.SASLCredentials(
-            username=kw.get("sasl_plain_username"), password=kw.get("sasl_plain_password"),
-            mechanism=kw.get("sasl_mechanism") or "PLAIN", ssl_context=ctx,
-        )  # fmt: skip
+            username=kw.get("sasl_plain_username"),
+            password=kw.get("sasl_plain_password"),
+            mechanism=kw.get("sasl_mechanism") or "PLAIN",
+            ssl_context=ctx,
+        )
     if proto == "SSL":
         return faust.SSLCredentials(ctx)
     return None

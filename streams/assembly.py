@@ -159,13 +159,19 @@ def to_trajectory(ts: list[Transition], truncated: bool = False) -> Trajectory:
     ts = sorted(ts, key=lambda t: t.step)
     last = ts[-1]
     return Trajectory(
-        run_id=last.run_id, episode_id=last.episode_id, source=last.source, task=last.task,
-        seed=last.seed, policy_version=min(t.policy_version for t in ts),
+        run_id=last.run_id,
+        episode_id=last.episode_id,
+        source=last.source,
+        task=last.task,
+        seed=last.seed,
+        policy_version=min(t.policy_version for t in ts),
         world_model_version=min(t.world_model_version for t in ts),
-        transitions=[dict(vars(t)) for t in ts], reward=float(last.reward),
-        truncated=bool(truncated or last.truncated or not last.done), group_id=last.group_id,
+        transitions=[dict(vars(t)) for t in ts],
+        reward=float(last.reward),
+        truncated=bool(truncated or last.truncated or not last.done),
+        group_id=last.group_id,
         last_produced_at=max(t.created_at for t in ts),
-    )  # fmt: skip
+    )
 
 
 def _start_page(traj: Trajectory) -> tuple:
@@ -202,8 +208,14 @@ class _Group:
 
 
 class GroupAssembler:
-    def __init__(self, group_size: int = 8, timeout_s: float = 30.0, emit_incomplete: bool = True,
-                 max_open: int = 10_000, max_staleness: int = 2):  # fmt: skip
+    def __init__(
+        self,
+        group_size: int = 8,
+        timeout_s: float = 30.0,
+        emit_incomplete: bool = True,
+        max_open: int = 10_000,
+        max_staleness: int = 2,
+    ):
         self.group_size = max(1, int(group_size))
         self.max_staleness = int(max_staleness)
         self.timeout_s = float(timeout_s)
@@ -254,7 +266,9 @@ class GroupAssembler:
 
     def _emit(self, key: str) -> list[Trajectory] | None:
         g = self.open.pop(key)
-        members, rejected = check_group(sorted(g.members.values(), key=lambda t: t.episode_id), self.max_staleness)
+        members, rejected = check_group(
+            sorted(g.members.values(), key=lambda t: t.episode_id), self.max_staleness
+        )
         for reason, n in rejected.items():
             self.stats[f"mismatch_{reason}"] += n
         if not members:

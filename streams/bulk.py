@@ -89,7 +89,11 @@ class BulkConsumer(drv.Consumer):
                 for tp, recs in records.items():
                     if not recs or not self.flow_active or app.consumer_generation_id != gen:
                         continue
-                    if active is not None and tp not in active and tp not in self._buffered_partitions:
+                    if (
+                        active is not None
+                        and tp not in active
+                        and tp not in self._buffered_partitions
+                    ):
                         continue
                     r_offset = get_read_offset(tp)
                     if r_offset is not None and recs[0].offset < r_offset:
@@ -143,7 +147,10 @@ class App(faust.App):
     def _new_consumer(self):
         transport = self.transport
         return BulkConsumer(
-            transport, callback=self.topics.on_message, loop=transport.loop,
+            transport,
+            callback=self.topics.on_message,
+            loop=transport.loop,
             on_partitions_revoked=self._on_partitions_revoked,
-            on_partitions_assigned=self._on_partitions_assigned, beacon=self.beacon,
-        )  # fmt: skip
+            on_partitions_assigned=self._on_partitions_assigned,
+            beacon=self.beacon,
+        )

@@ -24,7 +24,7 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from infra.config import Config, KafkaConfig
+from core.config import Config, KafkaConfig
 from streams import records
 from streams.topics import Topics
 
@@ -53,10 +53,16 @@ def check_broker(kc: KafkaConfig, timeout: float = 3.0) -> None:
 
 def client_kwargs(kc: KafkaConfig) -> dict[str, Any]:
     """Security settings passed through to kafka-python (and mapped for aiokafka)."""
-    kw: dict[str, Any] = {"bootstrap_servers": kc.bootstrap.split(","), "security_protocol": kc.security_protocol}
+    kw: dict[str, Any] = {
+        "bootstrap_servers": kc.bootstrap.split(","),
+        "security_protocol": kc.security_protocol,
+    }
     if kc.sasl_mechanism:
-        kw.update(sasl_mechanism=kc.sasl_mechanism, sasl_plain_username=kc.sasl_username,
-                  sasl_plain_password=kc.sasl_password)  # fmt: skip
+        kw.update(
+            sasl_mechanism=kc.sasl_mechanism,
+            sasl_plain_username=kc.sasl_username,
+            sasl_plain_password=kc.sasl_password,
+        )
     if kc.ssl_cafile:
         kw["ssl_cafile"] = kc.ssl_cafile
     return kw
@@ -68,7 +74,9 @@ def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
     kc = cfg.kafka
     check_broker(kc)
     try:
-        admin = KafkaAdminClient(**client_kwargs(kc), client_id="dynaweb-admin", request_timeout_ms=15000)
+        admin = KafkaAdminClient(
+            **client_kwargs(kc), client_id="dynaweb-admin", request_timeout_ms=15000
+        )
     except (KafkaConnectionError, KafkaTimeoutError):
         raise ServiceUnavailable(broker_hint(kc.bootstrap)) from None
     try:
@@ -77,9 +85,17 @@ def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
         for key, name in topics.all().items():
             if name in existing:
                 continue
-            new.append(NewTopic(name, topics.partitions(key), kc.replication_factor,
-                                topic_configs={"retention.ms": str(kc.retention_ms),
-                                               "retention.bytes": str(kc.retention_bytes)}))  # fmt: skip
+            new.append(
+                NewTopic(
+                    name,
+                    topics.partitions(key),
+                    kc.replication_factor,
+                    topic_configs={
+                        "retention.ms": str(kc.retention_ms),
+                        "retention.bytes": str(kc.retention_bytes),
+                    },
+                )
+            )
         for t in new:
             try:
                 admin.create_topics([t])
@@ -93,21 +109,30 @@ def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
 def make_producer(kc: KafkaConfig, **overrides: Any) -> KafkaProducer:
     check_broker(kc)
     kw = dict(
-        acks="all", linger_ms=kc.linger_ms, batch_size=256 * 1024, compression_type="lz4",
-        max_request_size=kc.max_message_bytes + 1024 * 64, retries=10,
-    )  # fmt: skip
+        acks="all",
+        linger_ms=kc.linger_ms,
+        batch_size=256 * 1024,
+        compression_type="lz4",
+        max_request_size=kc.max_message_bytes + 1024 * 64,
+        retries=10,
+    )
     kw.update(overrides)
     return KafkaProducer(**client_kwargs(kc), **kw)
 
 
-def make_consumer(kc: KafkaConfig, *topics: str, group: str | None = None, **overrides: Any) -> KafkaConsumer:
+def make_consumer(
+    kc: KafkaConfig, *topics: str, group: str | None = None, **overrides: Any
+) -> KafkaConsumer:
     check_broker(kc)
     kw = dict(
-        group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
-        session_timeout_ms=kc.session_timeout_ms, heartbeat_interval_ms=1000,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=kc.session_timeout_ms,
+        heartbeat_interval_ms=1000,
         max_partition_fetch_bytes=kc.max_message_bytes + 1024 * 64,
         fetch_max_bytes=max(52428800, kc.max_message_bytes * 2),
-    )  # fmt: skip
+    )
     kw.update(overrides)
     return KafkaConsumer(*topics, **client_kwargs(kc), **kw)
 
@@ -142,9 +167,13 @@ class Publisher:
             self._on_error(exc)
         log.error("publish failed: %s", exc)
 
-    def send(self, topic: str, rec: Any, key: str | None = None, headers: list | None = None) -> None:
+    def send(
+        self, topic: str, rec: Any, key: str | None = None, headers: list | None = None
+    ) -> None:
         value = rec if isinstance(rec, bytes) else records.encode(rec)
-        fut = self.producer.send(topic, value=value, key=key.encode() if key else None, headers=headers)
+        fut = self.producer.send(
+            topic, value=value, key=key.encode() if key else None, headers=headers
+        )
         self.sent += 1
         fut.add_callback(self._ok)
         fut.add_errback(self._err)
@@ -174,22 +203,32 @@ class DeadLetters:
         self.counter = counter
         self.count = 0
 
-    def route(self, raw: bytes | None, err: records.RecordError, source_topic: str, offset: int = -1) -> None:
+    def route(
+        self, raw: bytes | None, err: records.RecordError, source_topic: str, offset: int = -1
+    ) -> None:
         self.count += 1
         if self.counter is not None:
             self.counter.labels(reason=err.reason).inc()
-        headers = [("reason", err.reason.encode()), ("detail", err.detail[:500].encode()),
-                   ("source_topic", source_topic.encode()), ("source_offset", str(offset).encode()),
-                   ("component", self.component.encode())]  # fmt: skip
+        headers = [
+            ("reason", err.reason.encode()),
+            ("detail", err.detail[:500].encode()),
+            ("source_topic", source_topic.encode()),
+            ("source_offset", str(offset).encode()),
+            ("component", self.component.encode()),
+        ]
         self.publisher.send(self.topic, raw if raw is not None else b"", headers=headers)
         log.warning("dead-lettered message from %s@%s: %s", source_topic, offset, err)
 
 
 def sentinel(run_id: str, sender: str) -> records.Control:
-    return records.Control(run_id=run_id, kind="sentinel", sender=sender, info={"nonce": records.new_id()})
+    return records.Control(
+        run_id=run_id, kind="sentinel", sender=sender, info={"nonce": records.new_id()}
+    )
 
 
-def assignable(consumer: KafkaConsumer, topics: Iterable[str], timeout: float = 30.0) -> list[TopicPartition]:
+def assignable(
+    consumer: KafkaConsumer, topics: Iterable[str], timeout: float = 30.0
+) -> list[TopicPartition]:
     """Every partition of ``topics`` once the consumer's metadata knows them (a topic just
     created may take a moment); raises ``TimeoutError`` naming the topic and the fix."""
     tps: list[TopicPartition] = []
@@ -200,8 +239,10 @@ def assignable(consumer: KafkaConsumer, topics: Iterable[str], timeout: float = 
             time.sleep(0.2)
             parts = consumer.partitions_for_topic(t)
         if not parts:
-            raise TimeoutError(f"topic {t} has no partitions after {timeout:.0f}s; was it created "
-                               "(`dynaweb infra up`, or any component of the run)?")  # fmt: skip
+            raise TimeoutError(
+                f"topic {t} has no partitions after {timeout:.0f}s; was it created "
+                "(`dynaweb infra up`, or any component of the run)?"
+            )
         tps += [TopicPartition(t, p) for p in sorted(parts)]
     return tps
 
@@ -231,7 +272,9 @@ def read_until_sentinel(
         pending = set(nonces)
         while pending:
             if time.time() > deadline:
-                raise TimeoutError(f"sentinel not seen on {topic} partitions {sorted(pending)} within {timeout}s")
+                raise TimeoutError(
+                    f"sentinel not seen on {topic} partitions {sorted(pending)} within {timeout}s"
+                )
             batch = consumer.poll(timeout_ms=500)
             for tp, msgs in batch.items():
                 for m in msgs:
@@ -260,6 +303,15 @@ def is_control(raw: bytes) -> bool:
 
 
 __all__ = [
-    "KafkaError", "ServiceUnavailable", "Publisher", "DeadLetters", "make_producer", "make_consumer",
-    "ensure_topics", "read_until_sentinel", "client_kwargs", "check_broker", "is_control",
-]  # fmt: skip
+    "KafkaError",
+    "ServiceUnavailable",
+    "Publisher",
+    "DeadLetters",
+    "make_producer",
+    "make_consumer",
+    "ensure_topics",
+    "read_until_sentinel",
+    "client_kwargs",
+    "check_broker",
+    "is_control",
+]

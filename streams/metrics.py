@@ -232,7 +232,9 @@ def sync_state(st, now: float, window_s: float) -> None:
     m.sync(batch_trajectories, mx.emitted_by_source, label="source")
     m.sync_value(reuse_over_bound, mx.stats["reuse_over_bound"])
     m.sync_value(recovery_skipped, st.dedupe.late)
-    closed = sum(st.groups.stats[k] for k in ("complete", "incomplete_emitted", "incomplete_dropped"))
+    closed = sum(
+        st.groups.stats[k] for k in ("complete", "incomplete_emitted", "incomplete_dropped")
+    )
     m(group_completeness).set(st.groups.stats["complete"] / closed if closed else 1.0)
     m(expert_fraction).set(mx.realised_mixed_fraction)
     while st.window and now - st.window[0][0] > window_s:

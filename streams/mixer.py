@@ -282,10 +282,14 @@ class HybridMixer:
         self.emitted_by_source["expert"] += n_e
         self.last_fraction = frac
         return TrainingBatch(
-            run_id=self.run_id, batch_id=bid, worker_id=self.worker_id, kind=kind,
-            trajectories=[dict(vars(t)) for t in trajs], expert_fraction=frac,
+            run_id=self.run_id,
+            batch_id=bid,
+            worker_id=self.worker_id,
+            kind=kind,
+            trajectories=[dict(vars(t)) for t in trajs],
+            expert_fraction=frac,
             latest_policy_version=self.latest_version,
-        )  # fmt: skip
+        )
 
     # --- observability ------------------------------------------------------
 

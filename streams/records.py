@@ -95,7 +95,9 @@ class Transition:
     behaviour_logprob: float | None = None
     action_tokens: int = 0
     info: dict = field(default_factory=dict)
-    candidates_hash: str = ""  # models.policy.candidates_hash of the set the action was drawn from ("" = none)
+    candidates_hash: str = (
+        ""  # models.policy.candidates_hash of the set the action was drawn from ("" = none)
+    )
     type: str = "transition"
     schema: int = SCHEMA
 
@@ -110,10 +112,17 @@ class Transition:
     @staticmethod
     def validate(d: dict) -> Transition:
         for name, kind in (
-            ("run_id", "str"), ("episode_id", "str"), ("step", "int"), ("task", "str"),
-            ("seed", "int"), ("source", "str"), ("policy_version", "int"), ("action", "str"),
-            ("reward", "float"), ("done", "bool"),
-        ):  # fmt: skip
+            ("run_id", "str"),
+            ("episode_id", "str"),
+            ("step", "int"),
+            ("task", "str"),
+            ("seed", "int"),
+            ("source", "str"),
+            ("policy_version", "int"),
+            ("action", "str"),
+            ("reward", "float"),
+            ("done", "bool"),
+        ):
             _check(d, name, kind)
         if d["source"] not in SOURCES:
             raise RecordError("bad_value", f"source must be one of {SOURCES}, got {d['source']!r}")
@@ -157,22 +166,35 @@ class Trajectory:
         ts = sorted(ts, key=lambda t: t.step)
         last = ts[-1]
         return Trajectory(
-            run_id=last.run_id, episode_id=last.episode_id, source=last.source, task=last.task,
-            seed=last.seed, policy_version=min(t.policy_version for t in ts),
+            run_id=last.run_id,
+            episode_id=last.episode_id,
+            source=last.source,
+            task=last.task,
+            seed=last.seed,
+            policy_version=min(t.policy_version for t in ts),
             world_model_version=min(t.world_model_version for t in ts),
-            transitions=[asdict(t) for t in ts], reward=float(last.reward),
-            truncated=bool(truncated or last.truncated or not last.done), group_id=last.group_id,
+            transitions=[asdict(t) for t in ts],
+            reward=float(last.reward),
+            truncated=bool(truncated or last.truncated or not last.done),
+            group_id=last.group_id,
             last_produced_at=max(t.created_at for t in ts),
-        )  # fmt: skip
+        )
 
     def steps(self) -> list[Transition]:
         return [Transition.validate(dict(t)) for t in self.transitions]
 
     @staticmethod
     def validate(d: dict) -> Trajectory:
-        for name, kind in (("run_id", "str"), ("episode_id", "str"), ("source", "str"),
-                           ("task", "str"), ("seed", "int"), ("policy_version", "int"),
-                           ("transitions", "list"), ("reward", "float")):  # fmt: skip
+        for name, kind in (
+            ("run_id", "str"),
+            ("episode_id", "str"),
+            ("source", "str"),
+            ("task", "str"),
+            ("seed", "int"),
+            ("policy_version", "int"),
+            ("transitions", "list"),
+            ("reward", "float"),
+        ):
             _check(d, name, kind)
         d.setdefault("world_model_version", 0)
         if not d["transitions"]:
@@ -200,8 +222,14 @@ class TrainingBatch:
 
     @staticmethod
     def validate(d: dict) -> TrainingBatch:
-        for name, kind in (("run_id", "str"), ("batch_id", "str"), ("worker_id", "str"),
-                           ("kind", "str"), ("trajectories", "list"), ("expert_fraction", "float")):  # fmt: skip
+        for name, kind in (
+            ("run_id", "str"),
+            ("batch_id", "str"),
+            ("worker_id", "str"),
+            ("kind", "str"),
+            ("trajectories", "list"),
+            ("expert_fraction", "float"),
+        ):
             _check(d, name, kind)
         if d["kind"] not in ("mixed", "expert_only"):
             raise RecordError("bad_value", f"kind must be mixed or expert_only, got {d['kind']!r}")
@@ -223,8 +251,13 @@ class CheckpointAnnouncement:
 
     @staticmethod
     def validate(d: dict) -> CheckpointAnnouncement:
-        for name, kind in (("run_id", "str"), ("kind", "str"), ("version", "int"),
-                           ("uri", "str"), ("manifest_sha256", "str")):  # fmt: skip
+        for name, kind in (
+            ("run_id", "str"),
+            ("kind", "str"),
+            ("version", "int"),
+            ("uri", "str"),
+            ("manifest_sha256", "str"),
+        ):
             _check(d, name, kind)
         return _build(CheckpointAnnouncement, d)
 

@@ -29,7 +29,7 @@ import time
 
 from kafka import TopicPartition
 
-from infra.config import KafkaConfig
+from core.config import KafkaConfig
 from streams import kafka as sk
 from streams import records
 
@@ -42,8 +42,11 @@ def _sentinels(kc: KafkaConfig, run_id: str, tps: list[TopicPartition]) -> dict:
     try:
         futs = {}
         for tp in tps:
-            futs[tp] = prod.send(tp.topic, value=records.encode(sk.sentinel(run_id, "recovery")),
-                                 partition=tp.partition)  # fmt: skip
+            futs[tp] = prod.send(
+                tp.topic,
+                value=records.encode(sk.sentinel(run_id, "recovery")),
+                partition=tp.partition,
+            )
         prod.flush(timeout=30)
         return {tp: f.get(timeout=30).offset for tp, f in futs.items()}
     finally:
@@ -63,8 +66,9 @@ def _first_at(consumer, tp: TopicPartition, offset: int, end: int, timeout: floa
     raise TimeoutError(f"no record at {tp.topic}[{tp.partition}]@{offset} (end {end})")
 
 
-def replay_start_ms(kc: KafkaConfig, run_id: str, group: str, tps: list[TopicPartition],
-                    timeout: float = 30.0) -> float:  # fmt: skip
+def replay_start_ms(
+    kc: KafkaConfig, run_id: str, group: str, tps: list[TopicPartition], timeout: float = 30.0
+) -> float:
     """Smallest producer timestamp (ms) of what the group will re-read on ``tps``
     (0 = from the very beginning; +inf = nothing to re-read)."""
     if not tps:
@@ -88,8 +92,14 @@ def replay_start_ms(kc: KafkaConfig, run_id: str, group: str, tps: list[TopicPar
         c.close(autocommit=False)
 
 
-def emitted_since(kc: KafkaConfig, run_id: str, topic: str, since_ms: float,
-                  margin_s: float = 30.0, timeout: float = 60.0) -> tuple[set[str], dict]:  # fmt: skip
+def emitted_since(
+    kc: KafkaConfig,
+    run_id: str,
+    topic: str,
+    since_ms: float,
+    margin_s: float = 30.0,
+    timeout: float = 60.0,
+) -> tuple[set[str], dict]:
     """Non-expert episode ids in the batches of ``topic`` stamped at or after
     ``since_ms - margin_s``; returns (ids, info)."""
     info = {"since_ms": since_ms, "batches": 0, "episodes": 0, "probes": 0}

@@ -21,7 +21,7 @@ import logging
 import threading
 from collections import deque
 
-from infra.config import KafkaConfig
+from core.config import KafkaConfig
 from streams import kafka as sk
 from streams import records
 

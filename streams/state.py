@@ -37,7 +37,7 @@ import logging
 import time
 from collections import Counter, defaultdict, deque
 
-from infra.config import Config
+from core.config import Config
 from streams import kafka as sk
 from streams import metrics as M
 from streams import records
@@ -74,17 +74,24 @@ class StreamState:
         self.m = M.Bound(cfg.run_id, self.worker_id)
         self.dedupe = Deduper(capacity=s.dedupe_capacity)
         self.episodes = EpisodeAssembler(s.episode_idle_timeout_s, deduper=self.dedupe)
-        self.groups = GroupAssembler(s.group_size, s.group_timeout_s, s.emit_incomplete_groups,
-                                     max_staleness=s.max_staleness)
+        self.groups = GroupAssembler(
+            s.group_size, s.group_timeout_s, s.emit_incomplete_groups, max_staleness=s.max_staleness
+        )
         self.expert_dedupe = Deduper(capacity=10_000_000)
-        self.expert_asm = EpisodeAssembler(s.episode_idle_timeout_s, max_open=1_000_000,
-                                           deduper=self.expert_dedupe)  # fmt: skip
+        self.expert_asm = EpisodeAssembler(
+            s.episode_idle_timeout_s, max_open=1_000_000, deduper=self.expert_dedupe
+        )
         self.mixer = HybridMixer(
-            run_id=cfg.run_id, worker_id=self.worker_id, expert_fraction=s.expert_fraction,
-            batch_trajectories=s.batch_trajectories, max_staleness=s.max_staleness,
-            samples_per_insert=s.samples_per_insert, expert_pool_size=s.expert_pool_size,
-            cold_start_batch_s=s.cold_start_batch_s, reuse_wait_s=s.reuse_wait_s,
-        )  # fmt: skip
+            run_id=cfg.run_id,
+            worker_id=self.worker_id,
+            expert_fraction=s.expert_fraction,
+            batch_trajectories=s.batch_trajectories,
+            max_staleness=s.max_staleness,
+            samples_per_insert=s.samples_per_insert,
+            expert_pool_size=s.expert_pool_size,
+            cold_start_batch_s=s.cold_start_batch_s,
+            reuse_wait_s=s.reuse_wait_s,
+        )
         self.topic_source = {topics.name(k): v for k, v in _TOPIC_SOURCE.items()}
         self.held: dict[str, list] = defaultdict(list)  # episode id -> [(tp, offset)]
         self.positions: dict = {}  # tp -> one past the last offset processed
@@ -96,7 +103,9 @@ class StreamState:
         self.reports: dict[str, int] = {}  # worker id -> latest produced report
         self.consumed_total = 0
         self.consumed_mine: int | None = None  # from by_worker, when the trainer sends it
-        self.trainer_seen = False  # a trainer has reported what it consumed (it reports every second)
+        self.trainer_seen = (
+            False  # a trainer has reported what it consumed (it reports every second)
+        )
         self.throttled = False
         self.rate = 1.0
         self._bp_sent_at = 0.0
@@ -110,13 +119,18 @@ class StreamState:
 
     def attach(self, sender) -> None:
         self.out = sender
-        self.dead = sk.DeadLetters(sender, self.topics.deadletter, f"stream-worker:{self.worker_id}",
-                                   counter=self.m.dead_letter_counter())  # fmt: skip
+        self.dead = sk.DeadLetters(
+            sender,
+            self.topics.deadletter,
+            f"stream-worker:{self.worker_id}",
+            counter=self.m.dead_letter_counter(),
+        )
 
     # --- data plane ----------------------------------------------------------
 
-    def on_transition(self, topic: str, raw: bytes | None, offset: int = -1, tp=None,
-                      now: float | None = None) -> bool:  # fmt: skip
+    def on_transition(
+        self, topic: str, raw: bytes | None, offset: int = -1, tp=None, now: float | None = None
+    ) -> bool:
         """Process one message of partition ``tp``; True when it is held (its
         partition's commit point waits until its episode has left the pipeline)."""
         self.last_at = time.time()
@@ -145,8 +159,11 @@ class StreamState:
         self.counts["t_" + t.source] += 1
         if t.source != "dream":
             eval_ = heldout(t.episode_id, self.cfg.stream.heldout_fraction)
-            self.out.send(self.topics.world_model_eval if eval_ else self.topics.world_model, raw,
-                          key=t.episode_id)  # fmt: skip
+            self.out.send(
+                self.topics.world_model_eval if eval_ else self.topics.world_model,
+                raw,
+                key=t.episode_id,
+            )
             self.counts["fwd_eval" if eval_ else "fwd_train"] += 1
             if t.source == "expert":
                 return False  # forwarded only: the pool comes from the side reader
@@ -202,8 +219,12 @@ class StreamState:
     def reset(self, emitted: set[str]) -> dict:
         """Forget in-progress non-expert state (re-read after a rebalance) and skip ``emitted``."""
         s = self.cfg.stream
-        info = {"dropped_open_episodes": len(self.episodes), "dropped_held_episodes": len(self.held),
-                "dropped_pending": self.mixer.pending_trajectories, "emitted_skip": len(emitted)}  # fmt: skip
+        info = {
+            "dropped_open_episodes": len(self.episodes),
+            "dropped_held_episodes": len(self.held),
+            "dropped_pending": self.mixer.pending_trajectories,
+            "emitted_skip": len(emitted),
+        }
         self.held.clear()
         self.positions.clear()
         self.committed.clear()
@@ -218,8 +239,9 @@ class StreamState:
             self.dedupe.close(eid)
         stats, gstats = self.episodes.stats, self.groups.stats
         self.episodes = EpisodeAssembler(s.episode_idle_timeout_s, deduper=self.dedupe)
-        self.groups = GroupAssembler(s.group_size, s.group_timeout_s, s.emit_incomplete_groups,
-                                     max_staleness=s.max_staleness)
+        self.groups = GroupAssembler(
+            s.group_size, s.group_timeout_s, s.emit_incomplete_groups, max_staleness=s.max_staleness
+        )
         self.episodes.stats, self.groups.stats = stats, gstats
         self.mixer.pending.clear()
         log.info("stream state reset for a new assignment: %s", info)
@@ -287,10 +309,13 @@ class StreamState:
 
     def side_snapshot(self) -> dict:
         ids = "|".join(sorted(self.mixer.pool)).encode()
-        return {"expert_transitions": self.side_info["expert_transitions"],
-                "expert_pool_sha1": hashlib.sha1(ids).hexdigest(),
-                "expert_pool": len(self.mixer.pool), "open_expert_episodes": len(self.expert_asm),
-                "latest_policy_version": self.mixer.latest_version}  # fmt: skip
+        return {
+            "expert_transitions": self.side_info["expert_transitions"],
+            "expert_pool_sha1": hashlib.sha1(ids).hexdigest(),
+            "expert_pool": len(self.mixer.pool),
+            "open_expert_episodes": len(self.expert_asm),
+            "latest_policy_version": self.mixer.latest_version,
+        }
 
     # --- output and timer ----------------------------------------------------
 
@@ -354,8 +379,17 @@ class StreamState:
             mine != self._reported and now - self._reported_at >= _REPORT_S
         ) or now - self._reported_at >= 30:
             self._reported_at, self._reported = now, mine
-            self.out.send(self.topics.control, Control(run_id=self.run_id, kind="produced", sender=self.worker_id,
-                          value=float(mine), info={"incarnation": self.incarnation}), key=self.worker_id)  # fmt: skip
+            self.out.send(
+                self.topics.control,
+                Control(
+                    run_id=self.run_id,
+                    kind="produced",
+                    sender=self.worker_id,
+                    value=float(mine),
+                    info={"incarnation": self.incarnation},
+                ),
+                key=self.worker_id,
+            )
         lag, bound = self.lag, max(1, int(self.cfg.stream.lag_bound))
         self.m(M.lag).set(lag)
         if lag > bound:
@@ -370,10 +404,20 @@ class StreamState:
 
     def _publish_rate(self, rate: float, lag: int, now: float) -> None:
         self.rate, self._bp_sent_at = rate, now
-        msg = Control(run_id=self.run_id, kind="backpressure", sender=self.worker_id, value=rate,
-                      info={"lag": lag, "produced": self.produced_prior + self.produced,
-                            "consumed": self.consumed_total if self.consumed_mine is None else self.consumed_mine,
-                            "lag_bound": self.cfg.stream.lag_bound})  # fmt: skip
+        msg = Control(
+            run_id=self.run_id,
+            kind="backpressure",
+            sender=self.worker_id,
+            value=rate,
+            info={
+                "lag": lag,
+                "produced": self.produced_prior + self.produced,
+                "consumed": self.consumed_total
+                if self.consumed_mine is None
+                else self.consumed_mine,
+                "lag_bound": self.cfg.stream.lag_bound,
+            },
+        )
         self.out.send(self.topics.control, msg, key=self.worker_id)
         self.m(M.backpressure_msgs).inc()
         self.m(M.rate_factor).set(rate)
@@ -387,13 +431,23 @@ class StreamState:
     def snapshot(self) -> dict:
         mx = self.mixer
         return {
-            "produced": self.produced_prior + self.produced, "consumed": self.consumed_total,
-            "lag": self.lag, "throttled": self.throttled, "pool": len(mx.pool),
-            "pending": mx.pending_trajectories, "latest": mx.latest_version,
-            "duplicates": self.dedupe.duplicates, "drops": dict(mx.drops), "groups": dict(self.groups.stats),
-            "reuse": mx.realised_reuse, "mixed_fraction": mx.realised_mixed_fraction,
-            "dead_letters": self.dead.count if self.dead else 0, "held": len(self.held),
+            "produced": self.produced_prior + self.produced,
+            "consumed": self.consumed_total,
+            "lag": self.lag,
+            "throttled": self.throttled,
+            "pool": len(mx.pool),
+            "pending": mx.pending_trajectories,
+            "latest": mx.latest_version,
+            "duplicates": self.dedupe.duplicates,
+            "drops": dict(mx.drops),
+            "groups": dict(self.groups.stats),
+            "reuse": mx.realised_reuse,
+            "mixed_fraction": mx.realised_mixed_fraction,
+            "dead_letters": self.dead.count if self.dead else 0,
+            "held": len(self.held),
             "processed": sum(self.counts[k] for k in ("t_real", "t_expert", "t_dream", "invalid"))
-            + self.dedupe.duplicates, "first_at": self.first_at, "last_at": self.last_at,
+            + self.dedupe.duplicates,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
             "done_at": self.done_at,
-        }  # fmt: skip
+        }

@@ -14,7 +14,9 @@ class TopicSpec:
 
 SPECS: dict[str, TopicSpec] = {
     "real": TopicSpec("transitions.real", None, "Live transitions from policy/random collectors."),
-    "expert": TopicSpec("transitions.expert", None, "Expert transitions (scripted, demonstrations)."),
+    "expert": TopicSpec(
+        "transitions.expert", None, "Expert transitions (scripted, demonstrations)."
+    ),
     "dream": TopicSpec("transitions.dream", None, "Dreamed transitions from generators."),
     "policy_batches": TopicSpec("train.policy", 1, "Mixed training batches for the policy."),
     "world_model": TopicSpec("train.world_model", 1, "Real transitions for world-model training."),
@@ -30,7 +32,10 @@ class Topics:
     """Names for one run: ``dynaweb.<run_id>.<suffix>``."""
 
     def __init__(self, run_id: str, default_partitions: int = 2):
-        if not run_id or any(c not in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_" for c in run_id):
+        if not run_id or any(
+            c not in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+            for c in run_id
+        ):
             raise ValueError(f"run id {run_id!r} must be non-empty letters, digits, '-' or '_'")
         self.run_id = run_id
         self.default_partitions = default_partitions

@@ -1,7 +1,7 @@
 """Run the stream worker in this process: ``python -m streams.worker`` or
 ``dynaweb stream-worker`` (which calls ``run_worker(cfg)``).
 
-Configuration comes from ``infra.config.load_config()`` (env form, e.g.
+Configuration comes from ``core.config.load_config()`` (env form, e.g.
 ``DYNAWEB_KAFKA__BOOTSTRAP=127.0.0.1:9092 DYNAWEB_RUN_ID=x``).
 
 Start-up: create the run's topics (idempotent), start the side reader (expert
@@ -23,7 +23,7 @@ import sys
 
 import faust
 
-from infra.config import Config, load_config
+from core.config import Config, load_config
 from streams import kafka as sk
 from streams.agents import Runner, register
 from streams.app import datadir, make_app, worker_id
@@ -35,7 +35,7 @@ log = logging.getLogger("dynaweb.stream_worker")
 
 def start_metrics(cfg: Config) -> int:
     """Serve metrics on 127.0.0.1 and register them for Prometheus file discovery."""
-    from infra.metrics import MetricsEndpoint
+    from core.metrics import MetricsEndpoint
 
     ep = MetricsEndpoint(cfg, "stream-worker", worker_id(cfg))
     (datadir(cfg) / "metrics_port").write_text(str(ep.port))

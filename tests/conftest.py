@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import Config
+from core.config import Config
 from tests.support import fresh_run, stack_config
 
 

@@ -36,11 +36,31 @@ DASHBOARDS = HERE / "dashboards"
 RULES = HERE / "rules"
 
 # Grafana's built-in interval variables, as fixed windows (a 1 s / 2 s scrape interval)
-BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "5m", "__interval_ms": "15000",
-            "__range_s": "300"}  # fmt: skip
+BUILTINS = {
+    "__rate_interval": "1m",
+    "__interval": "15s",
+    "__range": "5m",
+    "__interval_ms": "15000",
+    "__range_s": "300",
+}
 PADDING = re.compile(r"\b(vector|absent|absent_over_time)\s*\(")
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
-            "offset", "inf", "nan", "start", "end"}  # fmt: skip
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+    "start",
+    "end",
+}
 LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _VAR = re.compile(r"\$\{(\w+)(?::[^}]*)?\}|\$(\w+)|\[\[(\w+)\]\]")
@@ -218,8 +238,11 @@ def query(prom_url: str, expr: str, at: float | None = None, timeout: float = 10
     if at is not None:
         params["time"] = f"{at:.3f}"
     url = prom_url.rstrip("/") + "/api/v1/query"
-    req = urllib.request.Request(url, data=urllib.parse.urlencode(params).encode(),
-                                 headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    req = urllib.request.Request(
+        url,
+        data=urllib.parse.urlencode(params).encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             body = json.loads(r.read())
@@ -241,8 +264,9 @@ def _values(data: dict) -> list[float]:
     return []
 
 
-def _check_one(prom_url: str, where: str, expr: str, run: str | None, at: float | None,
-               need_series: bool) -> list[str]:  # fmt: skip
+def _check_one(
+    prom_url: str, where: str, expr: str, run: str | None, at: float | None, need_series: bool
+) -> list[str]:
     problems = []
     p = padded(expr)
     if p:
@@ -273,8 +297,13 @@ def _check_one(prom_url: str, where: str, expr: str, run: str | None, at: float 
     return problems
 
 
-def check_queries(prom_url: str, variables: dict, at: float | None = None,
-                  dashboards_dir: Path = DASHBOARDS, rules_dir: Path = RULES) -> list[str]:  # fmt: skip
+def check_queries(
+    prom_url: str,
+    variables: dict,
+    at: float | None = None,
+    dashboards_dir: Path = DASHBOARDS,
+    rules_dir: Path = RULES,
+) -> list[str]:
     """Problems of every dashboard query and rule expression on the live Prometheus (empty = ok).
 
     ``variables``: template variables, e.g. ``{"run": run_id}``; ``run`` also restricts the
@@ -315,8 +344,9 @@ def check_queries(prom_url: str, variables: dict, at: float | None = None,
     return problems
 
 
-def wait_for_queries(prom_url: str, variables: dict, timeout_s: float = 60.0, interval_s: float = 5.0,
-                     **kw) -> list[str]:  # fmt: skip
+def wait_for_queries(
+    prom_url: str, variables: dict, timeout_s: float = 60.0, interval_s: float = 5.0, **kw
+) -> list[str]:
     """``check_queries`` until it finds no problem or ``timeout_s`` passes; the last problems.
 
     For a young run: some series (world-model fidelity, hot reloads) appear only after the

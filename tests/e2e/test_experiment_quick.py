@@ -18,19 +18,34 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.config import Config
-from infra.experiment import QUICK
-from infra.experiment_report import ARMS
-from infra.s3 import make_client
+from core.config import Config
+from core.s3 import make_client
+from evaluation.sample_efficiency import QUICK
+from evaluation.sample_efficiency_report import ARMS
 from models.checkpoint import CheckpointStore
 from tests.support import env_for
 
 
 def _run(env: dict, out: Path, log: Path) -> subprocess.CompletedProcess:
     with open(log, "w") as fh:
-        return subprocess.run([sys.executable, "-m", "infra.cli", "experiment", "sample-efficiency", "--quick",
-                               "--out", str(out), "--no-stack", "--json"], env=env, stdout=fh,
-                              stderr=subprocess.STDOUT, timeout=900)  # fmt: skip
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "infra.cli",
+                "experiment",
+                "sample-efficiency",
+                "--quick",
+                "--out",
+                str(out),
+                "--no-stack",
+                "--json",
+            ],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            timeout=900,
+        )
 
 
 def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path) -> None:
@@ -42,25 +57,50 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     assert proc.returncode == 0, text[-4000:]
     summary = json.loads(text.strip().splitlines()[-1])
     assert summary["quick"] is True and summary["cells"] == 4
-    assert summary == json.loads((out / "summary.json").read_text())  # the same object, kept in --out
+    assert summary == json.loads(
+        (out / "summary.json").read_text()
+    )  # the same object, kept in --out
 
     # the summary: every configured arm, each with its keys
     steps = QUICK["online_policy_steps"]
-    assert list(summary["arms"]) == list(ARMS) == ["imitation", "imitation_matched", "real_only", "dynaweb"]
+    assert (
+        list(summary["arms"])
+        == list(ARMS)
+        == ["imitation", "imitation_matched", "real_only", "dynaweb"]
+    )
     for arm, a in summary["arms"].items():
-        assert {"final_success", "ci95", "real_steps", "policy_steps", "nonzero_adv_share"} <= set(a), (arm, a)
-        assert 0.0 <= a["final_success"] <= 1.0 and a["ci95"] == [None, None]  # one seed: no interval
+        assert {"final_success", "ci95", "real_steps", "policy_steps", "nonzero_adv_share"} <= set(
+            a
+        ), (arm, a)
+        assert 0.0 <= a["final_success"] <= 1.0 and a["ci95"] == [
+            None,
+            None,
+        ]  # one seed: no interval
         assert set(a["nonzero_adv_share"]) == {"live", "dream"}
-        assert a["policy_steps"] == (QUICK["imitation_steps"] if arm == "imitation" else steps), (arm, a)
+        assert a["policy_steps"] == (QUICK["imitation_steps"] if arm == "imitation" else steps), (
+            arm,
+            a,
+        )
     shares = {arm: a["nonzero_adv_share"] for arm, a in summary["arms"].items()}
-    assert shares["imitation"] == shares["imitation_matched"] == {"live": None, "dream": None}  # BC only
+    assert (
+        shares["imitation"] == shares["imitation_matched"] == {"live": None, "dream": None}
+    )  # BC only
     # live on-policy groups reached the trainer's loss (the share is a number, not null), and dreamed ones
     assert shares["real_only"]["live"] is not None and shares["real_only"]["dream"] is None, shares
     assert shares["dynaweb"]["dream"] is not None, shares
     m, ro = summary["arms"]["imitation_matched"], summary["arms"]["real_only"]
-    assert m["real_steps"] == summary["arms"]["imitation"]["real_steps"] < ro["real_steps"]  # demos only
-    assert m["expert_samples_per_step"] == ro["expert_samples_per_step"] == QUICK["batch_trajectories"] // 2
-    assert summary["config"]["group_size"] == QUICK["group_size"] and "binary" in summary["config"]["reward"]
+    assert (
+        m["real_steps"] == summary["arms"]["imitation"]["real_steps"] < ro["real_steps"]
+    )  # demos only
+    assert (
+        m["expert_samples_per_step"]
+        == ro["expert_samples_per_step"]
+        == QUICK["batch_trajectories"] // 2
+    )
+    assert (
+        summary["config"]["group_size"] == QUICK["group_size"]
+        and "binary" in summary["config"]["reward"]
+    )
 
     with open(out / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
@@ -71,21 +111,34 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     for arm in ("real_only", "dynaweb", "imitation_matched"):
         pts = by_arm[arm]
         assert [int(r["point"]) for r in pts] == [0, 1, 2, 3, 4], pts
-        assert pts[0]["real_steps"] == by_arm["imitation"][0]["real_steps"]  # starts from the imitation point
+        assert (
+            pts[0]["real_steps"] == by_arm["imitation"][0]["real_steps"]
+        )  # starts from the imitation point
         for r, budget in zip(pts[1:-1], QUICK["budget"], strict=True):
             assert int(r["budget"]) == budget and int(r["real_steps"]) <= budget, r
             assert int(r["episodes"]) == QUICK["eval_seeds_per_task"] * len(QUICK["tasks"])
             assert 0.0 <= float(r["success"]) <= 1.0
         final = pts[-1]  # the final checkpoint: the configured policy steps, one version per step
-        assert final["budget"] == "" and int(final["policy_steps"]) == int(final["version"]) == steps, pts
+        assert (
+            final["budget"] == "" and int(final["policy_steps"]) == int(final["version"]) == steps
+        ), pts
         if arm == "imitation_matched":
-            assert {r["real_steps"] for r in pts} == {by_arm["imitation"][0]["real_steps"]}  # no interaction
+            assert {r["real_steps"] for r in pts} == {
+                by_arm["imitation"][0]["real_steps"]
+            }  # no interaction
     png = (out / "success_vs_real.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "results.md").read_text()
-    assert "## Headline" in md and "Real-only online GSPO" in md and "DynaWeb" in md and "matched updates" in md
+    assert (
+        "## Headline" in md
+        and "Real-only online GSPO" in md
+        and "DynaWeb" in md
+        and "matched updates" in md
+    )
 
-    cells = {c["arm"]: c for c in (json.loads(f.read_text()) for f in (out / "cells").glob("*-s0.json"))}
+    cells = {
+        c["arm"]: c for c in (json.loads(f.read_text()) for f in (out / "cells").glob("*-s0.json"))
+    }
     assert len({c["run_id"] for c in cells.values()}) == 4  # one run id per arm
     client = make_client(run_cfg)
     for arm, c in cells.items():
@@ -96,7 +149,10 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
         else:
             assert c["live_steps"] == 0, c
         # the trainer's counters were read after its last step (it keeps serving them: train --linger)
-        assert c["diagnostics"].get("trainer_policy_steps") == c["policy_steps"], (arm, c["diagnostics"])
+        assert c["diagnostics"].get("trainer_policy_steps") == c["policy_steps"], (
+            arm,
+            c["diagnostics"],
+        )
     # the dreaming arm spent fewer real steps per policy version than the real-only arm
     assert len(cells["dynaweb"]["history"]) > 0 and len(cells["real_only"]["history"]) > 0
 
@@ -104,5 +160,7 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     proc2 = _run(env, out, tmp_path / "again.log")
     again = (tmp_path / "again.log").read_text()
     assert proc2.returncode == 0, again[-3000:]
-    assert "run " not in "".join(line for line in again.splitlines() if line.startswith("[experiment"))
+    assert "run " not in "".join(
+        line for line in again.splitlines() if line.startswith("[experiment")
+    )
     assert json.loads(again.strip().splitlines()[-1])["rows"] == summary["rows"]

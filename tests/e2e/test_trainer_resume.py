@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from infra.config import Config
-from infra.s3 import make_client
+from core.config import Config
+from core.s3 import make_client
 from models.checkpoint import CheckpointStore
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
@@ -25,29 +25,63 @@ def _batch(cfg: Config, i: int) -> records.TrainingBatch:
     trajs = []
     for j in range(2):
         ep = f"b{i}-{j}"
-        obs = {"instruction": f"Click on the \"OK{j}\" button.", "url": "",
-               "tree": f'[1] text "pick one"\n[2] button "OK{j}"\n[3] button "No"'}
+        obs = {
+            "instruction": f'Click on the "OK{j}" button.',
+            "url": "",
+            "tree": f'[1] text "pick one"\n[2] button "OK{j}"\n[3] button "No"',
+        }
         nxt = {**obs, "tree": '[1] text "done"'}
-        t = records.Transition(run_id=cfg.run_id, episode_id=ep, step=0, task="miniwob/click-button", seed=i,
-                               source="expert", policy_version=0, world_model_version=0, obs=obs,
-                               action="click(2)", next_obs=nxt, reward=1.0, done=True)  # fmt: skip
+        t = records.Transition(
+            run_id=cfg.run_id,
+            episode_id=ep,
+            step=0,
+            task="miniwob/click-button",
+            seed=i,
+            source="expert",
+            policy_version=0,
+            world_model_version=0,
+            obs=obs,
+            action="click(2)",
+            next_obs=nxt,
+            reward=1.0,
+            done=True,
+        )
         trajs.append(records.Trajectory.from_transitions([t]).__dict__)
-    return records.TrainingBatch(run_id=cfg.run_id, batch_id=f"batch-{i}", worker_id="test", kind="expert_only",
-                                 trajectories=trajs, expert_fraction=1.0)  # fmt: skip
+    return records.TrainingBatch(
+        run_id=cfg.run_id,
+        batch_id=f"batch-{i}",
+        worker_id="test",
+        kind="expert_only",
+        trajectories=trajs,
+        expert_fraction=1.0,
+    )
 
 
 def _start(cfg: Config, log: Path) -> subprocess.Popen:
-    env = env_for(cfg, DYNAWEB_TRAINER__CHECKPOINT_EVERY="2", DYNAWEB_TRAINER__CHECKPOINT_EVERY_S="100000",
-                  DYNAWEB_MODEL__LAYERS="2", DYNAWEB_MODEL__D_MODEL="64", DYNAWEB_MODEL__HEADS="2",
-                  DYNAWEB_TRAINER__KEEP_CHECKPOINTS="20")  # fmt: skip
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", "train"], env=env, stdout=open(log, "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    env = env_for(
+        cfg,
+        DYNAWEB_TRAINER__CHECKPOINT_EVERY="2",
+        DYNAWEB_TRAINER__CHECKPOINT_EVERY_S="100000",
+        DYNAWEB_MODEL__LAYERS="2",
+        DYNAWEB_MODEL__D_MODEL="64",
+        DYNAWEB_MODEL__HEADS="2",
+        DYNAWEB_TRAINER__KEEP_CHECKPOINTS="20",
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "train"],
+        env=env,
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _opt_steps(store: CheckpointStore, version: int, tmp: Path) -> int:
     d = tmp / f"v{version}"
     store.download("policy", version, d)
-    state = torch.load(next((d / "state").rglob("*model_states.pt")), map_location="cpu", weights_only=False)
+    state = torch.load(
+        next((d / "state").rglob("*model_states.pt")), map_location="cpu", weights_only=False
+    )
     steps = {int(s["step"]) for s in state["optimizer"]["state"].values()}
     assert len(steps) == 1, steps
     return steps.pop()
@@ -63,8 +97,11 @@ def test_sigkill_resume(run_cfg: Config, tmp_path: Path) -> None:
     log = tmp_path / "trainer.log"
     p = _start(run_cfg, log)
     try:
-        wait_for(lambda: (store.latest("policy") or {}).get("version", -1) >= 2, 240,
-                 f"policy v2 (log {log})")  # fmt: skip
+        wait_for(
+            lambda: (store.latest("policy") or {}).get("version", -1) >= 2,
+            240,
+            f"policy v2 (log {log})",
+        )
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         killed_at = store.latest("policy")["version"]
@@ -72,12 +109,16 @@ def test_sigkill_resume(run_cfg: Config, tmp_path: Path) -> None:
         assert before["extra"]["policy_steps"] == 2 * killed_at
         p = _start(run_cfg, log)
         final = N_BATCHES // 2
-        wait_for(lambda: store.latest("policy")["version"] >= final, 240, f"policy v{final} after resume")
+        wait_for(
+            lambda: store.latest("policy")["version"] >= final, 240, f"policy v{final} after resume"
+        )
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
     versions = store.versions("policy")
-    assert versions == list(range(final + 1)), versions  # versions continue, none repeated or skipped
+    assert versions == list(range(final + 1)), (
+        versions
+    )  # versions continue, none repeated or skipped
     after, _ = store.manifest("policy", final)
     # consumption restarted from the manifest's offsets: each batch trained exactly once overall
     assert after["extra"]["policy_steps"] == N_BATCHES

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.config import Config
+from core.config import Config
+from core.s3 import make_client
 from infra.monitoring.check import wait_for_queries
-from infra.s3 import make_client
 from models.checkpoint import CheckpointStore
 from streams import records
 from streams.kafka import read_until_sentinel
@@ -29,16 +29,23 @@ from tests.support import env_for
 
 DURATION = 200
 UP_SETTINGS = {
-    "DYNAWEB_TRAINER__CHECKPOINT_EVERY": "2", "DYNAWEB_TRAINER__CHECKPOINT_EVERY_S": "40",
-    "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "8", "DYNAWEB_DREAM__GROUP_SIZE": "4", "DYNAWEB_DREAM__BATCH": "8",
-    "DYNAWEB_DREAM__HORIZON": "3", "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "96", "DYNAWEB_STREAM__GROUP_SIZE": "4",
-    "DYNAWEB_UP__EXPERT_CONTEXTS": "1", "DYNAWEB_UP__PROGRESS_EVERY_S": "10",
+    "DYNAWEB_TRAINER__CHECKPOINT_EVERY": "2",
+    "DYNAWEB_TRAINER__CHECKPOINT_EVERY_S": "40",
+    "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "8",
+    "DYNAWEB_DREAM__GROUP_SIZE": "4",
+    "DYNAWEB_DREAM__BATCH": "8",
+    "DYNAWEB_DREAM__HORIZON": "3",
+    "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "96",
+    "DYNAWEB_STREAM__GROUP_SIZE": "4",
+    "DYNAWEB_UP__EXPERT_CONTEXTS": "1",
+    "DYNAWEB_UP__PROGRESS_EVERY_S": "10",
     # one task where an untrained policy succeeds often enough (it clicks one of a few buttons) for
     # the G = 4 rollouts of a live group to differ in reward
-    "DYNAWEB_COLLECTOR__TASKS": "miniwob/click-button", "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
+    "DYNAWEB_COLLECTOR__TASKS": "miniwob/click-button",
+    "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
     # a checkpoint every 2 steps: 4 versions of staleness is the default's window in steps (2 x 5)
     "DYNAWEB_STREAM__MAX_STALENESS": "4",
-}  # fmt: skip
+}
 
 
 def _scrape(cfg: Config, component: str) -> list[dict]:
@@ -82,16 +89,33 @@ def _read(cfg: Config, topic: str) -> list[records.Transition]:
 def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> None:
     env = env_for(run_cfg, **UP_SETTINGS)
     out_path = tmp_path / "up.out"
-    proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "up", "--no-stack", "--duration", str(DURATION),
-                             "--json"], env=env, stdout=open(out_path, "w"), stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "up",
+            "--no-stack",
+            "--duration",
+            str(DURATION),
+            "--json",
+        ],
+        env=env,
+        stdout=open(out_path, "w"),
+        stderr=subprocess.STDOUT,
+    )
     samples = []  # (process start time, policy version in use) of every dream generator, over time
     dashboard_problems = None
     started = time.time()
     try:
         while proc.poll() is None:
             for vals in _scrape(run_cfg, "dream"):
-                samples.append((_get(vals, "process_start_time_seconds"),
-                                _get(vals, "dynaweb_dream_model_version", kind="policy")))  # fmt: skip
+                samples.append(
+                    (
+                        _get(vals, "process_start_time_seconds"),
+                        _get(vals, "dynaweb_dream_model_version", kind="policy"),
+                    )
+                )
             if dashboard_problems is None and time.time() - started > DURATION - 65:
                 # every dashboard panel and alert expression against the live Prometheus, mid-run
                 prom = f"http://127.0.0.1:{run_cfg.stack.prometheus_port}"
@@ -102,8 +126,10 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
     out = out_path.read_text()
-    assert dashboard_problems == [], "dashboard/alert queries without data or invalid:\n" + "\n".join(
-        dashboard_problems or ["(never checked: the run ended early)"])
+    assert dashboard_problems == [], (
+        "dashboard/alert queries without data or invalid:\n"
+        + "\n".join(dashboard_problems or ["(never checked: the run ended early)"])
+    )
     summary = json.loads(out.strip().splitlines()[-1])
     topics = Topics(run_cfg.run_id)
 
@@ -124,7 +150,9 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     # hot reload: dreams at version >= 2 come from a producer that also dreamed at an older
     # version, and whose process start time (scraped while running) never changed
     late = [t for t in dreams if t.policy_version >= 2]
-    assert late, f"no dream stamped with policy version >= 2: {sorted({t.policy_version for t in dreams})}"
+    assert late, (
+        f"no dream stamped with policy version >= 2: {sorted({t.policy_version for t in dreams})}"
+    )
     producers = {t.producer_id for t in late}
     early_producers = {t.producer_id for t in dreams if t.policy_version < 2}
     assert producers & early_producers, (producers, early_producers)
@@ -140,7 +168,11 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     # dream groups reached the loss, and live groups of differing rewards carried an advantage there
     live = _read(run_cfg, topics.real)
     assert live and all(t.group_id for t in live), "live-policy transitions without a group id"
-    signal = json.dumps({k: summary[k] for k in ("gspo_groups", "gspo_groups_nonzero", "policy_steps", "batches")})
-    assert summary["gspo_groups"]["real"] >= 1 and summary["gspo_groups"]["dream"] >= 1, signal + out[-3000:]
+    signal = json.dumps(
+        {k: summary[k] for k in ("gspo_groups", "gspo_groups_nonzero", "policy_steps", "batches")}
+    )
+    assert summary["gspo_groups"]["real"] >= 1 and summary["gspo_groups"]["dream"] >= 1, (
+        signal + out[-3000:]
+    )
     assert summary["gspo_groups_nonzero"]["real"] >= 1, signal + out[-3000:]
     assert "policy success" in out and "groups with advantage" in out

@@ -32,7 +32,7 @@ class BrowserLoop:
     """A task server + one Chromium, used from synchronous tests."""
 
     def __init__(self) -> None:
-        from infra.taskserver import serve
+        from collectors.taskserver import serve
 
         self.server, _, self.base_url = serve()
         self.loop = asyncio.new_event_loop()

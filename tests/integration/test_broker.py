@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import Config
+from core.config import Config
 from streams import records
 from streams.kafka import (
     Publisher,
@@ -12,15 +12,27 @@ from streams.kafka import (
     ensure_topics,
     make_consumer,
     make_producer,
-    read_until_sentinel,  # fmt: skip
+    read_until_sentinel,
 )
 
 
 def _transition(cfg: Config, ep: str, step: int) -> records.Transition:
-    obs = {"instruction": "Click Submit", "url": "http://x", "tree": "[1] button \"Submit\""}
-    return records.Transition(run_id=cfg.run_id, episode_id=ep, step=step, task="miniwob/click-button",
-                              seed=step, source="expert", policy_version=0, world_model_version=0, obs=obs,
-                              action="click(1)", next_obs=obs, reward=1.0, done=True)  # fmt: skip
+    obs = {"instruction": "Click Submit", "url": "http://x", "tree": '[1] button "Submit"'}
+    return records.Transition(
+        run_id=cfg.run_id,
+        episode_id=ep,
+        step=step,
+        task="miniwob/click-button",
+        seed=step,
+        source="expert",
+        policy_version=0,
+        world_model_version=0,
+        obs=obs,
+        action="click(1)",
+        next_obs=obs,
+        reward=1.0,
+        done=True,
+    )
 
 
 def test_produce_consume_roundtrip_and_sentinel_catch_up(run_cfg: Config) -> None:
@@ -32,9 +44,13 @@ def test_produce_consume_roundtrip_and_sentinel_catch_up(run_cfg: Config) -> Non
     pub.flush()
     assert pub.acked == 500 and pub.errors == 0
     # catch up to a sentinel we produce ourselves: exactly what was sent, nothing missing
-    got = [records.decode(raw, expect="transition") for _, raw in read_until_sentinel(run_cfg.kafka, topics.expert,
-                                                                                     run_cfg.run_id)]  # fmt: skip
-    assert sorted((t.episode_id, t.step) for t in got) == sorted((t.episode_id, t.step) for t in sent)
+    got = [
+        records.decode(raw, expect="transition")
+        for _, raw in read_until_sentinel(run_cfg.kafka, topics.expert, run_cfg.run_id)
+    ]
+    assert sorted((t.episode_id, t.step) for t in got) == sorted(
+        (t.episode_id, t.step) for t in sent
+    )
     assert {t.obs["tree"] for t in got} == {'[1] button "Submit"'}
     # per-key order is kept (one key -> one partition)
     by_ep: dict = {}

@@ -9,8 +9,8 @@ import pytest
 
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS
-from collectors.spaces import Action
 from collectors.tasks import get_task, list_tasks
+from core.spaces import Action
 from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
@@ -73,8 +73,10 @@ def test_click_button_expert_episode_gets_reward_one(bl) -> None:  # noqa: F811
 
 def test_same_seed_same_start_observation(bl) -> None:  # noqa: F811
     async def go():
-        async with WebEnv(bl.browser, bl.base_url, reload_each_episode=True) as fresh, \
-                WebEnv(bl.browser, bl.base_url) as reused:  # fmt: skip
+        async with (
+            WebEnv(bl.browser, bl.base_url, reload_each_episode=True) as fresh,
+            WebEnv(bl.browser, bl.base_url) as reused,
+        ):
             a, _ = await fresh.reset("miniwob/click-checkboxes", 11)
             await reused.reset("miniwob/click-checkboxes", 3)
             b, _ = await reused.reset("miniwob/click-checkboxes", 11)
@@ -164,7 +166,8 @@ def test_allowlist_blocks_other_origins(bl) -> None:  # noqa: F811
             before = env.blocked
             ok = await env.page.evaluate(
                 "async (u) => { try { const r = await fetch(u); return r.status; } catch (e) { return -1; } }",
-                bl.base_url + "core/core.css")  # fmt: skip
+                bl.base_url + "core/core.css",
+            )
             blocked = await env.page.evaluate(
                 "async () => { try { await fetch('http://127.0.0.2:1/x'); return 'reached'; } catch (e) { return 'failed'; } }"
             )
@@ -269,7 +272,11 @@ def test_type_replaces_text_in_textarea_and_contenteditable_and_empty_clears(bl)
             await env.page.evaluate(_ADD_WIDGETS_JS)
             obs, st = await env.builder.observe(env.page)
             env.obs, env.state = obs, st
-            notes, rich, fixed = (_id_of(obs.tree, '"notes"'), _id_of(obs.tree, '"rich"'), _id_of(obs.tree, '"fixed"'))
+            notes, rich, fixed = (
+                _id_of(obs.tree, '"notes"'),
+                _id_of(obs.tree, '"rich"'),
+                _id_of(obs.tree, '"fixed"'),
+            )
             o1, *_ = await env.step(Action.type(notes, "new line"))
             o2, *_ = await env.step(Action.type(rich, "fresh"))
             o3, *_ = await env.step(Action.type(notes, ""))
@@ -279,11 +286,18 @@ def test_type_replaces_text_in_textarea_and_contenteditable_and_empty_clears(bl)
             return notes, rich, o1, o2, o3, o4, values
 
     notes, rich, o1, o2, o3, o4, values = bl.run(go())
-    assert f'[{notes}] textbox "notes" value="new line" multiline' in o1.tree and o1.focused == notes
-    assert f'[{rich}] textbox "rich" value="fresh"' in o2.tree and o1.last_action_error == o2.last_action_error == ""
+    assert (
+        f'[{notes}] textbox "notes" value="new line" multiline' in o1.tree and o1.focused == notes
+    )
+    assert (
+        f'[{rich}] textbox "rich" value="fresh"' in o2.tree
+        and o1.last_action_error == o2.last_action_error == ""
+    )
     assert values[0] == "" and values[1] == "fresh"
     assert f'[{notes}] textbox "notes" multiline' in o3.tree  # emptied
-    assert values[2] == "keep" and o4.last_action_error.startswith(f"type on [{_id_of(o4.tree, chr(34) + 'fixed')}] failed")
+    assert values[2] == "keep" and o4.last_action_error.startswith(
+        f"type on [{_id_of(o4.tree, chr(34) + 'fixed')}] failed"
+    )
 
 
 def test_settle_waits_for_deferred_effects_and_caps_busy_pages(bl) -> None:  # noqa: F811
@@ -299,8 +313,10 @@ def test_settle_waits_for_deferred_effects_and_caps_busy_pages(bl) -> None:  # n
             wall = time.perf_counter() - t0
             s1 = env.state.settled_ms
             # a page that never stops changing: the wait ends at the cap
-            await env.page.evaluate("() => { const t = document.createElement('i'); document.body.append(t); "
-                                    "setInterval(() => { t.textContent = String(Math.random()); }, 10); }")  # fmt: skip
+            await env.page.evaluate(
+                "() => { const t = document.createElement('i'); document.body.append(t); "
+                "setInterval(() => { t.textContent = String(Math.random()); }, 10); }"
+            )
             await env.step(Action.press("Shift"))
             s2 = env.state.settled_ms
             return o1, wall, s1, s2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from infra.config import Config
-from infra.s3 import make_client
+from core.config import Config
+from core.s3 import make_client
 from models.checkpoint import CheckpointStore
 from models.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
@@ -39,7 +39,10 @@ def test_trainer_checkpoint_is_a_plain_hf_directory(run_cfg: Config, tmp_path: P
         tr.setup()
         tr.loop()  # one step -> v1 (trained weights, not the initial ones)
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        for kind, engine, tok in (("policy", tr.p_engine, tr.tokenizer), ("world_model", tr.w_engine, tr.wm_tokenizer)):
+        for kind, engine, tok in (
+            ("policy", tr.p_engine, tr.tokenizer),
+            ("world_model", tr.w_engine, tr.wm_tokenizer),
+        ):
             lat = store.latest(kind)
             assert lat["version"] == 1
             dest = tmp_path / kind

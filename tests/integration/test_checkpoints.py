@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import Config
-from infra.s3 import S3Unavailable, make_client
+from core.config import Config
+from core.s3 import S3Unavailable, make_client
 from models.checkpoint import CheckpointStore, CorruptCheckpoint
 
 

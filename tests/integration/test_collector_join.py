@@ -26,7 +26,7 @@ import pytest
 
 from collectors.browser import Browser
 from collectors.collector import CollectorStats, ExpertAgent, run_collector
-from infra.config import Config
+from core.config import Config
 from streams import records
 from streams.kafka import is_control, read_until_sentinel
 from streams.topics import Topics
@@ -42,8 +42,13 @@ class Proc:
         self.name = name
         self.log = log_dir / f"{name}.log"
         self._fh = open(self.log, "wb")
-        self.p = subprocess.Popen([sys.executable, "-m", "infra.cli", *args], cwd=ROOT, env=env_for(cfg, **env),
-                                  stdout=self._fh, stderr=subprocess.STDOUT)  # fmt: skip
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "infra.cli", *args],
+            cwd=ROOT,
+            env=env_for(cfg, **env),
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+        )
 
     def alive(self) -> bool:
         if self.p.poll() is not None:
@@ -92,34 +97,92 @@ def test_second_collector_joins_a_running_system(run_cfg: Config, tmp_path: Path
         worker = Proc("worker", run_cfg, ["stream-worker"], tmp_path, DYNAWEB_STREAM__WORKER_ID=wid)
         procs.append(worker)
         wait_for(lambda: worker.alive() and ready.exists(), 120, "the stream worker to be ready")
-        c1 = Proc("c1", run_cfg, ["collect", "--policy", "expert", "--contexts", "1", "--tasks",
-                                  "miniwob/click-button", "--id", first, "--set", "collector.max_steps_per_s=4"],
-                  tmp_path)  # fmt: skip
+        c1 = Proc(
+            "c1",
+            run_cfg,
+            [
+                "collect",
+                "--policy",
+                "expert",
+                "--contexts",
+                "1",
+                "--tasks",
+                "miniwob/click-button",
+                "--id",
+                first,
+                "--set",
+                "collector.max_steps_per_s=4",
+            ],
+            tmp_path,
+        )
         procs.append(c1)
-        wait_for(lambda: c1.alive() and first in _producers_in_batches(run_cfg, topics), 180,
-                 "the first collector's transitions in training batches", every=2.0)  # fmt: skip
+        wait_for(
+            lambda: c1.alive() and first in _producers_in_batches(run_cfg, topics),
+            180,
+            "the first collector's transitions in training batches",
+            every=2.0,
+        )
         worker_pid, c1_pid = worker.p.pid, c1.p.pid
 
-        c2 = Proc("c2", run_cfg, ["collect", "--policy", "expert", "--contexts", "1", "--tasks",
-                                  "miniwob/click-link", "--id", second, "--set", "collector.max_steps_per_s=4"],
-                  tmp_path)  # fmt: skip
+        c2 = Proc(
+            "c2",
+            run_cfg,
+            [
+                "collect",
+                "--policy",
+                "expert",
+                "--contexts",
+                "1",
+                "--tasks",
+                "miniwob/click-link",
+                "--id",
+                second,
+                "--set",
+                "collector.max_steps_per_s=4",
+            ],
+            tmp_path,
+        )
         procs.append(c2)
-        wait_for(lambda: c2.alive() and worker.alive() and second in _producers_in_batches(run_cfg, topics), 180,
-                 "the second collector's transitions in training batches", every=2.0)  # fmt: skip
+        wait_for(
+            lambda: (
+                c2.alive() and worker.alive() and second in _producers_in_batches(run_cfg, topics)
+            ),
+            180,
+            "the second collector's transitions in training batches",
+            every=2.0,
+        )
 
         def control_kinds() -> set[str]:
-            return {c.kind for c in _decoded(run_cfg, topics.collectors)
-                    if isinstance(c, records.Control) and c.sender == second}  # fmt: skip
+            return {
+                c.kind
+                for c in _decoded(run_cfg, topics.collectors)
+                if isinstance(c, records.Control) and c.sender == second
+            }
 
-        kinds = wait_for(lambda: {"announce", "heartbeat"} <= control_kinds(), 60,
-                         "the second collector's announce and heartbeat", every=1.0)  # fmt: skip
+        kinds = wait_for(
+            lambda: {"announce", "heartbeat"} <= control_kinds(),
+            60,
+            "the second collector's announce and heartbeat",
+            every=1.0,
+        )
         assert kinds
         # nothing else was restarted
         assert worker.alive() and c1.alive() and worker.p.pid == worker_pid and c1.p.pid == c1_pid
-        batches = [b for b in _decoded(run_cfg, topics.policy_batches) if isinstance(b, records.TrainingBatch)]
-        mine = [t for b in batches for traj in b.trajectories for t in traj["transitions"]
-                if t["producer_id"] == second]  # fmt: skip
-        assert mine and all(t["task"] == "miniwob/click-link" and t["source"] == "expert" for t in mine)
+        batches = [
+            b
+            for b in _decoded(run_cfg, topics.policy_batches)
+            if isinstance(b, records.TrainingBatch)
+        ]
+        mine = [
+            t
+            for b in batches
+            for traj in b.trajectories
+            for t in traj["transitions"]
+            if t["producer_id"] == second
+        ]
+        assert mine and all(
+            t["task"] == "miniwob/click-link" and t["source"] == "expert" for t in mine
+        )
     finally:
         for p in reversed(procs):
             p.stop()
@@ -136,8 +199,12 @@ def _chromium_browser_pids() -> set[int]:
             cmd = p.cmdline()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if cmd and "chrom" in os.path.basename(cmd[0]) and "--remote-debugging-pipe" in cmd and \
-                not any(a.startswith("--type=") for a in cmd):  # fmt: skip
+        if (
+            cmd
+            and "chrom" in os.path.basename(cmd[0])
+            and "--remote-debugging-pipe" in cmd
+            and not any(a.startswith("--type=") for a in cmd)
+        ):
             out.add(p.pid)
     return out
 
@@ -183,8 +250,18 @@ def test_killed_chromium_is_recovered_and_the_episode_is_truncated(bl) -> None: 
         await browser.start()
         agent = KillingExpert(lambda: _chromium_browser_pids() - before)
         try:
-            st = await run_collector(cfg, pub, topics, lambda: agent, asyncio.Event(), collector_id="c-kill",
-                                     base_url=bl.base_url, stats=stats, seed_offset=0, browser=browser)  # fmt: skip
+            st = await run_collector(
+                cfg,
+                pub,
+                topics,
+                lambda: agent,
+                asyncio.Event(),
+                collector_id="c-kill",
+                base_url=bl.base_url,
+                stats=stats,
+                seed_offset=0,
+                browser=browser,
+            )
             return st, agent, browser.launches
         finally:
             await browser.close()
@@ -199,7 +276,9 @@ def test_killed_chromium_is_recovered_and_the_episode_is_truncated(bl) -> None: 
     assert len(crashed) == 1
     ts = sorted(eps[crashed[0]], key=lambda t: t.step)
     last = ts[-1]
-    assert [t.step for t in ts] == [0, 1] and last.truncated and not last.done and last.reward == 0.0
+    assert (
+        [t.step for t in ts] == [0, 1] and last.truncated and not last.done and last.reward == 0.0
+    )
     assert not any(t.reward > 0 or t.done for t in ts)
     # the other episodes (before and after the crash) are successes
     others = [max(v, key=lambda t: t.step) for ep, v in eps.items() if ep != crashed[0]]

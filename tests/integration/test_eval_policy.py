@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from core.config import Config
 from infra.cli import main
-from infra.config import Config
 from models.trainer import Trainer
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
@@ -28,17 +28,45 @@ def test_eval_policy_live_with_dreams(run_cfg: Config, capsys, monkeypatch) -> N
     pub = Publisher(make_producer(cfg.kafka))
     obs = {"instruction": "Click.", "url": "", "tree": '[1] button "OK"'}
     for i, r in enumerate((1.0, 0.0, 0.0)):
-        pub.send(topics.dream, records.Transition(
-            run_id=cfg.run_id, episode_id=f"d{i}", step=0, task="miniwob/click-button", seed=5, source="dream",
-            policy_version=0, world_model_version=0, obs=obs, action="click(1)", next_obs=obs, reward=r, done=True,
-            group_id="g1", behaviour_logprob=-1.0, action_tokens=9))  # fmt: skip
+        pub.send(
+            topics.dream,
+            records.Transition(
+                run_id=cfg.run_id,
+                episode_id=f"d{i}",
+                step=0,
+                task="miniwob/click-button",
+                seed=5,
+                source="dream",
+                policy_version=0,
+                world_model_version=0,
+                obs=obs,
+                action="click(1)",
+                next_obs=obs,
+                reward=r,
+                done=True,
+                group_id="g1",
+                behaviour_logprob=-1.0,
+                action_tokens=9,
+            ),
+        )
     pub.flush()
     pub.close()
     for k, v in env_for(cfg).items():
         monkeypatch.setenv(k, v)
     hi = cfg.collector.seed_stop
-    argv = ["eval", "policy", "--checkpoint", "latest", "--tasks", "click-button", "--seeds", f"{hi}:{hi + 2}",
-            "--json", "--set", "collector.max_steps=3"]  # the model's shape comes from the checkpoint
+    argv = [
+        "eval",
+        "policy",
+        "--checkpoint",
+        "latest",
+        "--tasks",
+        "click-button",
+        "--seeds",
+        f"{hi}:{hi + 2}",
+        "--json",
+        "--set",
+        "collector.max_steps=3",
+    ]  # the model's shape comes from the checkpoint
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     t = res["tasks"]["miniwob/click-button"]
@@ -63,21 +91,67 @@ def test_eval_world_model_on_the_eval_topic(run_cfg: Config, capsys, monkeypatch
     obs = {"instruction": "Click.", "url": "", "tree": '[1] button "OK"'}
     nxt = {**obs, "tree": '[1] button "OK"\n[2] text "Done"'}
     for i in range(3):
-        pub.send(topics.world_model_eval, records.Transition(
-            run_id=cfg.run_id, episode_id=f"e{i}", step=0, task="miniwob/click-button", seed=5, source="real",
-            policy_version=0, world_model_version=0, obs=obs, action="click(1)", next_obs=nxt if i else obs,
-            reward=float(i == 1), done=i == 1))  # fmt: skip
-    pub.send(topics.world_model_eval, records.Transition(  # dreams never count
-        run_id=cfg.run_id, episode_id="d", step=0, task="t", seed=5, source="dream", policy_version=0,
-        world_model_version=0, obs=obs, action="click(1)", next_obs=obs, reward=0.0, done=False))  # fmt: skip
+        pub.send(
+            topics.world_model_eval,
+            records.Transition(
+                run_id=cfg.run_id,
+                episode_id=f"e{i}",
+                step=0,
+                task="miniwob/click-button",
+                seed=5,
+                source="real",
+                policy_version=0,
+                world_model_version=0,
+                obs=obs,
+                action="click(1)",
+                next_obs=nxt if i else obs,
+                reward=float(i == 1),
+                done=i == 1,
+            ),
+        )
+    pub.send(
+        topics.world_model_eval,
+        records.Transition(  # dreams never count
+            run_id=cfg.run_id,
+            episode_id="d",
+            step=0,
+            task="t",
+            seed=5,
+            source="dream",
+            policy_version=0,
+            world_model_version=0,
+            obs=obs,
+            action="click(1)",
+            next_obs=obs,
+            reward=0.0,
+            done=False,
+        ),
+    )
     pub.flush()
     pub.close()
     for k, v in env_for(cfg).items():
         monkeypatch.setenv(k, v)
-    assert main(["eval", "world-model", "--checkpoint", "0", "--json", "--set", "dream.max_change_tokens=16"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "world-model",
+                "--checkpoint",
+                "0",
+                "--json",
+                "--set",
+                "dream.max_change_tokens=16",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["checkpoint"] == 0 and res["n"] == 3 and res["episodes"] == 3
-    assert abs(res["baseline_exact_match"] - 1 / 3) < 1e-9 and "change_f1" in res and "done_bal_acc" in res
+    assert (
+        abs(res["baseline_exact_match"] - 1 / 3) < 1e-9
+        and "change_f1" in res
+        and "done_bal_acc" in res
+    )
 
 
 def test_live_policy_deadline_stops_starting_episodes_and_marks_the_rest() -> None:
@@ -86,8 +160,8 @@ def test_live_policy_deadline_stops_starting_episodes_and_marks_the_rest() -> No
     every job not run is a 'deadline' row."""
     import time
 
-    from collectors.spaces import Action
-    from models.evaluate import run_live_policy
+    from core.spaces import Action
+    from evaluation.evaluate import run_live_policy
 
     require_chromium()
 

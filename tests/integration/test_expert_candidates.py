@@ -12,7 +12,7 @@ import pytest
 
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS, WAIT
-from infra.config import ModelConfig
+from core.config import ModelConfig
 from models.policy import policy_candidates
 from models.prompts import policy_prompt_ids
 from models.tokenizer import build_tokenizer
@@ -45,12 +45,16 @@ def test_every_expert_action_is_a_policy_candidate(bl) -> None:  # noqa: F811
                     if a == WAIT:
                         await asyncio.sleep(getattr(ex, "wait_s", 0.1))
                     texts = [h.to_text() for _, h in history]
-                    acts, _ = policy_candidates(tok, obs, policy_prompt_ids(tok, obs, texts, max_pos), max_pos)
+                    acts, _ = policy_candidates(
+                        tok, obs, policy_prompt_ids(tok, obs, texts, max_pos), max_pos
+                    )
                     cands = [c.to_text() for c in acts]
                     sizes.append(len(cands))
                     steps[task] += 1
                     if a.to_text() not in cands:
-                        missed.setdefault(task, []).append((seed, a.to_text(), obs.instruction[:100]))
+                        missed.setdefault(task, []).append(
+                            (seed, a.to_text(), obs.instruction[:100])
+                        )
                     nobs, _, term, trunc, _ = await env.step(a)
                     history.append((obs, a))
                     obs = nobs
@@ -67,9 +71,11 @@ def test_every_expert_action_is_a_policy_candidate(bl) -> None:  # noqa: F811
     bl.run(all_jobs(), timeout=1800)
     total, bad = sum(steps.values()), sum(len(v) for v in missed.values())
     coverage = (total - bad) / max(1, total)
-    print(f"\nexpert actions among the policy's candidates: {total - bad}/{total} = {coverage:.1%} "
-          f"({len(steps) - len(missed)}/{len(steps)} experts fully covered; candidates per step: mean "
-          f"{sum(sizes) / max(1, len(sizes)):.1f}, max {max(sizes, default=0)})")  # fmt: skip
+    print(
+        f"\nexpert actions among the policy's candidates: {total - bad}/{total} = {coverage:.1%} "
+        f"({len(steps) - len(missed)}/{len(steps)} experts fully covered; candidates per step: mean "
+        f"{sum(sizes) / max(1, len(sizes)):.1f}, max {max(sizes, default=0)})"
+    )
     for task, v in sorted(missed.items()):
         print(f"  {task}: {len(v)}/{steps[task]} missed, e.g. {v[:2]}")
     assert len(steps) == len(EXPERTS)

@@ -11,9 +11,9 @@ from collectors.collector import CollectorStats, ExpertAgent, RandomAgent, run_c
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS, run_episode
 from collectors.random_policy import RandomPolicy, valid_actions
-from collectors.spaces import parse_action
 from collectors.tasks import get_task
-from infra.config import Config
+from core.config import Config
+from core.spaces import parse_action
 from streams import records
 from streams.topics import Topics
 from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
@@ -82,8 +82,18 @@ def test_collector_publishes_valid_expert_transitions(bl) -> None:  # noqa: F811
     pub, topics, stats = _Pub(), Topics(cfg.run_id), CollectorStats()
 
     async def go():
-        return await run_collector(cfg, pub, topics, lambda: ExpertAgent(), asyncio.Event(), collector_id="c-test",
-                                   base_url=bl.base_url, stats=stats, seed_offset=0, browser=bl.browser)  # fmt: skip
+        return await run_collector(
+            cfg,
+            pub,
+            topics,
+            lambda: ExpertAgent(),
+            asyncio.Event(),
+            collector_id="c-test",
+            base_url=bl.base_url,
+            stats=stats,
+            seed_offset=0,
+            browser=bl.browser,
+        )
 
     st = bl.run(go())
     assert st is stats and st.episodes == 8 and st.successes == 8
@@ -128,8 +138,17 @@ def test_collector_random_policy_goes_to_real_topic_with_an_async_agent(bl) -> N
     agent = AsyncRandom(seed=1)
 
     async def go():
-        return await run_collector(cfg, pub, topics, lambda: agent, asyncio.Event(), collector_id="c-rand",
-                                   base_url=bl.base_url, seed_offset=0, browser=bl.browser)  # fmt: skip
+        return await run_collector(
+            cfg,
+            pub,
+            topics,
+            lambda: agent,
+            asyncio.Event(),
+            collector_id="c-rand",
+            base_url=bl.base_url,
+            seed_offset=0,
+            browser=bl.browser,
+        )
 
     st = bl.run(go())
     trans = [records.decode(raw) for t, _, raw in pub.sent if t == topics.real]

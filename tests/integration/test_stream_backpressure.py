@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from infra.config import Config
+from core.config import Config
 from models.trainer import Trainer
 from streams import kafka as sk
 from streams import records
@@ -30,9 +30,16 @@ from tests.support import env_for
 
 pytestmark = pytest.mark.integration
 
-SMALL = {"DYNAWEB_MODEL__LAYERS": "1", "DYNAWEB_MODEL__D_MODEL": "32", "DYNAWEB_MODEL__HEADS": "2",
-         "DYNAWEB_DREAM__GROUP_SIZE": "2", "DYNAWEB_DREAM__HORIZON": "2", "DYNAWEB_DREAM__BATCH": "4",
-         "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "12", "DYNAWEB_THREADS": "1"}  # fmt: skip
+SMALL = {
+    "DYNAWEB_MODEL__LAYERS": "1",
+    "DYNAWEB_MODEL__D_MODEL": "32",
+    "DYNAWEB_MODEL__HEADS": "2",
+    "DYNAWEB_DREAM__GROUP_SIZE": "2",
+    "DYNAWEB_DREAM__HORIZON": "2",
+    "DYNAWEB_DREAM__BATCH": "4",
+    "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "12",
+    "DYNAWEB_THREADS": "1",
+}
 
 
 def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
@@ -44,9 +51,18 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
         tr.setup()  # publishes the version-0 policy and world model to S3
     finally:
         tr.close()
-    w = Worker(cfg.kafka.bootstrap, tmp_path, cfg.run_id, group_size=2, batch_trajectories=4,
-               expert_fraction=0.5, samples_per_insert=0, cold_start_batch_s=3600, lag_bound=8,
-               group_timeout_s=20)  # fmt: skip
+    w = Worker(
+        cfg.kafka.bootstrap,
+        tmp_path,
+        cfg.run_id,
+        group_size=2,
+        batch_trajectories=4,
+        expert_fraction=0.5,
+        samples_per_insert=0,
+        cold_start_batch_s=3600,
+        lag_bound=8,
+        group_timeout_s=20,
+    )
     w.start()
     p = sk.make_producer(cfg.kafka, linger_ms=0)
     for i in range(6):  # experts: start states for the dreamer and the worker's pool
@@ -57,8 +73,13 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
     p.flush()
     env = env_for(cfg, **SMALL, PYTHONPATH=str(ROOT))
     log = open(tmp_path / "dream.log", "wb")
-    dreamer = subprocess.Popen([sys.executable, "-m", "infra.cli", "dream"], cwd=ROOT, env=env,
-                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    dreamer = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "dream"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     dreams = Reader(cfg.kafka.bootstrap, topics.dream)
     control = Reader(cfg.kafka.bootstrap, topics.control)
     trainer_on = threading.Event()
@@ -97,8 +118,12 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
         return len(ts) / max(1e-6, time.time() - since)
 
     try:
-        wait_for(lambda: dreamer.poll() is None and len(dreams.poll()) >= 8, 120,
-                 "dreams to flow", every=0.5)  # fmt: skip
+        wait_for(
+            lambda: dreamer.poll() is None and len(dreams.poll()) >= 8,
+            120,
+            "dreams to flow",
+            every=0.5,
+        )
         t1 = time.time()
         wait_for(lambda: time.time() - t1 > 12, 20, "a while at full speed", every=0.5)
         full = rate(t1)

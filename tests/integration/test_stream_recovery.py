@@ -29,9 +29,17 @@ from tests.integration.test_stream_worker import (  # noqa: F401 - bootstrap is 
 
 pytestmark = pytest.mark.integration
 
-CFG = dict(group_size=4, batch_trajectories=8, expert_fraction=0.5, cold_start_batch_s=3600,
-           group_timeout_s=300, episode_idle_timeout_s=300, samples_per_insert=0,
-           heldout_fraction=0.0, reuse_wait_s=0.5)  # fmt: skip
+CFG = dict(
+    group_size=4,
+    batch_trajectories=8,
+    expert_fraction=0.5,
+    cold_start_batch_s=3600,
+    group_timeout_s=300,
+    episode_idle_timeout_s=300,
+    samples_per_insert=0,
+    heldout_fraction=0.0,
+    reuse_wait_s=0.5,
+)
 STEPS = 3
 
 
@@ -44,19 +52,30 @@ def groups_of(run: str, source: str, n: int, seed0: int) -> list[list[list[Trans
         eps = []
         for _ in range(4):
             ep = f"{source}-{uuid.uuid4().hex[:12]}"
-            eps.append([transition(run, ep, i, source, i == STEPS - 1, group=gid, seed=seed0 + g)
-                        for i in range(STEPS)])  # fmt: skip
+            eps.append(
+                [
+                    transition(run, ep, i, source, i == STEPS - 1, group=gid, seed=seed0 + g)
+                    for i in range(STEPS)
+                ]
+            )
         out.append(eps)
     return out
 
 
 class Producer(_Producer):
     def send_t(self, t: Transition) -> None:
-        key = (t.group_id or t.episode_id).encode()  # by group, as the producers key them: one worker per group
+        key = (
+            t.group_id or t.episode_id
+        ).encode()  # by group, as the producers key them: one worker per group
         self.p.send(self.t.name(t.source), value=records.encode(t), key=key)
 
-    def round_robin(self, groups: list, stop_after: threading.Event | None = None,
-                    pause: threading.Event | None = None, at: int = 0) -> None:  # fmt: skip
+    def round_robin(
+        self,
+        groups: list,
+        stop_after: threading.Event | None = None,
+        pause: threading.Event | None = None,
+        at: int = 0,
+    ) -> None:
         """Step i of every episode, then step i+1 ...: everything is in progress at once.
         Sets ``stop_after`` after ``at`` messages and waits on ``pause`` there."""
         eps = [ep for g in groups for ep in g]
@@ -205,8 +224,11 @@ def test_two_workers_split_the_stream_and_each_batch_keeps_the_fraction(
             lambda: len({b.batch_id for b in batches(br)}) >= want, 90, f"{want} distinct batches"
         )
         makers = check_batches(batches(br), first + second)
-        late = {b.batch_id for b in batches(br) if any(t["group_id"] in {g[0][0].group_id for g in second}
-                                                       for t in b.trajectories)}  # fmt: skip
+        late = {
+            b.batch_id
+            for b in batches(br)
+            if any(t["group_id"] in {g[0][0].group_id for g in second} for t in b.trajectories)
+        }
         assert {makers[b] for b in late} == {w1.worker_id, w2.worker_id}, (
             "both workers made batches"
         )

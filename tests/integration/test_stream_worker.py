@@ -6,7 +6,7 @@ start fails the tests (never skips). The worker runs as a subprocess
 (``python -m streams.worker``) configured through the environment; each test
 uses its own run id (topic prefix). Waits are conditions with deadlines.
 
-Throughput is measured by ``dynaweb bench streams`` (streams/bench.py), not by a test.
+Throughput is measured by ``dynaweb bench streams`` (evaluation/bench_streams.py), not by a test.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
-from infra.config import load_config
+from core.config import load_config
 from streams import kafka as sk
 from streams import records
 from streams.records import CheckpointAnnouncement, Control, Transition
@@ -91,8 +91,20 @@ def bootstrap(tmp_path_factory):
     log = tmp_path_factory.mktemp("tansu") / "tansu.log"
     url = f"tcp://127.0.0.1:{port}"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                                 "--storage-engine", "memory://tansu/"], stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     try:
         if not _wait_port(port, 15):
             _unavailable(f"Tansu did not open port {port}: {log.read_text()[-2000:]}")
@@ -114,10 +126,15 @@ class Worker:
         self.home = home
         self.worker_id = "w-" + run_id[-6:]
         self.env = dict(os.environ)
-        self.env.update({
-            "DYNAWEB_HOME": str(home), "DYNAWEB_RUN_ID": run_id, "DYNAWEB_KAFKA__BOOTSTRAP": bootstrap,
-            "DYNAWEB_STREAM__WORKER_ID": self.worker_id, "PYTHONPATH": str(ROOT),
-        })  # fmt: skip
+        self.env.update(
+            {
+                "DYNAWEB_HOME": str(home),
+                "DYNAWEB_RUN_ID": run_id,
+                "DYNAWEB_KAFKA__BOOTSTRAP": bootstrap,
+                "DYNAWEB_STREAM__WORKER_ID": self.worker_id,
+                "PYTHONPATH": str(ROOT),
+            }
+        )
         for k, v in stream.items():
             sec, _, name = k.partition("__") if "__" in k else ("stream", "", k)
             self.env[f"DYNAWEB_{sec.upper()}__{name.upper()}"] = str(v)
@@ -144,8 +161,18 @@ class Worker:
     def start(self, timeout: float = 60) -> Worker:
         (self.dir / "ready").unlink(missing_ok=True)
         self._fh = open(self.log, "ab")
-        self.proc = subprocess.Popen([sys.executable, *(os.environ.get("DYNAWEB_WORKER_CMD", "-m streams.worker").split()), "--loglevel", os.environ.get("DYNAWEB_TEST_WORKER_LOGLEVEL", "warning")],
-                                     cwd=ROOT, env=self.env, stdout=self._fh, stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                *(os.environ.get("DYNAWEB_WORKER_CMD", "-m streams.worker").split()),
+                "--loglevel",
+                os.environ.get("DYNAWEB_TEST_WORKER_LOGLEVEL", "warning"),
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+        )
 
         def ready():
             if self.proc.poll() is not None:
@@ -204,7 +231,9 @@ class Reader:
     def poll(self) -> list:
         for msgs in self.c.poll(timeout_ms=200).values():
             # catch-up sentinels (streams.side, streams.recovery) are not data
-            self.records.extend(m for m in msgs if not (m.value and b'"kind":"sentinel"' in m.value[:400]))
+            self.records.extend(
+                m for m in msgs if not (m.value and b'"kind":"sentinel"' in m.value[:400])
+            )
         return self.records
 
     def until(self, cond: Callable[[list], bool], timeout: float, what: str) -> list:
@@ -219,16 +248,45 @@ def obs(text: str, size: int = 0) -> dict:
     return {"instruction": "click the button", "tree": tree}
 
 
-def transition(run: str, ep: str, step: int, source: str, done: bool, pv: int = 0, group: str = "",
-               seed: int = 1, size: int = 0) -> Transition:  # fmt: skip
-    return Transition(run_id=run, episode_id=ep, step=step, task="miniwob/click-button", seed=seed,
-                      source=source, policy_version=pv, world_model_version=0, obs=obs(f"p{step}", size),
-                      action="click(3)", next_obs=obs(f"p{step + 1}", size), reward=1.0 if done else 0.0,
-                      done=done, group_id=group, producer_id="test")  # fmt: skip
+def transition(
+    run: str,
+    ep: str,
+    step: int,
+    source: str,
+    done: bool,
+    pv: int = 0,
+    group: str = "",
+    seed: int = 1,
+    size: int = 0,
+) -> Transition:
+    return Transition(
+        run_id=run,
+        episode_id=ep,
+        step=step,
+        task="miniwob/click-button",
+        seed=seed,
+        source=source,
+        policy_version=pv,
+        world_model_version=0,
+        obs=obs(f"p{step}", size),
+        action="click(3)",
+        next_obs=obs(f"p{step + 1}", size),
+        reward=1.0 if done else 0.0,
+        done=done,
+        group_id=group,
+        producer_id="test",
+    )
 
 
-def episode(run: str, source: str, steps: int, pv: int = 0, group: str = "", ep: str | None = None,
-            size: int = 0) -> list[Transition]:  # fmt: skip
+def episode(
+    run: str,
+    source: str,
+    steps: int,
+    pv: int = 0,
+    group: str = "",
+    ep: str | None = None,
+    size: int = 0,
+) -> list[Transition]:
     ep = ep or f"{source}-{uuid.uuid4().hex[:12]}"
     return [
         transition(run, ep, i, source, i == steps - 1, pv, group, size=size) for i in range(steps)
@@ -286,8 +344,15 @@ def batches_of(recs: list) -> list:
 
 # --- tests ---------------------------------------------------------------------
 
-BASE = dict(group_size=4, batch_trajectories=8, expert_fraction=0.5, cold_start_batch_s=3600,
-            group_timeout_s=30, episode_idle_timeout_s=30, samples_per_insert=0)  # fmt: skip
+BASE = dict(
+    group_size=4,
+    batch_trajectories=8,
+    expert_fraction=0.5,
+    cold_start_batch_s=3600,
+    group_timeout_s=30,
+    episode_idle_timeout_s=30,
+    samples_per_insert=0,
+)
 
 
 def test_mixed_batches_have_configured_fraction(env, bootstrap, run_id):
@@ -381,8 +446,11 @@ def test_malformed_messages_dead_lettered_and_worker_keeps_going(env, bootstrap,
         h = dict(recs[0].headers)
         assert h["source_topic"].decode() == topics.real and h["detail"]
         # the worker kept going: the valid message after the bad ones is forwarded
-        wait_for(lambda: any(json.loads(m.value)["episode_id"] == "e-ok" for m in wm.poll() + ev.poll()),
-                 30, "the valid transition forwarded")  # fmt: skip
+        wait_for(
+            lambda: any(json.loads(m.value)["episode_id"] == "e-ok" for m in wm.poll() + ev.poll()),
+            30,
+            "the valid transition forwarded",
+        )
         assert w.proc.poll() is None
         assert wait_for(
             lambda: w.metric("dynaweb_stream_dead_letters_total") == 5, 10, "dead-letter metric"
@@ -492,5 +560,3 @@ def test_backpressure_published_and_released(env, bootstrap, run_id):
         c.until(lambda rs: bp(rs)[-1]["value"] == 1.0, 30, "back-pressure released")
     finally:
         c.close()
-
-

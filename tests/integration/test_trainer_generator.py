@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from infra.config import Config
-from infra.s3 import make_client
+from core.config import Config
+from core.s3 import make_client
 from models.checkpoint import CheckpointStore
 from models.dreamer import ModelSlot
 from models.trainer import Trainer
@@ -26,20 +26,43 @@ def small(cfg: Config) -> Config:
 
 
 def _batch(cfg: Config) -> records.TrainingBatch:
-    obs = {"instruction": 'Click on the "OK" button.', "url": "", "tree": '[1] button "OK"\n[2] button "No"'}
-    t = records.Transition(run_id=cfg.run_id, episode_id="e1", step=0, task="miniwob/click-button", seed=1,
-                           source="expert", policy_version=0, world_model_version=0, obs=obs, action="click(1)",
-                           next_obs={**obs, "tree": ""}, reward=1.0, done=True)  # fmt: skip
-    return records.TrainingBatch(run_id=cfg.run_id, batch_id="b1", worker_id="test", kind="expert_only",
-                                 trajectories=[asdict(records.Trajectory.from_transitions([t]))],
-                                 expert_fraction=1.0)  # fmt: skip
+    obs = {
+        "instruction": 'Click on the "OK" button.',
+        "url": "",
+        "tree": '[1] button "OK"\n[2] button "No"',
+    }
+    t = records.Transition(
+        run_id=cfg.run_id,
+        episode_id="e1",
+        step=0,
+        task="miniwob/click-button",
+        seed=1,
+        source="expert",
+        policy_version=0,
+        world_model_version=0,
+        obs=obs,
+        action="click(1)",
+        next_obs={**obs, "tree": ""},
+        reward=1.0,
+        done=True,
+    )
+    return records.TrainingBatch(
+        run_id=cfg.run_id,
+        batch_id="b1",
+        worker_id="test",
+        kind="expert_only",
+        trajectories=[asdict(records.Trajectory.from_transitions([t]))],
+        expert_fraction=1.0,
+    )
 
 
 def _params(model: torch.nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(run_cfg: Config, tmp_path: Path) -> None:
+def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(
+    run_cfg: Config, tmp_path: Path
+) -> None:
     cfg = small(run_cfg)
     topics = ensure_topics(cfg)
     pub = Publisher(make_producer(cfg.kafka))
@@ -70,9 +93,13 @@ def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(run_cfg: Confi
         assert slot.version == 1
         kept = _params(slot.model)
         assert all(torch.equal(kept[k], v1[k]) for k in v1)
-        m = json.loads(client.get_object(cfg.s3.bucket, store.prefix("policy", 1) + "manifest.json").read())
+        m = json.loads(
+            client.get_object(cfg.s3.bucket, store.prefix("policy", 1) + "manifest.json").read()
+        )
         creds = json.loads((Path(cfg.home) / "s3" / "credentials.json").read_text())
-        assert m["config"]["run_id"] == cfg.run_id  # the resolved config travels with the checkpoint
+        assert (
+            m["config"]["run_id"] == cfg.run_id
+        )  # the resolved config travels with the checkpoint
         assert creds["secret_key"] not in json.dumps(m)  # ... without secrets
         assert m["offsets"][topics.policy_batches] == {"0": 1}
     finally:

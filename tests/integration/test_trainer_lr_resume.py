@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from prometheus_client import REGISTRY
 
-from infra.config import Config
+from core.config import Config
 from models.engine import current_lr, lr_factor
 from models.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
@@ -36,7 +36,9 @@ def test_trainer_restart_restores_the_lr_schedule(run_cfg: Config) -> None:
         assert tr.policy_steps == 2 and tr.p_engine.lr_scheduler.last_epoch == 2
         lr2 = tc.lr * lr_factor(2, 4, 6, 0.2)
         assert math.isclose(current_lr(tr.p_engine), lr2)
-        exported = REGISTRY.get_sample_value("dynaweb_trainer_learning_rate", {"run": cfg.run_id, "model": "policy"})
+        exported = REGISTRY.get_sample_value(
+            "dynaweb_trainer_learning_rate", {"run": cfg.run_id, "model": "policy"}
+        )
         assert exported is not None and math.isclose(exported, lr2)
     finally:
         tr.close()

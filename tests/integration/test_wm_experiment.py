@@ -23,8 +23,24 @@ def test_quick_world_model_experiment_end_to_end(tmp_path: Path) -> None:
     require_chromium()
     out = tmp_path / "wm"
     env = {**os.environ, "DYNAWEB_HOME": str(tmp_path / "home")}
-    p = subprocess.run([sys.executable, "-m", "infra.cli", "experiment", "world-model", "--quick", "--out", str(out),
-                        "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infra.cli",
+            "experiment",
+            "world-model",
+            "--quick",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
     metrics = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc")
@@ -32,14 +48,24 @@ def test_quick_world_model_experiment_end_to_end(tmp_path: Path) -> None:
     for side in ("model", "baseline"):
         for k in metrics:
             assert 0.0 <= res[side][k] <= 1.0, (side, k, res[side][k])
-    assert set(res["beats_baseline"]) == set(metrics) and isinstance(res["beats_baseline_all"], bool)
+    assert set(res["beats_baseline"]) == set(metrics) and isinstance(
+        res["beats_baseline_all"], bool
+    )
     assert 0.0 <= res["model"]["ok_rate"] <= 1.0
     d = res["data"]
     assert d["train_transitions"] > 0 and d["heldout_transitions"] == res["n_eval"] > 0
     assert d["collected"]["expert"]["episodes"] > 0 and d["collected"]["random"]["episodes"] > 0
-    assert res["train"]["steps"] > 0 and set(res["seconds"]) == {"collect", "train", "eval", "total"}
+    assert res["train"]["steps"] > 0 and set(res["seconds"]) == {
+        "collect",
+        "train",
+        "eval",
+        "total",
+    }
     # the artifacts: the data (split by episode with the stream worker's rule) and a loadable model
-    trans = [records.decode(x, expect="transition") for x in (out / "transitions.jsonl").read_text().splitlines()]
+    trans = [
+        records.decode(x, expect="transition")
+        for x in (out / "transitions.jsonl").read_text().splitlines()
+    ]
     assert len(trans) == d["transitions"]
     held = [t for t in trans if heldout(t.episode_id, res["config"]["heldout_fraction"])]
     assert len(held) == res["n_eval"]
@@ -47,8 +73,14 @@ def test_quick_world_model_experiment_end_to_end(tmp_path: Path) -> None:
     # the printed command recomputes the same figures with `dynaweb eval world-model`
     cmd = res["eval_command"].split()
     assert cmd[:3] == ["dynaweb", "eval", "world-model"]
-    q = subprocess.run([sys.executable, "-m", "infra.cli", *cmd[1:]], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)  # fmt: skip
+    q = subprocess.run(
+        [sys.executable, "-m", "infra.cli", *cmd[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert q.returncode == 0, q.stderr[-3000:]
     ev = json.loads(q.stdout.strip().splitlines()[-1])
     assert ev["n"] == res["n_eval"]

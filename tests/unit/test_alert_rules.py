@@ -15,9 +15,15 @@ import yaml
 MON = Path(__file__).resolve().parents[2] / "infra" / "monitoring"
 RULES = sorted((MON / "rules").glob("*.yml"))
 TESTS = sorted((MON / "tests").glob("*.yml"))
-ALERTS = {"DynawebCollectorSilent", "DynawebTrainerStalled", "DynawebCheckpointNotAdvancing",
-          "DynawebDeadLettersRising", "DynawebStaleDropsHigh", "DynawebWorldModelFidelityFalling",
-          "DynawebConsumerLagGrowing"}  # fmt: skip
+ALERTS = {
+    "DynawebCollectorSilent",
+    "DynawebTrainerStalled",
+    "DynawebCheckpointNotAdvancing",
+    "DynawebDeadLettersRising",
+    "DynawebStaleDropsHigh",
+    "DynawebWorldModelFidelityFalling",
+    "DynawebConsumerLagGrowing",
+}
 
 
 def _promtool() -> str:
@@ -74,6 +80,11 @@ def test_promtool_check_rules() -> None:
 
 def test_promtool_test_rules() -> None:
     assert TESTS
-    p = subprocess.run([_promtool(), "test", "rules", *[t.name for t in TESTS]], cwd=MON / "tests",
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [_promtool(), "test", "rules", *[t.name for t in TESTS]],
+        cwd=MON / "tests",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout + p.stderr

@@ -6,13 +6,33 @@ from streams.assembly import BoundedSet, Deduper, EpisodeAssembler, GroupAssembl
 from streams.records import Trajectory, Transition
 
 
-def tr(ep: str, step: int, done: bool = False, source: str = "expert", truncated: bool = False,
-       group: str = "", pv: int = 0) -> Transition:  # fmt: skip
+def tr(
+    ep: str,
+    step: int,
+    done: bool = False,
+    source: str = "expert",
+    truncated: bool = False,
+    group: str = "",
+    pv: int = 0,
+) -> Transition:
     obs = {"instruction": "click", "tree": f"page {step}"}
-    return Transition(run_id="r", episode_id=ep, step=step, task="miniwob/click-button", seed=1,
-                      source=source, policy_version=pv, world_model_version=0, obs=obs,
-                      action="click(1)", next_obs=obs, reward=1.0 if done else 0.0, done=done,
-                      truncated=truncated, group_id=group)  # fmt: skip
+    return Transition(
+        run_id="r",
+        episode_id=ep,
+        step=step,
+        task="miniwob/click-button",
+        seed=1,
+        source=source,
+        policy_version=pv,
+        world_model_version=0,
+        obs=obs,
+        action="click(1)",
+        next_obs=obs,
+        reward=1.0 if done else 0.0,
+        done=done,
+        truncated=truncated,
+        group_id=group,
+    )
 
 
 def traj(ep: str, group: str = "g", pv: int = 0) -> Trajectory:
@@ -136,7 +156,9 @@ def test_trajectory_without_group_id_is_counted_never_grouped():
     assert g.sweep(10) == []  # nothing was kept to emit later either
 
 
-def _member(ep: str, task: str = "miniwob/click-button", seed: int = 1, page: str = "page 0", pv: int = 0):
+def _member(
+    ep: str, task: str = "miniwob/click-button", seed: int = 1, page: str = "page 0", pv: int = 0
+):
     t = traj(ep, group="g", pv=pv)
     t.task, t.seed = task, seed
     t.transitions[0]["obs"] = {"instruction": "click", "tree": page}
@@ -144,15 +166,23 @@ def _member(ep: str, task: str = "miniwob/click-button", seed: int = 1, page: st
 
 
 def test_check_group_rejects_members_that_disagree():
-    members = [_member("a"), _member("b"), _member("c", seed=2), _member("d", task="miniwob/other"),
-               _member("e", page="another page"), _member("f", pv=-3)]  # fmt: skip
+    members = [
+        _member("a"),
+        _member("b"),
+        _member("c", seed=2),
+        _member("d", task="miniwob/other"),
+        _member("e", page="another page"),
+        _member("f", pv=-3),
+    ]
     kept, rejected = check_group(members, max_staleness=2)
     assert [t.episode_id for t in kept] == ["a", "b"]
     assert rejected == {"seed": 1, "task": 1, "start_page": 1, "version": 1}
 
 
 def test_check_group_keeps_versions_within_staleness():
-    kept, rejected = check_group([_member("a", pv=5), _member("b", pv=3), _member("c", pv=2)], max_staleness=2)
+    kept, rejected = check_group(
+        [_member("a", pv=5), _member("b", pv=3), _member("c", pv=2)], max_staleness=2
+    )
     assert [t.policy_version for t in kept] == [5, 3] and rejected == {"version": 1}
 
 

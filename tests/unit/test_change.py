@@ -23,15 +23,23 @@ def test_same():
 def test_replace():
     b = A.replace('[2] textbox "Username"', '[2] textbox "Username" value="kiera"')
     ch = diff_to_change(A, b)
-    assert ch == 'why: 1 changed, 0 added, 0 removed\nreplace [2] [2] textbox "Username" value="kiera"'
+    assert (
+        ch == 'why: 1 changed, 0 added, 0 removed\nreplace [2] [2] textbox "Username" value="kiera"'
+    )
     assert apply_change(A, ch) == b
 
 
 def test_lines_without_id_are_addressed_by_offset():
-    a = ('text "Pick a colour"\n[1] heading "Form"\n[5] combobox value="A"\n  option "A" selected\n'
-         '  option "B"\n[6] button "Submit"\n[7] link "Help"\n[8] link "Terms"')
-    b = a.replace('value="A"', 'value="B"').replace('option "A" selected', 'option "A"').replace(
-        '  option "B"', '  option "B" selected').replace('text "Pick a colour"', 'text "Thanks"')
+    a = (
+        'text "Pick a colour"\n[1] heading "Form"\n[5] combobox value="A"\n  option "A" selected\n'
+        '  option "B"\n[6] button "Submit"\n[7] link "Help"\n[8] link "Terms"'
+    )
+    b = (
+        a.replace('value="A"', 'value="B"')
+        .replace('option "A" selected', 'option "A"')
+        .replace('  option "B"', '  option "B" selected')
+        .replace('text "Pick a colour"', 'text "Thanks"')
+    )
     ch = diff_to_change(a, b)
     assert 'replace [0]+1 text "Thanks"' in ch
     assert 'replace [5] [5] combobox value="B"' in ch
@@ -58,7 +66,9 @@ def test_insert_takes_next_free_id():
 
 def test_remove_and_insert_before():
     a = A + "".join(f'\n[{i}] link "Item number {i}"' for i in range(5, 9))
-    b = '[17] text "Welcome"\n' + a.replace('[2] textbox "Username"\n', "").replace('[3] textbox "Password"\n', "")
+    b = '[17] text "Welcome"\n' + a.replace('[2] textbox "Username"\n', "").replace(
+        '[3] textbox "Password"\n', ""
+    )
     ch = diff_to_change(a, b)
     assert "remove [2]" in ch and "remove [3]" in ch
     assert 'insert before [1] [17] text "Welcome"' in ch
@@ -111,8 +121,13 @@ def test_parse_repairs_bad_ops():
 
 
 def test_parse_rejects():
-    for text in ("", "why: x\nremove [2]", "garbage", "why: x\nreward nan\ndone 0",
-                 "why: x\nremove [99]\nreward 0\ndone 0"):
+    for text in (
+        "",
+        "why: x\nremove [2]",
+        "garbage",
+        "why: x\nreward nan\ndone 0",
+        "why: x\nremove [99]\nreward 0\ndone 0",
+    ):
         change, r, d, ok, reason = parse_model_output(text, tree=A)
         assert not ok and reason and change.endswith("same") and r == 0.0 and d is False
     change, r, d, ok, reason = parse_model_output(None)  # type: ignore[arg-type]
@@ -143,7 +158,7 @@ def random_tree(rng: random.Random, ids: list[int]) -> list[str]:
     for i in ids:
         depth = rng.randint(0, 2)
         name = rng.choice(["Submit", "OK", "a b", "", "reward 1", '"q"', "é"])
-        lines.append("  " * depth + f"[{i}] {rng.choice(ROLES)} \"{name}\"")
+        lines.append("  " * depth + f'[{i}] {rng.choice(ROLES)} "{name}"')
     return lines
 
 
@@ -157,11 +172,23 @@ def mutate(rng: random.Random, lines: list[str], free: int) -> list[str]:
             k = rng.randrange(len(out))
             out[k] = out[k] + " changed"
         elif op < 0.8:
-            out.insert(rng.randint(0, len(out)), f"[{free}] text \"new {free}\"")
+            out.insert(rng.randint(0, len(out)), f'[{free}] text "new {free}"')
             free += rng.choice([1, 1, 3])
         else:
-            junk = rng.choice(["", "no id line", "  option \"B\"", "reward 0", "done 1", "\\esc", "page",
-                               "same", "[+] x", "text \"loose\""])
+            junk = rng.choice(
+                [
+                    "",
+                    "no id line",
+                    '  option "B"',
+                    "reward 0",
+                    "done 1",
+                    "\\esc",
+                    "page",
+                    "same",
+                    "[+] x",
+                    'text "loose"',
+                ]
+            )
             out.insert(rng.randint(0, len(out)), junk)
     return out
 
@@ -173,7 +200,11 @@ def test_random_round_trip(seed):
     a = random_tree(rng, ids)
     for _ in range(rng.choice([0, 0, 1, 3])):
         a.insert(rng.randint(0, len(a)), rng.choice(["orphan text", '  option "A" selected', ""]))
-    b = mutate(rng, a, max(ids, default=0) + 1) if rng.random() < 0.8 else random_tree(rng, [50, 51])
+    b = (
+        mutate(rng, a, max(ids, default=0) + 1)
+        if rng.random() < 0.8
+        else random_tree(rng, [50, 51])
+    )
     if rng.random() < 0.1:
         b = rng.sample(a, len(a))  # shuffled (duplicate ids possible after mutate)
     ta, tb = "\n".join(a), "\n".join(b)
@@ -188,8 +219,23 @@ def test_random_round_trip(seed):
 
 def test_random_strings_never_raise():
     rng = random.Random(0)
-    alphabet = ["remove [", "replace [", "insert after [", "page", "reward ", "done ", "1", "]", " ", "\n", "x",
-                "why:", "+", "[+]", "0"]
+    alphabet = [
+        "remove [",
+        "replace [",
+        "insert after [",
+        "page",
+        "reward ",
+        "done ",
+        "1",
+        "]",
+        " ",
+        "\n",
+        "x",
+        "why:",
+        "+",
+        "[+]",
+        "0",
+    ]
     for _ in range(300):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         change, r, d, ok, reason = parse_model_output(text, tree=A)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import describe, load_config
+from core.config import describe, load_config
 
 
 def test_defaults_are_the_endpoints_users_know() -> None:
@@ -20,9 +20,14 @@ def test_defaults_are_the_endpoints_users_know() -> None:
 
 def test_file_then_env_then_overrides(tmp_path: Path) -> None:
     f = tmp_path / "c.json"
-    f.write_text(json.dumps({"run_id": "a", "stream": {"expert_fraction": 0.25}, "kafka": {"partitions": 4}}))
-    env = {"DYNAWEB_KAFKA__PARTITIONS": "3", "DYNAWEB_COLLECTOR__TASKS": "miniwob/a,miniwob/b",
-           "DYNAWEB_STACK__BIND": "127.0.0.1"}  # fmt: skip
+    f.write_text(
+        json.dumps({"run_id": "a", "stream": {"expert_fraction": 0.25}, "kafka": {"partitions": 4}})
+    )
+    env = {
+        "DYNAWEB_KAFKA__PARTITIONS": "3",
+        "DYNAWEB_COLLECTOR__TASKS": "miniwob/a,miniwob/b",
+        "DYNAWEB_STACK__BIND": "127.0.0.1",
+    }
     cfg = load_config(str(f), overrides={"run_id": "b"}, env=env)
     assert cfg.stream.expert_fraction == 0.25
     assert cfg.kafka.partitions == 3
@@ -31,7 +36,9 @@ def test_file_then_env_then_overrides(tmp_path: Path) -> None:
 
 
 def test_unknown_key_is_named_with_valid_keys() -> None:
-    with pytest.raises(ValueError, match=r"unknown config key 'stream.expert_frac'.*expert_fraction"):
+    with pytest.raises(
+        ValueError, match=r"unknown config key 'stream.expert_frac'.*expert_fraction"
+    ):
         load_config(env={}, overrides={"stream.expert_frac": "0.1"})
 
 

@@ -16,8 +16,15 @@ from infra.monitoring import check
 
 MON = Path(__file__).resolve().parents[2] / "infra" / "monitoring"
 DASHBOARDS = sorted((MON / "dashboards").glob("*.json"))
-BUILTIN = {"up", "ALERTS", "process_cpu_seconds_total", "process_resident_memory_bytes",
-           "process_start_time_seconds", "process_open_fds", "python_gc_objects_collected_total"}  # fmt: skip
+BUILTIN = {
+    "up",
+    "ALERTS",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "process_open_fds",
+    "python_gc_objects_collected_total",
+}
 
 
 def declared_series() -> set[str]:
@@ -26,8 +33,14 @@ def declared_series() -> set[str]:
     import models.metrics
     import streams.metrics
 
-    suffixes = {"counter": ("_total", "_created"), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count", "_created"),
-                "summary": ("", "_sum", "_count", "_created"), "info": ("_info",), "enum": ("",)}  # fmt: skip
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "gauge": ("",),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "summary": ("", "_sum", "_count", "_created"),
+        "info": ("_info",),
+        "enum": ("",),
+    }
     out = set()
     for mod in (models.metrics, collectors.metrics, streams.metrics):
         for obj in vars(mod).values():

@@ -1,5 +1,5 @@
 """infra/deploy: the Compose file parses and names every service; the configuration it passes
-is the embedded stack's (DYNAWEB_<SECTION>__<FIELD>, accepted by infra.config.load_config);
+is the embedded stack's (DYNAWEB_<SECTION>__<FIELD>, accepted by core.config.load_config);
 the images and mounts it refers to exist in the repository."""
 
 from __future__ import annotations
@@ -10,13 +10,24 @@ from pathlib import Path
 
 import yaml
 
-from infra.config import load_config
+from core.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "infra" / "deploy"
 COMPOSE = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-SERVICES = {"kafka", "minio", "prometheus", "grafana", "init", "taskserver", "stream-worker", "trainer", "dream",
-            "collector-expert", "collector-latest"}  # fmt: skip
+SERVICES = {
+    "kafka",
+    "minio",
+    "prometheus",
+    "grafana",
+    "init",
+    "taskserver",
+    "stream-worker",
+    "trainer",
+    "dream",
+    "collector-expert",
+    "collector-latest",
+}
 COMPONENTS = {"stream-worker", "trainer", "dream", "collector-expert", "collector-latest"}
 
 
@@ -116,7 +127,7 @@ def test_mounted_monitoring_files_exist_and_prometheus_reads_the_shared_targets(
     home = service_env("trainer")["DYNAWEB_HOME"]
     assert files == [
         f"{home}/prometheus/targets/*.json"
-    ]  # where infra.metrics.MetricsEndpoint writes
+    ]  # where core.metrics.MetricsEndpoint writes
     assert any(
         v.startswith("dynaweb-home:" + home) for v in COMPOSE["services"]["prometheus"]["volumes"]
     )

@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from infra.config import TrainerConfig
+from core.config import TrainerConfig
 from models.engine import chunked_backward_ok, make_engine
 from models.learner import policy_update, world_model_update
 from models.policy import PolicyRunner, make_policy
@@ -17,7 +17,10 @@ from tests.unit.test_wm_chunked_loss import _model as _wm_model
 
 
 def _same(a: torch.nn.Module, b: torch.nn.Module) -> float:
-    return max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    return max(
+        float((p - q).detach().abs().max())
+        for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
 
 
 def test_policy_update_in_micro_batches_gives_the_same_step():
@@ -25,7 +28,9 @@ def test_policy_update_in_micro_batches_gives_the_same_step():
     model, tok = make_policy(CFG)
     r = PolicyRunner(model, tok, CFG, seed=3)
     trajs = []
-    for k in range(4):  # a GSPO group of dreams (logprobs of the policy that made them) and one expert
+    for k in range(
+        4
+    ):  # a GSPO group of dreams (logprobs of the policy that made them) and one expert
         steps, lps = _rollout(r, OBS[k % 3], 2)
         trajs.append(_traj(steps, "dream", "g", float(k % 2), lps))
     trajs.append(_traj([(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0))
@@ -44,8 +49,12 @@ def test_world_model_update_in_micro_batches_gives_the_same_step():
     twin = copy.deepcopy(model)
     e_whole, e_chunk = make_engine(model, 1e-3), make_engine(twin, 1e-3)
     cfg = dict(infonce_weight=0.5)
-    l1, s1, g1 = world_model_update(e_whole, model._tok, _batch(), TrainerConfig(wm_chunk_rows=0, **cfg), FakeEmbedder(), 64)
-    l2, s2, g2 = world_model_update(e_chunk, model._tok, _batch(), TrainerConfig(wm_chunk_rows=2, **cfg), FakeEmbedder(), 64)
+    l1, s1, g1 = world_model_update(
+        e_whole, model._tok, _batch(), TrainerConfig(wm_chunk_rows=0, **cfg), FakeEmbedder(), 64
+    )
+    l2, s2, g2 = world_model_update(
+        e_chunk, model._tok, _batch(), TrainerConfig(wm_chunk_rows=2, **cfg), FakeEmbedder(), 64
+    )
     assert s2.get("chunks", 1) > 1 and "chunks" not in s1
     assert abs(float(l1.detach()) - float(l2)) < 1e-4 and abs(g1 - g2) < 1e-3 * max(1.0, g1)
     assert g1 > 0 and _same(model, twin) < 1e-5

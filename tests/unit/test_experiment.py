@@ -12,8 +12,8 @@ import pytest
 
 from collectors.collector import _Pacer, _Schedule
 from collectors.tasks import resolve_tasks
-from infra.config import Config
-from infra.experiment import (
+from core.config import Config
+from evaluation.sample_efficiency import (
     QUICK,
     cell_config,
     experiment_id,
@@ -24,7 +24,7 @@ from infra.experiment import (
     pick_versions,
     resolve_experiment,
 )
-from infra.experiment_report import (
+from evaluation.sample_efficiency_report import (
     ARMS,
     aggregate,
     arm_summary,
@@ -69,17 +69,39 @@ def test_steps_to_reach_interpolates_and_reports_never():
 
 
 def _cell(arm, seed, pts):
-    return {"arm": arm, "seed": seed, "points": [
-        {"budget": b, "version": v, "real_steps": s, "success": y, "episodes": 10, "timeouts": 0}
-        for b, v, s, y in pts]}  # fmt: skip
+    return {
+        "arm": arm,
+        "seed": seed,
+        "points": [
+            {
+                "budget": b,
+                "version": v,
+                "real_steps": s,
+                "success": y,
+                "episodes": 10,
+                "timeouts": 0,
+            }
+            for b, v, s, y in pts
+        ],
+    }
 
 
 def _cells():
     cells = []
-    for seed, (i0, r, d) in enumerate([(0.1, [0.2, 0.3, 0.4], [0.3, 0.4, 0.4]), (0.1, [0.2, 0.2, 0.4], [0.4, 0.4, 0.5])]):
+    for seed, (i0, r, d) in enumerate(
+        [(0.1, [0.2, 0.3, 0.4], [0.3, 0.4, 0.4]), (0.1, [0.2, 0.2, 0.4], [0.4, 0.4, 0.5])]
+    ):
         cells.append(_cell("imitation", seed, [(None, 5, 50, i0)]))
-        cells.append(_cell("real_only", seed, [(100, 3, 100, r[0]), (200, 6, 200, r[1]), (300, 9, 300, r[2])]))
-        cells.append(_cell("dynaweb", seed, [(100, 9, 100, d[0]), (200, 18, 200, d[1]), (300, 27, 300, d[2])]))
+        cells.append(
+            _cell(
+                "real_only", seed, [(100, 3, 100, r[0]), (200, 6, 200, r[1]), (300, 9, 300, r[2])]
+            )
+        )
+        cells.append(
+            _cell(
+                "dynaweb", seed, [(100, 9, 100, d[0]), (200, 18, 200, d[1]), (300, 27, 300, d[2])]
+            )
+        )
     return cells
 
 
@@ -105,8 +127,15 @@ def test_headline_ratio():
 
 
 def test_write_all_artifacts(tmp_path):
-    meta = {"experiment_id": "seX", "command": "dynaweb experiment sample-efficiency", "wall_s": 60, "tasks": ["a"],
-            "seeds": [0, 1], "eval_seeds_per_task": 3, "eval_seed_start": 1000}  # fmt: skip
+    meta = {
+        "experiment_id": "seX",
+        "command": "dynaweb experiment sample-efficiency",
+        "wall_s": 60,
+        "tasks": ["a"],
+        "seeds": [0, 1],
+        "eval_seeds_per_task": 3,
+        "eval_seed_start": 1000,
+    }
     res = write_all(_cells(), tmp_path, meta)
     with open(tmp_path / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
@@ -132,8 +161,11 @@ def test_markdown_says_when_dynaweb_does_not_reach():
 
 
 def test_ratio_undefined_when_real_only_does_not_improve():
-    cells = [_cell("imitation", 0, [(None, 1, 50, 0.2)]), _cell("real_only", 0, [(100, 2, 100, 0.1), (200, 3, 200, 0.2)]),
-             _cell("dynaweb", 0, [(100, 2, 100, 0.3), (200, 3, 200, 0.2)])]  # fmt: skip
+    cells = [
+        _cell("imitation", 0, [(None, 1, 50, 0.2)]),
+        _cell("real_only", 0, [(100, 2, 100, 0.1), (200, 3, 200, 0.2)]),
+        _cell("dynaweb", 0, [(100, 2, 100, 0.3), (200, 3, 200, 0.2)]),
+    ]
     agg = aggregate(rows_from_cells(cells))
     head = headline(agg)
     assert head["ratio"] is None and not head["improved"]
@@ -159,17 +191,26 @@ def test_cell_configs_differ_only_where_the_arms_do():
         assert c.dream.temperature == c.trainer.policy_temperature == ex.temperature
     assert cells["imitation"].trainer.init_from == ""
     assert cells["imitation"].stream.expert_fraction == 1.0
-    assert cells["real_only"].stream.expert_fraction == cells["dynaweb"].stream.expert_fraction == ex.expert_fraction
+    assert (
+        cells["real_only"].stream.expert_fraction
+        == cells["dynaweb"].stream.expert_fraction
+        == ex.expert_fraction
+    )
     assert cells["real_only"].collector.groups_per_version == 1.0
     assert cells["dynaweb"].collector.groups_per_version == ex.dream_real_share
     assert cells["real_only"].collector.seed_offset == cells["dynaweb"].collector.seed_offset
-    assert not cells["real_only"].trainer.train_world_model and cells["dynaweb"].trainer.train_world_model
+    assert (
+        not cells["real_only"].trainer.train_world_model
+        and cells["dynaweb"].trainer.train_world_model
+    )
     assert not cells["real_only"].stream.expert_only_batches
 
 
 def test_experiment_id_and_validation():
     cfg = Config()
-    assert experiment_id(resolve_experiment(cfg, True)) != experiment_id(resolve_experiment(cfg, False))
+    assert experiment_id(resolve_experiment(cfg, True)) != experiment_id(
+        resolve_experiment(cfg, False)
+    )
     assert resolve_experiment(cfg, True).budget == QUICK["budget"]
     cfg.experiment.arms = ["real_only"]
     with pytest.raises(ValueError, match="imitation"):
@@ -233,11 +274,17 @@ def test_up_starts_the_gate_only_when_gating_is_on():
 
 
 def test_markdown_per_task_and_diagnostics_sections():
-    from infra.experiment import _diag_by_arm, _per_task
+    from evaluation.sample_efficiency import _diag_by_arm, _per_task
 
     cells = _cells()
     for c in cells:
-        c.update(train_s=10, eval_s=5, live_steps=100, history=[(0, 50)], diagnostics={"topic_dream_success": 0.0})
+        c.update(
+            train_s=10,
+            eval_s=5,
+            live_steps=100,
+            history=[(0, 50)],
+            diagnostics={"topic_dream_success": 0.0},
+        )
         c["points"][-1]["per_task"] = {"miniwob/a": 0.5 if c["arm"] == "dynaweb" else 0.1}
     meta = {"per_task": _per_task(cells), "diagnostics": _diag_by_arm(cells)}
     assert meta["per_task"]["dynaweb"] == {"miniwob/a": 0.5}
@@ -254,19 +301,39 @@ def _mixer_for(c):
     from streams.mixer import HybridMixer
 
     s = c.stream
-    return HybridMixer(run_id=c.run_id, worker_id="w", expert_fraction=s.expert_fraction,
-                       batch_trajectories=s.batch_trajectories, max_staleness=s.max_staleness,
-                       samples_per_insert=s.samples_per_insert, expert_pool_size=s.expert_pool_size,
-                       cold_start_batch_s=s.cold_start_batch_s, reuse_wait_s=s.reuse_wait_s)  # fmt: skip
+    return HybridMixer(
+        run_id=c.run_id,
+        worker_id="w",
+        expert_fraction=s.expert_fraction,
+        batch_trajectories=s.batch_trajectories,
+        max_staleness=s.max_staleness,
+        samples_per_insert=s.samples_per_insert,
+        expert_pool_size=s.expert_pool_size,
+        cold_start_batch_s=s.cold_start_batch_s,
+        reuse_wait_s=s.reuse_wait_s,
+    )
 
 
 def _traj(source, i, group=""):
     from streams.records import Trajectory, Transition
 
     obs = {"instruction": "click", "tree": "page"}
-    t = Transition(run_id="r", episode_id=f"{source}-{group}-{i}", step=0, task="t", seed=i, source=source,
-                   policy_version=0, world_model_version=0, obs=obs, action="stop", next_obs=obs, reward=1.0,
-                   done=True, group_id=group)  # fmt: skip
+    t = Transition(
+        run_id="r",
+        episode_id=f"{source}-{group}-{i}",
+        step=0,
+        task="t",
+        seed=i,
+        source=source,
+        policy_version=0,
+        world_model_version=0,
+        obs=obs,
+        action="stop",
+        next_obs=obs,
+        reward=1.0,
+        done=True,
+        group_id=group,
+    )
     return Trajectory.from_transitions([t])
 
 
@@ -277,7 +344,9 @@ def _experts_per_batch(c, groups: int) -> list[int]:
     for g in range(groups):
         m.add_group([_traj("real", i, f"g{g}") for i in range(c.stream.group_size)], now=0.0)
     out = []
-    allow = c.stream.expert_only_batches  # as the stream worker polls it (online arms: never expert-only)
+    allow = (
+        c.stream.expert_only_batches
+    )  # as the stream worker polls it (online arms: never expert-only)
     for b in m.poll(100.0, allow_expert_only=allow) + m.poll(200.0, allow_expert_only=allow):
         out.append(sum(t.source == "expert" for t in b.trajs()))
     return out
@@ -291,10 +360,18 @@ def test_imitation_matched_has_the_online_arms_steps_init_and_expert_samples(qui
     m = cells["imitation_matched"]
     for arm in ("real_only", "dynaweb"):
         o = cells[arm]
-        assert m.trainer.init_from == o.trainer.init_from == "seX-imitation-s0:1"  # same initialisation
-        assert m.trainer.max_steps == o.trainer.max_steps == ex.online_policy_steps  # same optimizer steps
-        assert m.trainer.checkpoint_every == o.trainer.checkpoint_every == 1  # same read-out granularity
-        assert m.trainer == dataclasses.replace(o.trainer, train_world_model=False)  # same lr, clip, schedule
+        assert (
+            m.trainer.init_from == o.trainer.init_from == "seX-imitation-s0:1"
+        )  # same initialisation
+        assert (
+            m.trainer.max_steps == o.trainer.max_steps == ex.online_policy_steps
+        )  # same optimizer steps
+        assert (
+            m.trainer.checkpoint_every == o.trainer.checkpoint_every == 1
+        )  # same read-out granularity
+        assert m.trainer == dataclasses.replace(
+            o.trainer, train_world_model=False
+        )  # same lr, clip, schedule
     assert cells["imitation"].trainer.max_steps == ex.imitation_steps
     # expert-only batches of exactly the online arms' demonstration samples per step
     assert m.stream.expert_fraction == 1.0 and m.stream.expert_only_batches
@@ -313,10 +390,19 @@ def test_frozen_defaults_and_quick_keeps_scaled_down_values():
     ex = resolve_experiment(Config(), quick=False)
     assert ex.arms == ["imitation", "imitation_matched", "real_only", "dynaweb"]
     assert ex.group_size == 8 and ex.temperature == 1.0 and ex.online_policy_steps == 20
-    assert ex.tasks == ["miniwob/click-collapsible", "miniwob/choose-list", "miniwob/enter-text",
-                        "miniwob/enter-password", "miniwob/login-user"]  # fmt: skip
+    assert ex.tasks == [
+        "miniwob/click-collapsible",
+        "miniwob/choose-list",
+        "miniwob/enter-text",
+        "miniwob/enter-password",
+        "miniwob/login-user",
+    ]
     q = resolve_experiment(Config(), quick=True)
-    assert q.arms == ex.arms and q.online_policy_steps < ex.online_policy_steps and q.group_size < ex.group_size
+    assert (
+        q.arms == ex.arms
+        and q.online_policy_steps < ex.online_policy_steps
+        and q.group_size < ex.group_size
+    )
     cfg = Config()
     cfg.experiment.expert_fraction = 1.0
     with pytest.raises(ValueError, match="expert_fraction"):
@@ -326,15 +412,25 @@ def test_frozen_defaults_and_quick_keeps_scaled_down_values():
 def test_online_points_end_at_the_final_version():
     hist = [(0, 50), (1, 50), (2, 70), (3, 95), (4, 120), (5, 160)]
     pts = online_points(hist, [100, 150], demo_steps=50)
-    assert [(p["budget"], p["version"], p["policy_steps"]) for p in pts] == [(100, 3, 3), (150, 4, 4), (None, 5, 5)]
-    assert pts[-1]["real_steps"] == 160  # the final point reports what it used, past the last budget point
+    assert [(p["budget"], p["version"], p["policy_steps"]) for p in pts] == [
+        (100, 3, 3),
+        (150, 4, 4),
+        (None, 5, 5),
+    ]
+    assert (
+        pts[-1]["real_steps"] == 160
+    )  # the final point reports what it used, past the last budget point
 
 
 def test_matched_points_follow_the_online_arms_policy_steps():
     ro = [{"policy_steps": 3}, {"policy_steps": 6}, {"policy_steps": 20}]
     dyn = [{"policy_steps": 12}, {"policy_steps": 20}, {"policy_steps": 20}]
     pts = matched_points([ro, dyn], [100, 200], steps=20, demo_steps=40)
-    assert [p["policy_steps"] for p in pts] == [12, 20, 20]  # the most BC updates any online arm had
+    assert [p["policy_steps"] for p in pts] == [
+        12,
+        20,
+        20,
+    ]  # the most BC updates any online arm had
     assert [p["version"] for p in pts] == [12, 20, 20]  # one checkpoint per step
     assert [p["budget"] for p in pts] == [100, 200, None]
     assert all(p["real_steps"] == 40 for p in pts)  # demonstrations only
@@ -376,7 +472,9 @@ dynaweb_trainer_gspo_groups_total{run="r1",source="real"} 99.0
 
 
 def test_nonzero_adv_share_from_the_trainers_scrape():
-    d = parse_scrape([({"component": "trainer"}, TRAINER_TEXT), ({"component": "dream"}, OTHER_TEXT)])
+    d = parse_scrape(
+        [({"component": "trainer"}, TRAINER_TEXT), ({"component": "dream"}, OTHER_TEXT)]
+    )
     assert d["trainer_policy_steps"] == 20 and d["trainer_world_model_steps"] == 40
     assert d["trainer_samples_expert"] == 160 and d["trainer_samples_dream"] == 120
     assert d["dream_steps"] == 640 and d["nonzero_advantage_share_last"] == 0.1
@@ -393,7 +491,9 @@ def test_parse_scrape_reads_prometheus_client_output():
 
     reg = CollectorRegistry()
     groups = Counter("dynaweb_trainer_gspo_groups_total", "g", ["run", "source"], registry=reg)
-    nonzero = Counter("dynaweb_trainer_gspo_groups_nonzero_total", "n", ["run", "source"], registry=reg)
+    nonzero = Counter(
+        "dynaweb_trainer_gspo_groups_nonzero_total", "n", ["run", "source"], registry=reg
+    )
     adv = Counter("dynaweb_trainer_gspo_advantage_abs_sum", "a", ["run", "source"], registry=reg)
     groups.labels("r", "real").inc(4)
     nonzero.labels("r", "real").inc(3)
@@ -410,9 +510,16 @@ def test_parse_scrape_reads_every_counter_the_trainer_declares():
 
     import models.metrics as M
 
-    declared = {"trajectories": M.GSPO_TRAJ, "groups": M.GSPO_GROUPS, "groups_nonzero": M.GSPO_GROUPS_NONZERO,
-                "adv_abs_sum": M.GSPO_ADV_ABS, "clipped": M.GSPO_CLIPPED, "ratio_sum": M.GSPO_RATIO_SUM,
-                "stale_dropped": M.TRAINER_STALE, "ungrouped": M.TRAINER_UNGROUPED}  # fmt: skip
+    declared = {
+        "trajectories": M.GSPO_TRAJ,
+        "groups": M.GSPO_GROUPS,
+        "groups_nonzero": M.GSPO_GROUPS_NONZERO,
+        "adv_abs_sum": M.GSPO_ADV_ABS,
+        "clipped": M.GSPO_CLIPPED,
+        "ratio_sum": M.GSPO_RATIO_SUM,
+        "stale_dropped": M.TRAINER_STALE,
+        "ungrouped": M.TRAINER_UNGROUPED,
+    }
     for c in declared.values():
         c.labels("unit-parse-scrape", "dream").inc(0)
     g = parse_scrape([({"component": "trainer"}, generate_latest(REGISTRY).decode())])["gspo"]
@@ -425,19 +532,37 @@ def test_parse_scrape_reads_every_counter_the_trainer_declares():
 def _study_cells():
     """Two seeds of all four arms, as ``run_cell`` writes them."""
     cells = []
-    for seed, (r, d, m) in enumerate([([0.2, 0.3, 0.4], [0.3, 0.4, 0.5], 0.3), ([0.2, 0.2, 0.2], [0.4, 0.4, 0.4], 0.2)]):
+    for seed, (r, d, m) in enumerate(
+        [([0.2, 0.3, 0.4], [0.3, 0.4, 0.5], 0.3), ([0.2, 0.2, 0.2], [0.4, 0.4, 0.4], 0.2)]
+    ):
         imit = _cell("imitation", seed, [(None, 1, 50, 0.1)])
         imit["points"][0]["policy_steps"] = 60
         cells.append(imit)
-        for arm, ys, gspo in (("real_only", r, {"real": {"groups": 4.0, "groups_nonzero": 1.0}}),
-                              ("dynaweb", d, {"real": {"groups": 1.0, "groups_nonzero": 1.0},
-                                              "dream": {"groups": 3.0, "groups_nonzero": 0.0}})):  # fmt: skip
-            c = _cell(arm, seed, [(100, 3, 100, ys[0]), (200, 6, 200, ys[1]), (None, 20, 260, ys[2])])
+        for arm, ys, gspo in (
+            ("real_only", r, {"real": {"groups": 4.0, "groups_nonzero": 1.0}}),
+            (
+                "dynaweb",
+                d,
+                {
+                    "real": {"groups": 1.0, "groups_nonzero": 1.0},
+                    "dream": {"groups": 3.0, "groups_nonzero": 0.0},
+                },
+            ),
+        ):
+            c = _cell(
+                arm, seed, [(100, 3, 100, ys[0]), (200, 6, 200, ys[1]), (None, 20, 260, ys[2])]
+            )
             for p in c["points"]:
                 p["policy_steps"] = p["version"]
-            c["diagnostics"] = {"gspo": gspo, "trainer_policy_steps": 20.0, "trainer_samples_expert": 160.0}
+            c["diagnostics"] = {
+                "gspo": gspo,
+                "trainer_policy_steps": 20.0,
+                "trainer_samples_expert": 160.0,
+            }
             cells.append(c)
-        mc = _cell("imitation_matched", seed, [(100, 6, 50, m), (200, 20, 50, m), (None, 20, 50, m)])
+        mc = _cell(
+            "imitation_matched", seed, [(100, 6, 50, m), (200, 20, 50, m), (None, 20, 50, m)]
+        )
         for p in mc["points"]:
             p["policy_steps"] = p["version"]
         mc["diagnostics"] = {"trainer_policy_steps": 20.0, "trainer_samples_expert": 160.0}
@@ -450,17 +575,29 @@ def test_arm_summary_shape_and_values():
     arms = arm_summary(_study_cells())
     assert list(arms) == ["imitation", "imitation_matched", "real_only", "dynaweb"]
     for a in arms.values():
-        assert {"final_success", "ci95", "real_steps", "policy_steps", "nonzero_adv_share"} <= set(a)
+        assert {"final_success", "ci95", "real_steps", "policy_steps", "nonzero_adv_share"} <= set(
+            a
+        )
         assert len(a["ci95"]) == 2 and set(a["nonzero_adv_share"]) == {"live", "dream"}
     ro = arms["real_only"]
     h = 12.706 * math.sqrt(((0.4 - 0.3) ** 2 + (0.2 - 0.3) ** 2) / 1) / math.sqrt(2)
     assert ro["final_success"] == pytest.approx(0.3)
-    assert ro["ci95"] == [pytest.approx(max(0.0, 0.3 - h), abs=1e-4), pytest.approx(min(1.0, 0.3 + h), abs=1e-4)]
+    assert ro["ci95"] == [
+        pytest.approx(max(0.0, 0.3 - h), abs=1e-4),
+        pytest.approx(min(1.0, 0.3 + h), abs=1e-4),
+    ]
     assert ro["real_steps"] == 260 and ro["policy_steps"] == 20
-    assert ro["nonzero_adv_share"] == {"live": 0.25, "dream": None}  # pooled over seeds: 2 of 8 groups
+    assert ro["nonzero_adv_share"] == {
+        "live": 0.25,
+        "dream": None,
+    }  # pooled over seeds: 2 of 8 groups
     assert arms["dynaweb"]["nonzero_adv_share"] == {"live": 1.0, "dream": 0.0}
     m = arms["imitation_matched"]
-    assert m["policy_steps"] == 20 and m["real_steps"] == 50 and m["final_success"] == pytest.approx(0.25)
+    assert (
+        m["policy_steps"] == 20
+        and m["real_steps"] == 50
+        and m["final_success"] == pytest.approx(0.25)
+    )
     assert m["nonzero_adv_share"] == {"live": None, "dream": None}  # behaviour cloning only
     assert m["expert_samples_per_step"] == 8 and m["expert_samples_per_step_trained"] == 8.0
     imit = arms["imitation"]
@@ -472,30 +609,56 @@ def test_arm_summary_shape_and_values():
 
 def test_write_all_with_four_arms(tmp_path):
     cells = _study_cells()
-    res = write_all(cells, tmp_path, {"experiment_id": "seX", "frozen": {"group_size": 8, "temperature": 1.0,
-                                                                         "reward": "binary", "online_policy_steps": 20,
-                                                                         "expert_samples_per_step": 8}})  # fmt: skip
+    res = write_all(
+        cells,
+        tmp_path,
+        {
+            "experiment_id": "seX",
+            "frozen": {
+                "group_size": 8,
+                "temperature": 1.0,
+                "reward": "binary",
+                "online_policy_steps": 20,
+                "expert_samples_per_step": 8,
+            },
+        },
+    )
     assert set(res["arms"]) == set(ARMS)
     with open(tmp_path / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
     matched = [r for r in rows if r["arm"] == "imitation_matched" and r["seed"] == "0"]
-    assert [r["policy_steps"] for r in matched] == ["0", "6", "20", "20"]  # starts at the imitation point
+    assert [r["policy_steps"] for r in matched] == [
+        "0",
+        "6",
+        "20",
+        "20",
+    ]  # starts at the imitation point
     md = (tmp_path / "results.md").read_text()
     assert "Imitation, matched updates" in md and "Matched control" in md and "G = 8" in md
     assert "| 25.0% / - |" in md  # real-only: live share, no dream groups
 
 
 def test_paired_differences_per_seed_with_a_t_interval():
-    from infra.experiment_report import paired_differences
+    from evaluation.sample_efficiency_report import paired_differences
 
     rows = []
     for seed, (ro, im) in enumerate([(0.5, 0.3), (0.4, 0.3), (0.6, 0.3)]):
-        rows += [{"arm": "real_only", "seed": seed, "success": 0.0}, {"arm": "real_only", "seed": seed, "success": ro},
-                 {"arm": "imitation_matched", "seed": seed, "success": im}]  # fmt: skip
+        rows += [
+            {"arm": "real_only", "seed": seed, "success": 0.0},
+            {"arm": "real_only", "seed": seed, "success": ro},
+            {"arm": "imitation_matched", "seed": seed, "success": im},
+        ]
     rows.append({"arm": "dynaweb", "seed": 0, "success": 0.1})  # one seed only: no interval
     p = paired_differences(rows)
     d = p["real_only - imitation_matched"]
     assert d["per_seed"] == {0: 0.2, 1: 0.1, 2: 0.3} and abs(d["mean"] - 0.2) < 1e-9
-    assert d["ci95"][0] < 0.2 < d["ci95"][1] and abs((d["ci95"][1] - 0.2) - 4.303 * 0.1 / 3**0.5) < 1e-3
-    assert p["dynaweb - imitation_matched"] == {"mean": -0.2, "ci95": [None, None], "per_seed": {0: -0.2}}
+    assert (
+        d["ci95"][0] < 0.2 < d["ci95"][1]
+        and abs((d["ci95"][1] - 0.2) - 4.303 * 0.1 / 3**0.5) < 1e-3
+    )
+    assert p["dynaweb - imitation_matched"] == {
+        "mean": -0.2,
+        "ci95": [None, None],
+        "per_seed": {0: -0.2},
+    }
     assert "dynaweb - real_only" in p

@@ -81,7 +81,9 @@ def test_bc_and_lm_loss():
     expected = -(math.log(0.5) + math.log(0.25) + math.log(0.5)) / 3
     assert abs(float(bc_loss(logp, mask)) - expected) < 1e-6
     logits = torch.zeros(1, 2, 4)  # uniform over 4
-    assert abs(float(lm_loss(logits, torch.tensor([[1, 2]]), torch.ones(1, 2))) - math.log(4)) < 1e-6
+    assert (
+        abs(float(lm_loss(logits, torch.tensor([[1, 2]]), torch.ones(1, 2))) - math.log(4)) < 1e-6
+    )
     lp = token_logprobs(torch.tensor([[[0.0, math.log(3.0)]]]), torch.tensor([[1]]))
     assert abs(float(lp) - math.log(0.75)) < 1e-6
 
@@ -108,7 +110,9 @@ def test_lower_clip_with_negative_advantage_stops_the_gradient():
     loss.backward()
     assert st["clip_frac"] == 1.0 and abs(st["ratio_mean"] - math.exp(-0.2)) < 1e-6
     assert float(low.grad.abs().sum()) == 0.0 and abs(float(loss.detach()) - (1 - 0.15)) < 1e-6
-    inside = torch.tensor([[-1.05, -1.05]], requires_grad=True)  # s = exp(-0.05) inside [0.85, 1.28]
+    inside = torch.tensor(
+        [[-1.05, -1.05]], requires_grad=True
+    )  # s = exp(-0.05) inside [0.85, 1.28]
     loss, st = gspo_loss(inside, old, mask, adv, clip_low=0.15, clip_high=0.28)
     loss.backward()
     assert st["clip_frac"] == 0.0 and float(inside.grad.abs().sum()) > 0
@@ -125,14 +129,21 @@ def test_class_balanced_cross_entropy_hand_values_and_micro_batches():
 
     y = torch.tensor([1, 0, 0, 0])
     w = class_balanced_weights(y)
-    assert torch.allclose(w, torch.tensor([0.5, 1 / 6, 1 / 6, 1 / 6])) and abs(float(w.sum()) - 1.0) < 1e-6
-    assert torch.allclose(class_balanced_weights(torch.tensor([0, 0])), torch.tensor([0.5, 0.5]))  # one class: mean
+    assert (
+        torch.allclose(w, torch.tensor([0.5, 1 / 6, 1 / 6, 1 / 6]))
+        and abs(float(w.sum()) - 1.0) < 1e-6
+    )
+    assert torch.allclose(
+        class_balanced_weights(torch.tensor([0, 0])), torch.tensor([0.5, 0.5])
+    )  # one class: mean
     logits = torch.tensor([[0.0, 2.0], [1.0, 0.0], [0.0, 1.0], [3.0, 0.0]], requires_grad=True)
     ce = torch.nn.functional.cross_entropy(logits, y, reduction="none")
     loss, st = balanced_cross_entropy(logits, y)
     # = mean over classes of the class's mean CE
     assert abs(float(loss) - 0.5 * (float(ce[0]) + float(ce[1:].mean()))) < 1e-6
-    assert abs(st["acc"] - 0.5 * (1.0 + 2 / 3)) < 1e-6  # balanced accuracy: recall 1 (class 1), 2/3 (class 0)
+    assert (
+        abs(st["acc"] - 0.5 * (1.0 + 2 / 3)) < 1e-6
+    )  # balanced accuracy: recall 1 (class 1), 2/3 (class 0)
     # micro-batches with the whole batch's weights add up to the whole loss and gradient
     (g_full,) = torch.autograd.grad(loss, logits)
     parts = [balanced_cross_entropy(logits[i], y[i], w[i])[0] for i in ([0, 2], [1], [3])]

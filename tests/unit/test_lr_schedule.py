@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from infra.config import TrainerConfig
+from core.config import TrainerConfig
 from models.engine import current_lr, engine_step, lr_factor, make_engine, trainer_engine
 
 
@@ -22,10 +22,18 @@ def test_lr_factor_values() -> None:
     assert math.isclose(f[14], 0.1) and f[19] == f[14]  # the floor, then flat
     assert all(a >= b for a, b in zip(f[3:], f[4:], strict=False))  # never rises after the warm-up
     assert [lr_factor(k, 0, 0, 0.1) for k in (0, 1, 1000)] == [1.0, 1.0, 1.0]  # constant
-    assert [lr_factor(k, 3, 0, 0.1) for k in (0, 2, 3, 10**6)] == [1 / 3, 1.0, 1.0, 1.0]  # warm-up only
+    assert [lr_factor(k, 3, 0, 0.1) for k in (0, 2, 3, 10**6)] == [
+        1 / 3,
+        1.0,
+        1.0,
+        1.0,
+    ]  # warm-up only
     assert math.isclose(lr_factor(5, 0, 10, 0.0), 0.5)  # decay without warm-up
     d = TrainerConfig()
-    assert (d.warmup_steps, d.decay_steps) == (10, 0)  # defaults: warm-up, then constant (always-on)
+    assert (d.warmup_steps, d.decay_steps) == (
+        10,
+        0,
+    )  # defaults: warm-up, then constant (always-on)
 
 
 def _step(engine: torch.nn.Module) -> None:
@@ -45,7 +53,9 @@ def test_engine_follows_schedule_and_checkpoint_restores_it(tmp_path) -> None:
     before = engine.module.weight.detach().clone()
     lr6 = current_lr(engine)
     _step(engine)
-    assert torch.allclose((engine.module.weight.detach() - before).abs(), torch.full((3, 4), lr6), rtol=1e-3)
+    assert torch.allclose(
+        (engine.module.weight.detach() - before).abs(), torch.full((3, 4), lr6), rtol=1e-3
+    )
     engine.save_checkpoint(str(tmp_path), tag="ds")
     assert engine.lr_scheduler.last_epoch == 7
 
@@ -56,7 +66,9 @@ def test_engine_follows_schedule_and_checkpoint_restores_it(tmp_path) -> None:
     assert math.isclose(current_lr(fresh), peak * lr_factor(7, w, d, m))
     _step(fresh)
     _step(engine)
-    assert math.isclose(current_lr(fresh), current_lr(engine)) and fresh.lr_scheduler.last_epoch == 8
+    assert (
+        math.isclose(current_lr(fresh), current_lr(engine)) and fresh.lr_scheduler.last_epoch == 8
+    )
     assert torch.allclose(fresh.module.weight, engine.module.weight)
 
 

@@ -19,10 +19,14 @@ def _tree(tmp: Path) -> Path:
 
 def test_manifest_lists_every_file_with_hash_and_metadata(tmp_path: Path) -> None:
     d = _tree(tmp_path)
-    m = build_manifest("policy", 7, "run", d, {"trainer": {"lr": 0.1}}, {"t": {0: 5}}, {"policy_steps": 70})
+    m = build_manifest(
+        "policy", 7, "run", d, {"trainer": {"lr": 0.1}}, {"t": {0: 5}}, {"policy_steps": 70}
+    )
     assert set(m["files"]) == {"hf/w.bin", "state/opt.pt"}
     assert m["files"]["hf/w.bin"] == {
-        "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "size": 3}
+        "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        "size": 3,
+    }
     assert m["version"] == 7 and m["offsets"] == {"t": {0: 5}} and m["extra"]["policy_steps"] == 70
     verify_manifest_files(m, d)  # unchanged: passes
     assert sha256_file(d / "hf" / "w.bin") == m["files"]["hf/w.bin"]["sha256"]

@@ -10,13 +10,29 @@ from collectors.observation import (
     render_lines,
     truncate_lines,
 )
-from collectors.spaces import Observation, ids_in_tree
+from core.spaces import Observation, ids_in_tree
 
 
-def _raw(lines: list, next_id: int, focused=None, url="http://127.0.0.1:9/miniwob/click-button.html?dw_seed=3",
-         done=False, reward=0.0) -> dict:  # fmt: skip
-    return {"lines": lines, "next": next_id, "focused": focused, "instruction": "Click on the \"Ok\" button.",
-            "url": url, "done": done, "raw_reward": reward, "reward": reward, "reason": None, "ready": True}  # fmt: skip
+def _raw(
+    lines: list,
+    next_id: int,
+    focused=None,
+    url="http://127.0.0.1:9/miniwob/click-button.html?dw_seed=3",
+    done=False,
+    reward=0.0,
+) -> dict:
+    return {
+        "lines": lines,
+        "next": next_id,
+        "focused": focused,
+        "instruction": 'Click on the "Ok" button.',
+        "url": url,
+        "done": done,
+        "raw_reward": reward,
+        "reward": reward,
+        "reason": None,
+        "ready": True,
+    }
 
 
 PAGE = [
@@ -111,8 +127,11 @@ def test_truncation_cuts_the_tail_last_with_a_marker() -> None:
 
 
 def test_truncation_keeps_containers_of_kept_children() -> None:
-    lines = [Line(0, 1, "row", "", [], False), Line(1, 2, "cell", "c" * 50, [], False),
-             Line(1, 3, "textbox", "", [], True)] + [Line(0, 10 + i, "text", "t" * 30, [], False) for i in range(5)]  # fmt: skip
+    lines = [
+        Line(0, 1, "row", "", [], False),
+        Line(1, 2, "cell", "c" * 50, [], False),
+        Line(1, 3, "textbox", "", [], True),
+    ] + [Line(0, 10 + i, "text", "t" * 30, [], False) for i in range(5)]
     text, _ = truncate_lines(lines, 60)
     assert text.splitlines()[:2] == ["[1] row", "  [3] textbox"]
 

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from collectors.spaces import Action, Observation, parse_action
-from infra.config import ModelConfig, TrainerConfig
+from core.config import ModelConfig, TrainerConfig
+from core.spaces import Action, Observation, parse_action
 from models.learner import action_logprobs, policy_batch_loss
 from models.policy import (
     PolicyRunner,
@@ -22,7 +22,9 @@ TREE = '[1] textbox "Name"\n[2] button "Submit"\n  [3] text "hi"\n[4] combobox "
 OBS = [
     Observation('Enter "Kiera" into the text field and press Submit.', "u", TREE, focused=1),
     Observation("Click the button.", "u", '[4] button "OK"'),
-    Observation("Type hello in the box", "u", '[7] searchbox ""\n[8] link "More"', last_action_error="boom"),
+    Observation(
+        "Type hello in the box", "u", '[7] searchbox ""\n[8] link "More"', last_action_error="boom"
+    ),
 ]
 
 
@@ -50,7 +52,9 @@ def test_instruction_texts():
     t = instruction_texts("Enter the username 'bob' and the password \"x y\" then press login.")
     assert "x y" in t and "bob" in t
     assert instruction_texts("search for red shoes and click")[:2] == ["red", "red shoes"]
-    t = instruction_texts("Book the shortest one-way flight from: Cincinnati, OH to: LEX on 10/16/2016.")
+    t = instruction_texts(
+        "Book the shortest one-way flight from: Cincinnati, OH to: LEX on 10/16/2016."
+    )
     assert {"Cincinnati, OH", "LEX", "10/16/2016"} <= set(t)
 
 
@@ -62,15 +66,20 @@ def test_candidates_valid_and_parse():
     for obs in OBS:
         for a in candidate_actions(obs):
             assert parse_action(a.to_text()) == a
-            assert a.element is None or a.element in obs.element_ids or a.element in [
-                int(x) for x in __import__("re").findall(r"\[(\d+)\]", obs.tree)]
+            assert (
+                a.element is None
+                or a.element in obs.element_ids
+                or a.element in [int(x) for x in __import__("re").findall(r"\[(\d+)\]", obs.tree)]
+            )
     assert 'type(7, "hello")' in [a.to_text() for a in candidate_actions(OBS[2])]
     assert len(candidate_actions(OBS[0], max_candidates=3)) == 3
 
 
 def test_prompt_fits_and_is_deterministic():
     tok = build_tokenizer()
-    big = Observation("Click " + "x" * 500, "u", "\n".join(f'[{i}] button "B{i}"' for i in range(300)))
+    big = Observation(
+        "Click " + "x" * 500, "u", "\n".join(f'[{i}] button "B{i}"' for i in range(300))
+    )
     ids = policy_prompt_ids(tok, big, [f"click({i})" for i in range(10)], 512)
     assert len(ids) <= 512 - 96
     text = decode(tok, ids)
@@ -97,7 +106,9 @@ def test_packed_scoring_matches_naive(policy):
     prompts = [policy_prompt_ids(tok, o, ["click(2)"], 200) for o in OBS]
     conts = [[action_ids(tok, a.to_text()) for a in candidate_actions(o)] for o in OBS]
     # max_positions small -> several rounds per prompt; different prompt lengths -> left padding
-    scores = score_continuations(model, prompts, conts, max_positions=prompts[0].__len__() + 40, pad=0)
+    scores = score_continuations(
+        model, prompts, conts, max_positions=prompts[0].__len__() + 40, pad=0
+    )
     for b in range(len(OBS)):
         for c in range(len(conts[b])):
             assert abs(float(scores[b][c]) - _naive(model, prompts[b], conts[b][c])) < 1e-3
@@ -136,11 +147,25 @@ def test_act_batched(policy):
 def _traj(steps, source, group, reward, lps=None):
     ts = []
     for i, (obs, act) in enumerate(steps):
-        ts.append(Transition(
-            run_id="r", episode_id=f"{group}-{reward}-{id(steps)}", step=i, task="t", seed=0, source=source,
-            policy_version=0, world_model_version=0, obs=obs.to_dict(), action=act, next_obs=obs.to_dict(),
-            reward=reward if i == len(steps) - 1 else 0.0, done=i == len(steps) - 1, group_id=group,
-            behaviour_logprob=None if lps is None else lps[i]))  # fmt: skip
+        ts.append(
+            Transition(
+                run_id="r",
+                episode_id=f"{group}-{reward}-{id(steps)}",
+                step=i,
+                task="t",
+                seed=0,
+                source=source,
+                policy_version=0,
+                world_model_version=0,
+                obs=obs.to_dict(),
+                action=act,
+                next_obs=obs.to_dict(),
+                reward=reward if i == len(steps) - 1 else 0.0,
+                done=i == len(steps) - 1,
+                group_id=group,
+                behaviour_logprob=None if lps is None else lps[i],
+            )
+        )
     return Trajectory.from_transitions(ts)
 
 
@@ -166,7 +191,11 @@ def test_ratio_one_for_unchanged_model_and_gradient(policy):
     tc = TrainerConfig()
     model.zero_grad()
     loss, m = policy_batch_loss(model, tok, trajs, tc, CFG)
-    assert abs(m["ratio_mean"] - 1) < 1e-4 and abs(m["ratio_min"] - 1) < 1e-4 and abs(m["ratio_max"] - 1) < 1e-4
+    assert (
+        abs(m["ratio_mean"] - 1) < 1e-4
+        and abs(m["ratio_min"] - 1) < 1e-4
+        and abs(m["ratio_max"] - 1) < 1e-4
+    )
     assert m["n_gspo"] == 4 and m["n_bc"] == 1 and m["n_skipped"] == 1 and m["clip_frac"] == 0.0
     assert m["adv_abs"] > 0 and m["bc_loss"] > 0
     loss.backward()
@@ -200,15 +229,31 @@ def test_shared_prefix_scoring_matches_naive(policy):
     from models.policy import prefix_groups
 
     model, tok = policy
-    page = Observation('Type "ab" in the box.', "u", '[4] button "OK"\n[5] link "Help"\n[6] textbox "Name"', focused=6)
+    page = Observation(
+        'Type "ab" in the box.',
+        "u",
+        '[4] button "OK"\n[5] link "Help"\n[6] textbox "Name"',
+        focused=6,
+    )
     hists = [[], ["click(4)"], ["click(4)", 'type(6, "ab")'], ["click(5)"]]
-    prompts = [policy_prompt_ids(tok, page, h, 256) for h in hists] + [policy_prompt_ids(tok, OBS[1], [], 256)]
+    prompts = [policy_prompt_ids(tok, page, h, 256) for h in hists] + [
+        policy_prompt_ids(tok, OBS[1], [], 256)
+    ]
     groups = prefix_groups(prompts)
-    assert sorted(len(m) for _, m in groups) == [1, 4]  # one page under four histories + another page
-    conts = [[action_ids(tok, a.to_text()) for a in candidate_actions(o)] for o in [page] * 4 + [OBS[1]]]
+    assert sorted(len(m) for _, m in groups) == [
+        1,
+        4,
+    ]  # one page under four histories + another page
+    conts = [
+        [action_ids(tok, a.to_text()) for a in candidate_actions(o)] for o in [page] * 4 + [OBS[1]]
+    ]
     stats: dict = {}
-    scores = score_continuations(model, prompts, conts, max_positions=max(map(len, prompts)) + 60, pad=0, stats=stats)
-    naive_tokens = sum(len(p) + sum(len(c) for c in cs) for p, cs in zip(prompts, conts, strict=True))
+    scores = score_continuations(
+        model, prompts, conts, max_positions=max(map(len, prompts)) + 60, pad=0, stats=stats
+    )
+    naive_tokens = sum(
+        len(p) + sum(len(c) for c in cs) for p, cs in zip(prompts, conts, strict=True)
+    )
     assert 0 < stats["tokens"] < naive_tokens  # small max_positions: many rounds, tails repeated
     roomy: dict = {}
     score_continuations(model, prompts, conts, max_positions=CFG.max_positions, pad=0, stats=roomy)

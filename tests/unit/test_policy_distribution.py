@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from collectors.collector import _norm
-from collectors.spaces import Action, Observation
-from infra.config import TrainerConfig
+from core.config import TrainerConfig
+from core.spaces import Action, Observation
 from models.dream_env import dream_rollouts
 from models.learner import action_logprobs, policy_batch_loss, trajectory_decisions
 from models.policy import (
@@ -28,9 +28,13 @@ from streams import records
 from streams.records import Trajectory, Transition
 from tests.unit.test_policy import CFG, OBS
 
-PAGE = Observation('Type "ab" in the box and press OK.', "u",
-                   '[4] button "OK"\n[5] link "Help"\n[6] textbox "Name"\n[7] combobox "Size"\n  [8] option "S"\n'
-                   '  [9] option "M"', focused=6)  # fmt: skip
+PAGE = Observation(
+    'Type "ab" in the box and press OK.',
+    "u",
+    '[4] button "OK"\n[5] link "Help"\n[6] textbox "Name"\n[7] combobox "Size"\n  [8] option "S"\n'
+    '  [9] option "M"',
+    focused=6,
+)
 STARTS = [OBS[0], OBS[2], PAGE]
 
 
@@ -42,10 +46,25 @@ def policy():
 
 def _rec(obs, action, step, last, gid, ep, reward, lp, nt, info, source="real") -> Transition:
     """A transition built as ``run_collector`` builds it, then through the wire format."""
-    rec = Transition(run_id="r", episode_id=ep, step=step, task="t", seed=0, source=source, policy_version=0,
-                     world_model_version=0, obs=obs.to_dict(), action=action, next_obs=obs.to_dict(),
-                     reward=reward if last else 0.0, done=last, group_id=gid, behaviour_logprob=lp,
-                     action_tokens=nt, candidates_hash=str(info.get("candidates_hash") or ""))  # fmt: skip
+    rec = Transition(
+        run_id="r",
+        episode_id=ep,
+        step=step,
+        task="t",
+        seed=0,
+        source=source,
+        policy_version=0,
+        world_model_version=0,
+        obs=obs.to_dict(),
+        action=action,
+        next_obs=obs.to_dict(),
+        reward=reward if last else 0.0,
+        done=last,
+        group_id=gid,
+        behaviour_logprob=lp,
+        action_tokens=nt,
+        candidates_hash=str(info.get("candidates_hash") or ""),
+    )
     if info.get("temperature") is not None:
         rec.info["temperature"] = float(info["temperature"])
     return records.decode(records.encode(rec), expect="transition")
@@ -58,7 +77,20 @@ def _collect(runner, G=3, H=2, T=0.7, greedy=False) -> list[Trajectory]:
             hist, ts = [], []
             for i in range(H):
                 a, lp, nt, info = runner.act_info([obs], [hist], temperature=T, greedy=greedy)[0]
-                ts.append(_rec(obs, a.to_text(), i, i == H - 1, f"g{s}-{T}", f"e{s}-{g}-{T}", float(g % 2), lp, nt, info))
+                ts.append(
+                    _rec(
+                        obs,
+                        a.to_text(),
+                        i,
+                        i == H - 1,
+                        f"g{s}-{T}",
+                        f"e{s}-{g}-{T}",
+                        float(g % 2),
+                        lp,
+                        nt,
+                        info,
+                    )
+                )
                 hist = hist + [a.to_text()]
             trajs.append(Trajectory.from_transitions(ts))
     return trajs
@@ -80,8 +112,21 @@ def _dream(runner, T=1.3) -> list[Trajectory]:
         for i, st in enumerate(ro.steps):
             last = i == len(ro.steps) - 1
             info = {"candidates_hash": st["candidates_hash"], "temperature": st["temperature"]}
-            ts.append(_rec(st["obs"], st["action"], i, last, ro.group_id, ep, float(len(out) % 2), st["logprob"],
-                           st["ntokens"], info, source="dream"))  # fmt: skip
+            ts.append(
+                _rec(
+                    st["obs"],
+                    st["action"],
+                    i,
+                    last,
+                    ro.group_id,
+                    ep,
+                    float(len(out) % 2),
+                    st["logprob"],
+                    st["ntokens"],
+                    info,
+                    source="dream",
+                )
+            )
         out.append(Trajectory.from_transitions(ts))
     return out
 
@@ -91,7 +136,11 @@ def test_candidate_set_is_one_function_and_hashed(policy):
     p = policy_prompt_ids(tok, PAGE, [], CFG.max_positions)
     acts, ids = policy_candidates(tok, PAGE, p, CFG.max_positions)
     texts = [a.to_text() for a in acts]
-    assert 'type(6, "ab")' in texts and 'select(7, "M")' in texts and ids == [action_ids(tok, t) for t in texts]
+    assert (
+        'type(6, "ab")' in texts
+        and 'select(7, "M")' in texts
+        and ids == [action_ids(tok, t) for t in texts]
+    )
     h = candidates_hash(texts)
     assert len(h) == 16 and h == candidates_hash(list(texts)) and h != candidates_hash(texts[:-1])
     # no room after the prompt: only stop("")
@@ -109,18 +158,30 @@ def test_recorded_logprob_is_log_pi_T_over_the_candidates(policy):
         s = score_continuations(model, [p], [ids], CFG.max_positions, 0)[0]
         k = [x.to_text() for x in acts].index(a.to_text())
         assert abs(lp - float(torch.log_softmax(s / T, -1)[k])) < 1e-5
-        assert info == {"candidates_hash": candidates_hash([x.to_text() for x in acts]), "temperature": T,
-                        "n_candidates": len(acts)}  # fmt: skip
+        assert info == {
+            "candidates_hash": candidates_hash([x.to_text() for x in acts]),
+            "temperature": T,
+            "n_candidates": len(acts),
+        }
         assert nt == len(ids[k])
     # the probabilities of one state sum to 1 (it is a distribution over the candidates)
     assert abs(float(candidate_logprobs(s, 0.7).exp().sum()) - 1) < 1e-5
     # greedy: the argmax; T <= 0 records log pi_1, T > 0 records log pi_T
     g0 = r.act_info([PAGE], [[]], temperature=0.0)[0]
     g1 = r.act_info([PAGE], [[]], temperature=0.5, greedy=True)[0]
-    assert g0[0] == g1[0] and g0[3]["temperature"] == 1.0 and g1[3]["temperature"] == 0.5 and g1[1] > g0[1] - 1e-6
+    assert (
+        g0[0] == g1[0]
+        and g0[3]["temperature"] == 1.0
+        and g1[3]["temperature"] == 0.5
+        and g1[1] > g0[1] - 1e-6
+    )
     # act(): the 3-tuple view, extras in last_info
     three = r.act([PAGE, OBS[1]], [[], []], temperature=0.0)
-    assert len(three[0]) == 3 and len(r.last_info) == 2 and r.last_info[0]["candidates_hash"] == g0[3]["candidates_hash"]
+    assert (
+        len(three[0]) == 3
+        and len(r.last_info) == 2
+        and r.last_info[0]["candidates_hash"] == g0[3]["candidates_hash"]
+    )
 
 
 def test_on_policy_log_ratio_is_zero_through_the_learner(policy):
@@ -166,18 +227,28 @@ def test_changed_candidate_set_is_counted_and_still_trained(policy):
     r = PolicyRunner(model, tok, CFG, seed=2)
     trajs = _collect(r, G=2, H=2, T=1.0)[:2]
     trajs[0].transitions[0]["candidates_hash"] = "0" * 16  # acted on another set
-    trajs[1].transitions[1]["action"] = 'type(1, "not a candidate")'  # and an action outside the set
+    trajs[1].transitions[1]["action"] = (
+        'type(1, "not a candidate")'  # and an action outside the set
+    )
     trajs[1].transitions[1]["candidates_hash"] = ""
     loss, m = policy_batch_loss(model, tok, trajs, TrainerConfig(), CFG)
     assert m["cand_mismatch"] == 1 and m["cand_missing"] == 1 and m["cand_unhashed"] == 1
     assert m["n_gspo"] == 2 and math.isfinite(float(loss.detach()))
-    assert abs(m["log_ratios"][0]) < 1e-4 and m["log_ratios"][1] < -1e-3  # the missing action is unlikely
+    assert (
+        abs(m["log_ratios"][0]) < 1e-4 and m["log_ratios"][1] < -1e-3
+    )  # the missing action is unlikely
 
 
 def test_bc_is_cross_entropy_over_the_candidates(policy):
     model, tok = policy
-    steps = [(OBS[0], 'type(1, "Kiera")'), (OBS[0], 'type(1, "nope")')]  # the second is no candidate
-    ts = [_rec(o, a, i, i == 1, "", "x", 1.0, None, 0, {}, source="expert") for i, (o, a) in enumerate(steps)]
+    steps = [
+        (OBS[0], 'type(1, "Kiera")'),
+        (OBS[0], 'type(1, "nope")'),
+    ]  # the second is no candidate
+    ts = [
+        _rec(o, a, i, i == 1, "", "x", 1.0, None, 0, {}, source="expert")
+        for i, (o, a) in enumerate(steps)
+    ]
     traj = Trajectory.from_transitions(ts)
     loss, m = policy_batch_loss(model, tok, [traj], TrainerConfig(policy_temperature=0.8), CFG)
     assert m["n_bc"] == 1 and m["bc_not_candidate"] == 1
@@ -192,8 +263,10 @@ def test_bc_is_cross_entropy_over_the_candidates(policy):
 
 def test_bc_raises_pi_of_the_expert_action():
     model, tok = make_policy(CFG)
-    ts = [_rec(PAGE, 'type(6, "ab")', 0, False, "", "x", 0.0, None, 0, {}, source="expert"),
-          _rec(PAGE, "click(4)", 1, True, "", "x", 1.0, None, 0, {}, source="expert")]  # fmt: skip
+    ts = [
+        _rec(PAGE, 'type(6, "ab")', 0, False, "", "x", 0.0, None, 0, {}, source="expert"),
+        _rec(PAGE, "click(4)", 1, True, "", "x", 1.0, None, 0, {}, source="expert"),
+    ]
     traj = Trajectory.from_transitions(ts)
     d = trajectory_decisions(tok, traj.steps(), CFG.max_positions)
 
@@ -217,13 +290,32 @@ def test_collector_carries_hash_and_temperature():
     assert _norm(a) == (a, None, 0, {})
     assert _norm((a, None, 0)) == (a, None, 0, {})
     assert _norm((a, -1.5, 4, {"candidates_hash": "ab", "temperature": 0.7})) == (
-        a, -1.5, 4, {"candidates_hash": "ab", "temperature": 0.7})  # fmt: skip
+        a,
+        -1.5,
+        4,
+        {"candidates_hash": "ab", "temperature": 0.7},
+    )
 
 
 def test_transition_candidates_hash_is_optional():
-    d = records.encode(Transition(run_id="r", episode_id="e", step=0, task="t", seed=0, source="real",
-                                  policy_version=0, world_model_version=0, obs=OBS[1].to_dict(), action="click(4)",
-                                  next_obs=OBS[1].to_dict(), reward=0.0, done=True, candidates_hash="abc"))  # fmt: skip
+    d = records.encode(
+        Transition(
+            run_id="r",
+            episode_id="e",
+            step=0,
+            task="t",
+            seed=0,
+            source="real",
+            policy_version=0,
+            world_model_version=0,
+            obs=OBS[1].to_dict(),
+            action="click(4)",
+            next_obs=OBS[1].to_dict(),
+            reward=0.0,
+            done=True,
+            candidates_hash="abc",
+        )
+    )
     assert records.decode(d).candidates_hash == "abc"
     import json
 
@@ -238,37 +330,65 @@ def test_transition_candidates_hash_is_optional():
 def test_candidate_texts_cover_what_the_experts_type():
     from models.policy import candidate_actions, instruction_texts, page_texts
 
-    t = instruction_texts("{'utterance': \"Forward Sherline's e-mail to Fernandina.\", 'fields': {'task': 'forward', "
-                          "'by': 'Sherline', 'to': 'Fernandina'}}")  # fmt: skip
+    t = instruction_texts(
+        "{'utterance': \"Forward Sherline's e-mail to Fernandina.\", 'fields': {'task': 'forward', "
+        "'by': 'Sherline', 'to': 'Fernandina'}}"
+    )
     assert t[:2] == ["Sherline", "Fernandina"] and "forward" not in t
-    assert "Jillian" in instruction_texts("Find the email by Fernandina and forward that email to Jillian.")
-    assert {"Holt", "1991"} <= set(instruction_texts("Search for adventure movies directed by Holt from year 1991."))
+    assert "Jillian" in instruction_texts(
+        "Find the email by Fernandina and forward that email to Jillian."
+    )
+    assert {"Holt", "1991"} <= set(
+        instruction_texts("Search for adventure movies directed by Holt from year 1991.")
+    )
     assert "2011-01-28" in instruction_texts("Enter 01/28/2011 as the date and hit submit.")
     assert "23:17" in instruction_texts("Enter 11:17 PM as the time and press submit.")
     assert "06:09" in instruction_texts("Enter 6:09 AM as the time and press submit.")
-    assert "tula" in instruction_texts('Type "TULA" in all lower case letters in the text input and press Submit.')
+    assert "tula" in instruction_texts(
+        'Type "TULA" in all lower case letters in the text input and press Submit.'
+    )
     assert "-8" in instruction_texts("Select -8 with the spinner and hit Submit.")
-    assert {str(i) for i in range(10)} <= set(instruction_texts("Guess the number between 0-9 and press Submit."))
+    assert {str(i) for i in range(10)} <= set(
+        instruction_texts("Guess the number between 0-9 and press Submit.")
+    )
 
     def page(instr: str, tree: str) -> list[str]:
         return page_texts(Observation(instr, "u", tree))
 
-    assert page("Copy the text in the textarea below, paste it into the textbox.",
-                '[1] textbox value="Leo odio. Neque, " multiline\n[2] textbox') == ["Leo odio. Neque, "]  # fmt: skip
-    assert page('Enter an item that starts with "Ber".', '[2] textbox "Tags:" value="Ber"\n[4] listitem "Bermuda" '
-                'clickable\n[5] listitem "Chad" clickable') == ["Bermuda"]  # fmt: skip
-    table = ('[1] row\n  [2] cell "Gender"\n  [3] cell "Male"\n[4] row\n  [5] cell "Year of Birth"\n  [6] cell "1970"\n'
-             '[7] label "Gender:"\n[8] textbox')  # fmt: skip
+    assert page(
+        "Copy the text in the textarea below, paste it into the textbox.",
+        '[1] textbox value="Leo odio. Neque, " multiline\n[2] textbox',
+    ) == ["Leo odio. Neque, "]
+    assert page(
+        'Enter an item that starts with "Ber".',
+        '[2] textbox "Tags:" value="Ber"\n[4] listitem "Bermuda" '
+        'clickable\n[5] listitem "Chad" clickable',
+    ) == ["Bermuda"]
+    table = (
+        '[1] row\n  [2] cell "Gender"\n  [3] cell "Male"\n[4] row\n  [5] cell "Year of Birth"\n  [6] cell "1970"\n'
+        '[7] label "Gender:"\n[8] textbox'
+    )
     assert page("Enter the value of Year of Birth into the text field.", table) == ["Male", "1970"]
-    assert page("Find the 3rd word in the paragraph.", '[1] text "Non. Duis duis ac augue."\n[2] textbox') == ["duis"]
-    assert page("Type the text below into the text field.", '[1] text "T E C"\n[2] textbox') == ["TEC"]
+    assert page(
+        "Find the 3rd word in the paragraph.", '[1] text "Non. Duis duis ac augue."\n[2] textbox'
+    ) == ["duis"]
+    assert page("Type the text below into the text field.", '[1] text "T E C"\n[2] textbox') == [
+        "TEC"
+    ]
     assert page("Solve the math problem.", '[1] text "1 + 4 ="\n[2] textbox') == ["5"]
     assert page("Solve for x.", '[1] text "x - 1 = 43"\n[2] textbox') == ["44"]
     assert page("Solve for x.", '[1] text "8 + x = 55"\n[2] textbox') == ["47"]
     assert page("Solve for x.", '[1] text "20 - x = 5"\n[2] text "x * 3 = 12"') == ["15", "4"]
     # options without an id (a native select) are candidates too; Tab where something is typeable
-    obs = Observation("Select Rosemaria from the list and click Submit.", "u",
-                      '[1] combobox value="Ida"\n  option "Ida" selected\n  option "Rosemaria"\n[2] button "Submit"')  # fmt: skip
+    obs = Observation(
+        "Select Rosemaria from the list and click Submit.",
+        "u",
+        '[1] combobox value="Ida"\n  option "Ida" selected\n  option "Rosemaria"\n[2] button "Submit"',
+    )
     texts = [a.to_text() for a in candidate_actions(obs)]
-    assert 'select(1, "Rosemaria")' in texts and 'select(1, "Ida")' in texts and 'press("Tab")' in texts
+    assert (
+        'select(1, "Rosemaria")' in texts
+        and 'select(1, "Ida")' in texts
+        and 'press("Tab")' in texts
+    )
     assert 'press("Tab")' not in [a.to_text() for a in candidate_actions(OBS[1])]

@@ -11,10 +11,22 @@ from streams.records import RecordError, Transition, decode, encode
 
 
 def make(**kw) -> Transition:
-    obs = {"instruction": "Click OK", "url": "u", "tree": "[1] button \"OK\""}
-    base = dict(run_id="r", episode_id="e", step=0, task="miniwob/click-button", seed=1, source="expert",
-                policy_version=0, world_model_version=0, obs=obs, action="click(1)", next_obs=obs,
-                reward=1.0, done=True)  # fmt: skip
+    obs = {"instruction": "Click OK", "url": "u", "tree": '[1] button "OK"'}
+    base = dict(
+        run_id="r",
+        episode_id="e",
+        step=0,
+        task="miniwob/click-button",
+        seed=1,
+        source="expert",
+        policy_version=0,
+        world_model_version=0,
+        obs=obs,
+        action="click(1)",
+        next_obs=obs,
+        reward=1.0,
+        done=True,
+    )
     base.update(kw)
     return Transition(**base)
 
@@ -67,6 +79,8 @@ def test_trajectory_from_transitions_orders_and_marks_truncation() -> None:
     ts = [make(step=1, done=False, reward=0.0), make(step=0, done=False, reward=0.0)]
     tr = records.Trajectory.from_transitions(ts)
     assert [s.step for s in tr.steps()] == [0, 1] and tr.truncated
-    done = records.Trajectory.from_transitions([make(step=0, done=False, reward=0), make(step=1, reward=1.0)])
+    done = records.Trajectory.from_transitions(
+        [make(step=0, done=False, reward=0), make(step=1, reward=1.0)]
+    )
     assert not done.truncated and done.reward == 1.0
     assert decode(encode(done), expect="trajectory") == done

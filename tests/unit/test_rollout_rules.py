@@ -5,14 +5,15 @@ from __future__ import annotations
 import torch
 
 from collectors.collector import ExpertAgent, RandomAgent, _Schedule, collector_group_size
-from collectors.spaces import Action, Observation, precheck_error
 from collectors.tasks import resolve_tasks
-from infra.config import Config
+from core.config import Config
+from core.spaces import Action, Observation, precheck_error
 from models.dream_env import DreamEnv, dream_outcome, dream_rollouts
 from models.policy import sampler_generator
 
-PAGE = Observation('Click on the "OK" button.', "", '[1] button "OK"\n[2] button "No"', None, "",
-                   3, [1, 2])  # fmt: skip
+PAGE = Observation(
+    'Click on the "OK" button.', "", '[1] button "OK"\n[2] button "No"', None, "", 3, [1, 2]
+)
 
 
 class NoWorldModel:
@@ -36,7 +37,9 @@ def test_stop_ends_a_dream_with_reward_zero_and_the_page_unchanged():
     env = DreamEnv(NoWorldModel(), max_steps=5)
     env.reset(PAGE, "t", 0)
     obs, reward, term, trunc, info = env.step("stop()")
-    assert term and not trunc and reward == 0.0 and obs.tree == PAGE.tree and info["reason"] == "stop"
+    assert (
+        term and not trunc and reward == 0.0 and obs.tree == PAGE.tree and info["reason"] == "stop"
+    )
 
 
 def test_refused_action_carries_the_live_error_line_into_the_dream():
@@ -54,7 +57,9 @@ class StopPolicy:
 
 def test_dream_rollouts_end_on_stop_without_the_world_model():
     ros = dream_rollouts(StopPolicy(), NoWorldModel(), [PAGE], group_size=3, horizon=4)
-    assert len(ros) == 3 and all(len(ro) == 1 and ro[0]["done"] and ro[0]["reward"] == 0.0 for ro in ros)
+    assert len(ros) == 3 and all(
+        len(ro) == 1 and ro[0]["done"] and ro[0]["reward"] == 0.0 for ro in ros
+    )
 
 
 def test_live_groups_get_one_id_at_the_source():

@@ -7,7 +7,7 @@ import asyncio
 from collections import defaultdict, namedtuple
 from types import SimpleNamespace
 
-from infra.config import load_config
+from core.config import load_config
 from streams import records
 from streams.agents import Runner
 from streams.bulk import BulkConsumer
@@ -46,7 +46,9 @@ class FakeConsumer:
     consumer_stopped_errors = (RuntimeError,)
 
     def __init__(self, handler, fetches, active=None):
-        self.app = SimpleNamespace(bulk_handler=handler, consumer_generation_id=7, should_stop=False)
+        self.app = SimpleNamespace(
+            bulk_handler=handler, consumer_generation_id=7, should_stop=False
+        )
         self.transport = SimpleNamespace(app=self.app)
         self.fetches = list(fetches)
         self.active = active
@@ -102,9 +104,12 @@ def test_bulk_topics_come_in_chunks_with_an_output_step_between():
     fake = FakeConsumer(h, [{a: recs(a, range(10, 15)), b: recs(b, [3])}])
     drain(fake)
     assert h.calls == [
-        ("records", a, [10, 11, 12], 7), ("after",),
-        ("records", a, [13, 14], 7), ("records", b, [3], 7), ("after",),
-    ]  # fmt: skip
+        ("records", a, [10, 11, 12], 7),
+        ("after",),
+        ("records", a, [13, 14], 7),
+        ("records", b, [3], 7),
+        ("after",),
+    ]
     assert fake._read_offset[a] == 14 and fake._read_offset[b] == 3
 
 
@@ -149,13 +154,32 @@ def test_no_handler_falls_back_to_fausts_loop(monkeypatch):
 
 def _t(ep: str, step: int, done: bool) -> bytes:
     obs = {"instruction": "i", "tree": f"p{step}"}
-    return records.encode(Transition(run_id="u", episode_id=ep, step=step, task="x", seed=1, source="dream",
-                                     policy_version=0, world_model_version=0, obs=obs, action="click(1)",
-                                     next_obs=obs, reward=0.0, done=done, group_id="g"))  # fmt: skip
+    return records.encode(
+        Transition(
+            run_id="u",
+            episode_id=ep,
+            step=step,
+            task="x",
+            seed=1,
+            source="dream",
+            policy_version=0,
+            world_model_version=0,
+            obs=obs,
+            action="click(1)",
+            next_obs=obs,
+            reward=0.0,
+            done=done,
+            group_id="g",
+        )
+    )
 
 
 def test_runner_keeps_records_while_frozen_and_drops_an_earlier_generation():
-    env = {"DYNAWEB_RUN_ID": "u", "DYNAWEB_STREAM__WORKER_ID": "w1", "DYNAWEB_STREAM__GROUP_SIZE": "2"}
+    env = {
+        "DYNAWEB_RUN_ID": "u",
+        "DYNAWEB_STREAM__WORKER_ID": "w1",
+        "DYNAWEB_STREAM__GROUP_SIZE": "2",
+    }
     cfg = load_config(env=env)
     topics = Topics("u")
     app = SimpleNamespace(consumer_generation_id=2)

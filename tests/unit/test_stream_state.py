@@ -3,7 +3,7 @@ rebalance, per-worker / per-run lag."""
 
 from __future__ import annotations
 
-from infra.config import load_config
+from core.config import load_config
 from streams import records
 from streams.records import Control, Transition
 from streams.state import StreamState
@@ -19,8 +19,13 @@ class Out:
 
 
 def make(**stream) -> StreamState:
-    env = {"DYNAWEB_RUN_ID": "u", "DYNAWEB_STREAM__WORKER_ID": "w1", "DYNAWEB_STREAM__GROUP_SIZE": "2",
-           "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "4", "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0"}  # fmt: skip
+    env = {
+        "DYNAWEB_RUN_ID": "u",
+        "DYNAWEB_STREAM__WORKER_ID": "w1",
+        "DYNAWEB_STREAM__GROUP_SIZE": "2",
+        "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "4",
+        "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0",
+    }
     env.update({f"DYNAWEB_STREAM__{k.upper()}": str(v) for k, v in stream.items()})
     st = StreamState(load_config(env=env), Topics("u"), clock=lambda: 0.0)
     st.attach(Out())
@@ -29,9 +34,24 @@ def make(**stream) -> StreamState:
 
 def t(ep: str, step: int, source: str, done: bool, group: str = "") -> bytes:
     obs = {"instruction": "i", "tree": f"p{step}"}
-    return records.encode(Transition(run_id="u", episode_id=ep, step=step, task="x", seed=1, source=source,
-                                     policy_version=0, world_model_version=0, obs=obs, action="click(1)",
-                                     next_obs=obs, reward=0.0, done=done, group_id=group))  # fmt: skip
+    return records.encode(
+        Transition(
+            run_id="u",
+            episode_id=ep,
+            step=step,
+            task="x",
+            seed=1,
+            source=source,
+            policy_version=0,
+            world_model_version=0,
+            obs=obs,
+            action="click(1)",
+            next_obs=obs,
+            reward=0.0,
+            done=done,
+            group_id=group,
+        )
+    )
 
 
 def test_commit_point_waits_for_the_oldest_episode_in_progress():
@@ -93,8 +113,12 @@ def test_expert_only_batches_only_while_few_wait_for_a_trainer():
     assert st.expert_only_allowed()
     st.produced = 64
     assert not st.expert_only_allowed()
-    st.on_control(records.encode(Control("u", "consumed", "trainer", 60.0, info={"by_worker": {"w1": 60}})))
+    st.on_control(
+        records.encode(Control("u", "consumed", "trainer", 60.0, info={"by_worker": {"w1": 60}}))
+    )
     assert st.lag == 4 and not st.expert_only_allowed()  # 4 wait: enough to keep the trainer busy
-    st.on_control(records.encode(Control("u", "consumed", "trainer", 61.0, info={"by_worker": {"w1": 61}})))
+    st.on_control(
+        records.encode(Control("u", "consumed", "trainer", 61.0, info={"by_worker": {"w1": 61}}))
+    )
     assert st.lag == 3 and st.expert_only_allowed()
     assert not make(expert_only_batches=False).expert_only_allowed()

@@ -10,25 +10,56 @@ import json
 
 import pytest
 
-from collectors.spaces import Action, Observation, parse_action
-from infra.config import ModelConfig
+from core.config import ModelConfig
+from core.spaces import Action, Observation, parse_action
 from models import tokenizer_train as tt
 from models.change import diff_to_change, format_output, parse_model_output
 from models.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
 from models.tokenizer import BPE_DIR, build_tokenizer, count_tokens, decode, encode, load_tokenizer
 
-TEXTS = ["hello world", "", " ", "  two  spaces  ", "ünïcödé 漢字 😀", 'quote " and \\ back\\slash', "a\nb\tc\r\n",
-         "</s>", "x<pad>y<unk>z", "1234567890", "Kiera", "O'Brien & co. <b>bold</b>"]  # fmt: skip
-ACTIONS = [Action.click(1), Action.click(12), Action.click(1024), Action.press("Enter"), Action.press("ArrowDown"),
-           Action.scroll("up"), Action.scroll("down"), Action.go_back(), Action.stop(), Action.stop("42"),
-           Action.stop("the answer </s> is\nhere")] + [Action.type(5, t) for t in TEXTS] + [
-           Action.select(7, t) for t in TEXTS]  # fmt: skip
-TREE = ('[1] heading "Form"\n[2] textbox "Name" value="bob"\n[3] combobox "Color"\n  option "Red" selected\n'
-        '  option "Blue"\n[4] checkbox "Agree"\n[5] button "Submit" clickable\ntext "</s> shown on the page"')  # fmt: skip
-NEXT = [TREE, TREE.replace('value="bob"', 'value="Kiera"'),
-        TREE.replace('"Red" selected', '"Red"').replace('"Blue"', '"Blue" selected'),
-        TREE.replace('"Agree"', '"Agree" checked') + '\n[6] text "Thanks!"',
-        '[7] heading "Done"\nreward 1\n\\escaped', ""]  # fmt: skip
+TEXTS = [
+    "hello world",
+    "",
+    " ",
+    "  two  spaces  ",
+    "ünïcödé 漢字 😀",
+    'quote " and \\ back\\slash',
+    "a\nb\tc\r\n",
+    "</s>",
+    "x<pad>y<unk>z",
+    "1234567890",
+    "Kiera",
+    "O'Brien & co. <b>bold</b>",
+]
+ACTIONS = (
+    [
+        Action.click(1),
+        Action.click(12),
+        Action.click(1024),
+        Action.press("Enter"),
+        Action.press("ArrowDown"),
+        Action.scroll("up"),
+        Action.scroll("down"),
+        Action.go_back(),
+        Action.stop(),
+        Action.stop("42"),
+        Action.stop("the answer </s> is\nhere"),
+    ]
+    + [Action.type(5, t) for t in TEXTS]
+    + [Action.select(7, t) for t in TEXTS]
+)
+TREE = (
+    '[1] heading "Form"\n[2] textbox "Name" value="bob"\n[3] combobox "Color"\n  option "Red" selected\n'
+    '  option "Blue"\n[4] checkbox "Agree"\n[5] button "Submit" clickable\ntext "</s> shown on the page"'
+)
+NEXT = [
+    TREE,
+    TREE.replace('value="bob"', 'value="Kiera"'),
+    TREE.replace('"Red" selected', '"Red"').replace('"Blue"', '"Blue" selected'),
+    TREE.replace('"Agree"', '"Agree" checked') + '\n[6] text "Thanks!"',
+    '[7] heading "Done"\nreward 1\n\\escaped',
+    "",
+]
 
 
 @pytest.fixture(scope="module")
@@ -100,21 +131,30 @@ def test_digits_are_compositional(bpe) -> None:
 
 
 def test_encode_matches_the_tokenizer_call_and_count(tok) -> None:
-    for t in TEXTS[:7] + ([TREE] if tok.is_fast else []):  # a direct ByT5 call maps "</s>" in TREE to eos
+    for t in TEXTS[:7] + (
+        [TREE] if tok.is_fast else []
+    ):  # a direct ByT5 call maps "</s>" in TREE to eos
         assert encode(tok, t) == list(tok(t, add_special_tokens=False).input_ids)
     assert count_tokens(tok, TEXTS) == [len(encode(tok, t)) for t in TEXTS]
 
 
 def test_prompt_fitting_with_either_tokenizer(tok) -> None:
-    big = Observation("Click " + "x" * 500, "u", "\n".join(f'[{i}] button "B{i}"' for i in range(300)))
+    big = Observation(
+        "Click " + "x" * 500, "u", "\n".join(f'[{i}] button "B{i}"' for i in range(300))
+    )
     for mp in (128, 512, 1024):
         ids = policy_prompt_ids(tok, big, [f"click({i})" for i in range(10)], mp)
         assert len(ids) <= max(16, mp - 96)
-        assert decode(tok, ids).endswith("click(9)\nAction: " if mp >= 512 else "\nAction: ")  # the tail survives
+        assert decode(tok, ids).endswith(
+            "click(9)\nAction: " if mp >= 512 else "\nAction: "
+        )  # the tail survives
         w = world_model_prompt_ids(tok, big, "click(3)", mp, 64)
         assert len(w) <= max(16, mp - 64) and decode(tok, w).endswith("Action: click(3)\nChange:\n")
     small = Observation("Click.", "u", TREE, focused=2)
-    assert decode(tok, policy_prompt_ids(tok, small, [], 1024)) == small.render() + "\nHistory: none\nAction: "
+    assert (
+        decode(tok, policy_prompt_ids(tok, small, [], 1024))
+        == small.render() + "\nHistory: none\nAction: "
+    )
 
 
 def test_fewer_tokens_per_transition_than_bytes(bpe) -> None:
@@ -131,7 +171,11 @@ def test_fewer_tokens_per_transition_than_bytes(bpe) -> None:
 def test_save_load_round_trip(tok, tmp_path) -> None:
     tok.save_pretrained(str(tmp_path))
     back = load_tokenizer(str(tmp_path))
-    assert (back.pad_token_id, back.eos_token_id, len(back)) == (tok.pad_token_id, tok.eos_token_id, len(tok))
+    assert (back.pad_token_id, back.eos_token_id, len(back)) == (
+        tok.pad_token_id,
+        tok.eos_token_id,
+        len(tok),
+    )
     for t in TEXTS + [a.to_text() for a in ACTIONS] + [TREE]:
         assert encode(back, t) == encode(tok, t)
         assert decode(back, encode(back, t)) == t
@@ -152,7 +196,11 @@ def test_checkpoint_round_trip(kind: str, tmp_path) -> None:
     mc = ModelConfig(layers=1, d_model=32, heads=2, max_positions=512, tokenizer=kind)
     for make, load in ((make_policy, load_policy), (make_world_model, load_world_model)):
         model, tok = make(mc)
-        assert model.get_input_embeddings().weight.shape[0] == len(tok) == (tt.VOCAB_SIZE if kind == "bpe" else 384)
+        assert (
+            model.get_input_embeddings().weight.shape[0]
+            == len(tok)
+            == (tt.VOCAB_SIZE if kind == "bpe" else 384)
+        )
         d = tmp_path / make.__name__
         model.save_pretrained(str(d))
         tok.save_pretrained(str(d))
@@ -172,4 +220,6 @@ def test_shipped_tokenizer_is_the_trained_one(tmp_path) -> None:
     res = tt.train(tmp_path)
     assert res["vocab_size"] == tt.VOCAB_SIZE
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        assert json.loads((tmp_path / name).read_text()) == json.loads((BPE_DIR / name).read_text()), name
+        assert json.loads((tmp_path / name).read_text()) == json.loads(
+            (BPE_DIR / name).read_text()
+        ), name

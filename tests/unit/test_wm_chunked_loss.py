@@ -2,38 +2,57 @@
 
 import torch
 
-from collectors.spaces import Observation
-from infra.config import TrainerConfig
+from core.config import TrainerConfig
+from core.spaces import Observation
 from models.learner import wm_chunks, world_model_batch_loss
 from models.world_model import make_world_model
 from tests.unit.test_world_model import A2, B2, CFG, A, B, _tr  # the same small model and pages
 
-C = Observation("Tick the boxes.", "u", '[1] checkbox "a"\n[2] checkbox "b"\n[3] button "Submit"', next_id=4)
-C2 = Observation(C.instruction, "u", '[1] checkbox "a" checked\n[2] checkbox "b"\n[3] button "Submit"', next_id=4)
+C = Observation(
+    "Tick the boxes.", "u", '[1] checkbox "a"\n[2] checkbox "b"\n[3] button "Submit"', next_id=4
+)
+C2 = Observation(
+    C.instruction, "u", '[1] checkbox "a" checked\n[2] checkbox "b"\n[3] button "Submit"', next_id=4
+)
 
 
 class FakeEmbedder:
     dim = 384
 
     def embed(self, texts):
-        return torch.stack([torch.randn(384, generator=torch.Generator().manual_seed(len(t) * 7919 + ord(t[-1])))
-                            for t in texts])  # fmt: skip
+        return torch.stack(
+            [
+                torch.randn(
+                    384, generator=torch.Generator().manual_seed(len(t) * 7919 + ord(t[-1]))
+                )
+                for t in texts
+            ]
+        )
 
 
 def _batch():
-    return [_tr(A, 'type(1, "Kiera")', B, 0.0, False, 0), _tr(A2, "click(4)", B2, 1.0, True, 1),
-            _tr(C, "click(1)", C2, 0.0, False, 2), _tr(A, "click(2)", A, -1.0, True, 3),
-            _tr(C, "scroll(\"down\")", C, 0.0, False, 4)]  # fmt: skip
+    return [
+        _tr(A, 'type(1, "Kiera")', B, 0.0, False, 0),
+        _tr(A2, "click(4)", B2, 1.0, True, 1),
+        _tr(C, "click(1)", C2, 0.0, False, 2),
+        _tr(A, "click(2)", A, -1.0, True, 3),
+        _tr(C, 'scroll("down")', C, 0.0, False, 4),
+    ]
 
 
 def _grads(model, chunked: bool, chunk_rows: int, embedder):
     model.zero_grad(set_to_none=True)
     cfg = TrainerConfig(infonce_weight=0.5)
-    loss, m = world_model_batch_loss(model, model._tok, _batch(), cfg, embedder, 64, backward=chunked,
-                                     chunk_rows=chunk_rows)  # fmt: skip
+    loss, m = world_model_batch_loss(
+        model, model._tok, _batch(), cfg, embedder, 64, backward=chunked, chunk_rows=chunk_rows
+    )
     if not chunked:
         loss.backward()
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}, float(loss.detach()), m
+    return (
+        {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
+        float(loss.detach()),
+        m,
+    )
 
 
 def _model():
@@ -50,10 +69,17 @@ def test_chunked_gradients_match_the_whole_batch_with_infonce():
         assert m["chunks"] == -(-5 // min(rows, 5))
         assert abs(loss - l_full) < 1e-5 and abs(m["lm_loss"] - m_full["lm_loss"]) < 1e-5
         assert abs(m["infonce"] - m_full["infonce"]) < 1e-5
-        for k in ("reward_head_loss", "done_head_loss", "reward_head_acc", "done_head_acc"):  # the heads too
+        for k in (
+            "reward_head_loss",
+            "done_head_loss",
+            "reward_head_acc",
+            "done_head_acc",
+        ):  # the heads too
             assert abs(m[k] - m_full[k]) < 1e-5, k
         assert set(g) == set(g_full) and any(k.startswith("page_head") for k in g)
-        assert any(k.startswith("reward_head") for k in g) and any(k.startswith("done_head") for k in g)
+        assert any(k.startswith("reward_head") for k in g) and any(
+            k.startswith("done_head") for k in g
+        )
         for k in g_full:
             assert torch.allclose(g[k], g_full[k], atol=1e-6, rtol=1e-4), k
 
@@ -65,15 +91,28 @@ def test_chunked_gradients_match_for_the_heads_alone():
     grads = []
     for chunked, rows in ((False, 0), (True, 1), (True, 2)):
         model.zero_grad(set_to_none=True)
-        loss, m = world_model_batch_loss(model, model._tok, _batch(), cfg, None, 64, backward=chunked,
-                                         chunk_rows=rows)  # fmt: skip
+        loss, m = world_model_batch_loss(
+            model, model._tok, _batch(), cfg, None, 64, backward=chunked, chunk_rows=rows
+        )
         if not chunked:
             loss.backward()
-        grads.append(({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}, m))
+        grads.append(
+            (
+                {
+                    n: p.grad.detach().clone()
+                    for n, p in model.named_parameters()
+                    if p.grad is not None
+                },
+                m,
+            )
+        )
     (g_full, m_full) = grads[0]
     assert m_full["reward_head_loss"] > 0 and abs(m_full["reward_positive_share"] - 0.2) < 1e-6
     for g, m in grads[1:]:
-        assert abs(m["loss"] - m_full["loss"]) < 1e-5 and abs(m["done_head_loss"] - m_full["done_head_loss"]) < 1e-6
+        assert (
+            abs(m["loss"] - m_full["loss"]) < 1e-5
+            and abs(m["done_head_loss"] - m_full["done_head_loss"]) < 1e-6
+        )
         for k in g_full:
             assert torch.allclose(g[k], g_full[k], atol=1e-6, rtol=1e-4), k
 
@@ -109,8 +148,17 @@ def test_backward_fn_gets_one_call_per_chunk():
         calls.append(float(x.detach()))
         x.backward()
 
-    _, m = world_model_batch_loss(model, model._tok, _batch(), TrainerConfig(), FakeEmbedder(), 64, backward=True,
-                                  chunk_rows=2, backward_fn=bw)  # fmt: skip
+    _, m = world_model_batch_loss(
+        model,
+        model._tok,
+        _batch(),
+        TrainerConfig(),
+        FakeEmbedder(),
+        64,
+        backward=True,
+        chunk_rows=2,
+        backward_fn=bw,
+    )
     assert len(calls) == m["chunks"] == 3
 
 

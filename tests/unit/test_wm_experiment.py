@@ -1,11 +1,11 @@
-"""Pure helpers of ``dynaweb experiment world-model`` (models/wm_experiment.py)."""
+"""Pure helpers of ``dynaweb experiment world-model`` (evaluation/wm_study.py)."""
 
 import math
 import random
 
 import pytest
 
-from models.wm_experiment import (
+from evaluation.wm_study import (
     METRICS,
     WMExperimentConfig,
     batches,
@@ -21,11 +21,31 @@ from streams.records import Transition
 from streams.state import heldout
 
 
-def _t(ep: str, step: int, reward: float = 0.0, done: bool = False, truncated: bool = False, source: str = "real"):
-    obs = {"instruction": "i", "url": "", "tree": "[1] button \"OK\""}
-    return Transition(run_id="r", episode_id=ep, step=step, task="t", seed=0, source=source, policy_version=0,
-                      world_model_version=0, obs=obs, action="click(1)", next_obs=obs, reward=reward, done=done,
-                      truncated=truncated)  # fmt: skip
+def _t(
+    ep: str,
+    step: int,
+    reward: float = 0.0,
+    done: bool = False,
+    truncated: bool = False,
+    source: str = "real",
+):
+    obs = {"instruction": "i", "url": "", "tree": '[1] button "OK"'}
+    return Transition(
+        run_id="r",
+        episode_id=ep,
+        step=step,
+        task="t",
+        seed=0,
+        source=source,
+        policy_version=0,
+        world_model_version=0,
+        obs=obs,
+        action="click(1)",
+        next_obs=obs,
+        reward=reward,
+        done=done,
+        truncated=truncated,
+    )
 
 
 def test_split_by_episode_uses_the_stream_workers_rule_and_never_splits_an_episode():
@@ -33,15 +53,24 @@ def test_split_by_episode_uses_the_stream_workers_rule_and_never_splits_an_episo
     train, held = split_by_episode(ts, 0.3)
     assert len(train) + len(held) == len(ts) and held and train
     assert {t.episode_id for t in train}.isdisjoint({t.episode_id for t in held})
-    assert all(heldout(t.episode_id, 0.3) for t in held) and not any(heldout(t.episode_id, 0.3) for t in train)
+    assert all(heldout(t.episode_id, 0.3) for t in held) and not any(
+        heldout(t.episode_id, 0.3) for t in train
+    )
     assert split_by_episode(ts, 0.0) == (ts, [])
 
 
 def test_episode_outcomes_and_failed_share():
-    ts = [_t("a", 0), _t("a", 1, 1.0, True),  # success
-          _t("b", 0), _t("b", 1, -1.0, True),  # failure
-          _t("c", 0), _t("c", 1), _t("c", 2, truncated=True),  # ran out of steps
-          _t("d", 1, 1.0, True), _t("d", 0)]  # success, steps out of order  # fmt: skip
+    ts = [
+        _t("a", 0),
+        _t("a", 1, 1.0, True),  # success
+        _t("b", 0),
+        _t("b", 1, -1.0, True),  # failure
+        _t("c", 0),
+        _t("c", 1),
+        _t("c", 2, truncated=True),  # ran out of steps
+        _t("d", 1, 1.0, True),
+        _t("d", 0),
+    ]  # success, steps out of order
     assert episode_outcomes(ts) == {"a": True, "b": False, "c": False, "d": True}
     assert failed_share(ts) == pytest.approx(5 / 9)
     assert failed_share([]) == 0.0
@@ -55,13 +84,20 @@ def test_lr_schedule_warmup_then_cosine_to_the_floor():
     assert lr_at(99, 1.0, 1.0, 10, 0.1) == pytest.approx(0.1)
     assert lr_at(99, 7.0, 1.0, 10, 0.1) == pytest.approx(0.1)  # past the end: the floor
     xs = [lr_at(s, s / 100, 2e-3, 5, 0.05) for s in range(5, 101)]
-    assert all(a >= b for a, b in zip(xs, xs[1:], strict=False)) and all(math.isfinite(x) for x in xs)
+    assert all(a >= b for a, b in zip(xs, xs[1:], strict=False)) and all(
+        math.isfinite(x) for x in xs
+    )
 
 
 def test_beats_is_strict_per_metric():
     m = {"exact_match": 0.7, "change_f1": 0.6, "reward_bal_acc": 0.5, "done_bal_acc": 0.9}
     b = {"exact_match": 0.6, "change_f1": 0.6, "reward_bal_acc": 0.5, "done_bal_acc": 0.5}
-    assert beats(m, b) == {"exact_match": True, "change_f1": False, "reward_bal_acc": False, "done_bal_acc": True}
+    assert beats(m, b) == {
+        "exact_match": True,
+        "change_f1": False,
+        "reward_bal_acc": False,
+        "done_bal_acc": True,
+    }
 
 
 def test_batches_cover_each_epoch_once():
@@ -77,7 +113,11 @@ def test_batches_cover_each_epoch_once():
 def test_quick_config_is_small_and_eval_command_is_the_eval_cli(tmp_path):
     q, full = WMExperimentConfig.make_quick(), WMExperimentConfig()
     assert q.quick and not full.quick
-    assert q.steps < full.steps and q.time_budget_s < full.time_budget_s and q.expert_episodes < full.expert_episodes
+    assert (
+        q.steps < full.steps
+        and q.time_budget_s < full.time_budget_s
+        and q.expert_episodes < full.expert_episodes
+    )
     cmd = eval_command(tmp_path, 0.2)
     assert cmd.startswith("dynaweb eval world-model --checkpoint ") and "--split heldout" in cmd
     assert "--set stream.heldout_fraction=0.2" in cmd and str(tmp_path / "transitions.jsonl") in cmd
@@ -85,11 +125,19 @@ def test_quick_config_is_small_and_eval_command_is_the_eval_cli(tmp_path):
 
 def test_format_result_prints_every_metric_side_by_side():
     fig = dict.fromkeys(METRICS, 0.5)
-    res = {"quick": True, "world_model": "2x64", "train": {"steps": 3, "epochs": 1.0},
-           "data": {"train_transitions": 10, "train_episodes": 4, "train_failed_share": 0.5},
-           "n_eval": 5, "eval_episodes": 2, "model": {**fig, "ok_rate": 1.0}, "baseline": fig,
-           "beats_baseline": dict.fromkeys(METRICS, False), "seconds": {"collect": 1, "train": 2, "eval": 3, "total": 6},
-           "eval_command": "dynaweb eval world-model"}  # fmt: skip
+    res = {
+        "quick": True,
+        "world_model": "2x64",
+        "train": {"steps": 3, "epochs": 1.0},
+        "data": {"train_transitions": 10, "train_episodes": 4, "train_failed_share": 0.5},
+        "n_eval": 5,
+        "eval_episodes": 2,
+        "model": {**fig, "ok_rate": 1.0},
+        "baseline": fig,
+        "beats_baseline": dict.fromkeys(METRICS, False),
+        "seconds": {"collect": 1, "train": 2, "eval": 3, "total": 6},
+        "eval_command": "dynaweb eval world-model",
+    }
     text = format_result(res)
     for k in METRICS:
         assert k in text

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from collectors.spaces import Observation
-from infra.config import Config, DreamConfig, TrainerConfig, describe, load_config
+from core.config import Config, DreamConfig, TrainerConfig, describe, load_config
+from core.spaces import Observation
 from models.learner import world_model_batch_loss
 from models.world_model import (
     HEADS,
@@ -20,12 +20,20 @@ from models.world_model import (
 from tests.unit.test_world_model import CFG, _tr  # the same small model
 
 # one page, two actions: clicking [1] succeeds, clicking [2] fails (MiniWoB raw reward -1, done)
-P = Observation("Click Yes.", "u", '[1] button "Yes"\n[2] button "No"', next_id=3, element_ids=[1, 2])
+P = Observation(
+    "Click Yes.", "u", '[1] button "Yes"\n[2] button "No"', next_id=3, element_ids=[1, 2]
+)
 YES = Observation(P.instruction, "u", '[3] heading "Done"', next_id=4, element_ids=[3])
 NO = Observation(P.instruction, "u", '[3] heading "Wrong"', next_id=4, element_ids=[3])
-Q = Observation("Type hi.", "u", '[1] textbox "Name"\n[2] button "Go"', next_id=3, element_ids=[1, 2])
-BATCH = [_tr(P, "click(1)", YES, 1.0, True, 0), _tr(P, "click(2)", NO, -1.0, True, 1),
-         _tr(Q, "click(1)", Q, 0.0, False, 2), _tr(Q, "click(2)", Q, 0.0, False, 3)]  # fmt: skip
+Q = Observation(
+    "Type hi.", "u", '[1] textbox "Name"\n[2] button "Go"', next_id=3, element_ids=[1, 2]
+)
+BATCH = [
+    _tr(P, "click(1)", YES, 1.0, True, 0),
+    _tr(P, "click(2)", NO, -1.0, True, 1),
+    _tr(Q, "click(1)", Q, 0.0, False, 2),
+    _tr(Q, "click(2)", Q, 0.0, False, 3),
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +60,9 @@ def trained():
 
 def test_heads_give_different_rewards_to_actions_on_the_same_page(trained):
     model, tok = trained
-    r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=24))  # too short for the text's reward line
+    r = WorldModelRunner(
+        model, tok, DreamConfig(max_change_tokens=24)
+    )  # too short for the text's reward line
     preds = r.predict([P, P, Q], ["click(1)", "click(2)", "click(1)"])
     assert [p.reward for p in preds] == [1.0, 0.0, 0.0]
     assert [p.done for p in preds] == [True, True, False]
@@ -74,7 +84,9 @@ def test_heads_survive_save_and_load(trained, tmp_path):
     assert heads_trained(m2)
     for h in ("page_head", *HEADS):
         assert torch.equal(getattr(m2, h).weight, getattr(model, h).weight), h
-    preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict([P, P], ["click(1)", "click(2)"])
+    preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict(
+        [P, P], ["click(1)", "click(2)"]
+    )
     assert [p.reward for p in preds] == [1.0, 0.0]
 
 
@@ -89,12 +101,27 @@ def test_eval_world_model_cli_measures_the_heads(trained, tmp_path, capsys):
     tok.save_pretrained(tmp_path / "wm")
     data = tmp_path / "eval.jsonl"
     data.write_text("".join(json.dumps(asdict(t)) + "\n" for t in BATCH))
-    argv = ["eval", "world-model", "--json", "--checkpoint", str(tmp_path / "wm"), "--data", str(data), "--split",
-            "all", "--home", str(tmp_path), "--set", "dream.max_change_tokens=8"]  # fmt: skip
+    argv = [
+        "eval",
+        "world-model",
+        "--json",
+        "--checkpoint",
+        str(tmp_path / "wm"),
+        "--data",
+        str(data),
+        "--split",
+        "all",
+        "--home",
+        str(tmp_path),
+        "--set",
+        "dream.max_change_tokens=8",
+    ]
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["reward_source"] == "heads" and res["decode"] == "greedy" and res["n"] == 4
-    assert res["reward_bal_acc"] == 1.0 and res["done_bal_acc"] == 1.0  # 8 tokens: no reward line in the text
+    assert (
+        res["reward_bal_acc"] == 1.0 and res["done_bal_acc"] == 1.0
+    )  # 8 tokens: no reward line in the text
 
 
 def test_a_file_without_heads_loads_and_falls_back_to_the_text(trained, tmp_path):
@@ -104,15 +131,23 @@ def test_a_file_without_heads_loads_and_falls_back_to_the_text(trained, tmp_path
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     st = tmp_path / "model.safetensors"
-    sd = {k: v for k, v in load_file(str(st)).items() if not k.startswith(("reward_head.", "done_head."))}
+    sd = {
+        k: v
+        for k, v in load_file(str(st)).items()
+        if not k.startswith(("reward_head.", "done_head."))
+    }
     save_file(sd, str(st), metadata={"format": "pt"})  # as saved before the heads existed
     m2, t2 = load_world_model(str(tmp_path))
     assert not heads_trained(m2) and m2.reward_head is not None  # fresh heads, flag off
     assert torch.equal(m2.page_head.weight, model.page_head.weight)
-    preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict([P, Q], ["click(1)", "click(1)"])
+    preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict(
+        [P, Q], ["click(1)", "click(1)"]
+    )
     for p in preds:
         assert p.p_success is None and p.p_done is None
-        assert p.reward == p.text_reward and p.done == p.text_done  # the text's lines (0 / not done if rejected)
+        assert (
+            p.reward == p.text_reward and p.done == p.text_done
+        )  # the text's lines (0 / not done if rejected)
         if not p.ok:
             assert p.reward == 0.0 and not p.done
 
@@ -121,7 +156,9 @@ def test_untrained_model_uses_the_text_and_head_weight_zero_leaves_heads_untrain
     model, tok = make_world_model(CFG)
     p = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8)).predict([P], ["click(1)"])[0]
     assert p.p_success is None and p.reward == p.text_reward
-    loss, m = world_model_batch_loss(model, tok, BATCH, TrainerConfig(infonce_weight=0.0, wm_head_weight=0.0))
+    loss, m = world_model_batch_loss(
+        model, tok, BATCH, TrainerConfig(infonce_weight=0.0, wm_head_weight=0.0)
+    )
     assert "reward_head_loss" not in m and not heads_trained(model)
     with torch.no_grad():  # an evaluation pass does not mark the heads trained either
         _, m = world_model_batch_loss(model, tok, BATCH, TrainerConfig(infonce_weight=0.0))
@@ -135,7 +172,9 @@ def test_wm_decode_is_a_config_field_read_by_the_runner():
     assert WorldModelRunner(model, tok, DreamConfig(wm_decode="rerank")).decode == "rerank"
     cfg = load_config(overrides={"dream.wm_decode": "rerank"}, env={})
     assert WorldModelRunner(model, tok, cfg).decode == "rerank"  # a whole Config (the gate, eval)
-    assert WorldModelRunner(model, tok, cfg.dream).decode == "rerank"  # its dream section (dreams, trainer)
+    assert (
+        WorldModelRunner(model, tok, cfg.dream).decode == "rerank"
+    )  # its dream section (dreams, trainer)
     assert WorldModelRunner(model, tok, None).decode == "greedy"
     with pytest.raises(ValueError, match="wm_decode"):
         WorldModelRunner(model, tok, DreamConfig(wm_decode="beam"))  # type: ignore[arg-type]

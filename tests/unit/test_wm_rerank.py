@@ -1,7 +1,7 @@
 """The reranking decoder of the world model: proposals and scoring."""
 
-from collectors.spaces import Observation, parse_action
-from infra.config import DreamConfig, ModelConfig
+from core.config import DreamConfig, ModelConfig
+from core.spaces import Observation, parse_action
 from models.change import apply_change, parse_model_output
 from models.world_model import (
     TRAILERS,
@@ -11,9 +11,12 @@ from models.world_model import (
     make_world_model,
 )
 
-PAGE = Observation("Tick a, type hi, pick B.", "u",
-                '[1] checkbox "a"\n[2] textbox value="x"\n[3] combobox value="A"\n  option "A" selected\n  option "B"',
-                next_id=4)  # fmt: skip
+PAGE = Observation(
+    "Tick a, type hi, pick B.",
+    "u",
+    '[1] checkbox "a"\n[2] textbox value="x"\n[3] combobox value="A"\n  option "A" selected\n  option "B"',
+    next_id=4,
+)
 
 
 def test_candidate_trees_cover_the_common_changes():
@@ -31,8 +34,13 @@ def test_candidate_trees_cover_the_common_changes():
 
 
 def test_candidate_trees_for_password_boxes_and_tabs():
-    page = Observation("x", "u", '[1] tablist\n  [2] tab "A" expanded selected\n  [3] tab "B" collapsed\n'
-                       '[4] textbox type="password"', next_id=5)  # fmt: skip
+    page = Observation(
+        "x",
+        "u",
+        '[1] tablist\n  [2] tab "A" expanded selected\n  [3] tab "B" collapsed\n'
+        '[4] textbox type="password"',
+        next_id=5,
+    )
     tab = '[1] tablist\n  [2] tab "A" collapsed\n  [3] tab "B" expanded selected\n[4] textbox type="password"'
     assert tab in candidate_trees(page, parse_action("click(3)"))
     typed = '[1] tablist\n  [2] tab "A" expanded selected\n  [3] tab "B" collapsed\n[4] textbox value="US" type="password"'
@@ -61,4 +69,6 @@ def test_rerank_predictions_are_valid_candidates():
     acts = [parse_action("click(1)"), parse_action('type(2, "hi")')]
     preds = r.predict([PAGE, PAGE], acts)
     for p, a in zip(preds, acts, strict=True):
-        assert p.ok and p.next_obs.tree in candidate_trees(PAGE, a) and (p.reward, p.done) in TRAILERS
+        assert (
+            p.ok and p.next_obs.tree in candidate_trees(PAGE, a) and (p.reward, p.done) in TRAILERS
+        )

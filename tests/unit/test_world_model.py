@@ -1,7 +1,7 @@
 import torch
 
-from collectors.spaces import Action, Observation
-from infra.config import DreamConfig, ModelConfig, TrainerConfig
+from core.config import DreamConfig, ModelConfig, TrainerConfig
+from core.spaces import Action, Observation
 from models.change import apply_change
 from models.dream_env import DreamEnv, dream_rollouts
 from models.learner import world_model_batch_loss
@@ -19,33 +19,67 @@ from streams.records import Transition
 
 CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
 # element_ids as the env fills them (dreams refuse actions on ids that are not on the page, as WebEnv does)
-A = Observation('Enter "Kiera" and press Submit.', "u", '[1] textbox "Name"\n[2] button "Submit"', next_id=3,
-                element_ids=[1, 2])  # fmt: skip
-A2 = Observation("Click OK.", "u", '[4] button "OK"\n[5] link "Help"', next_id=6, element_ids=[4, 5])
-B = Observation(A.instruction, "u", '[1] textbox "Name" value "Kiera"\n[2] button "Submit"', next_id=3,
-                element_ids=[1, 2])  # fmt: skip
+A = Observation(
+    'Enter "Kiera" and press Submit.',
+    "u",
+    '[1] textbox "Name"\n[2] button "Submit"',
+    next_id=3,
+    element_ids=[1, 2],
+)
+A2 = Observation(
+    "Click OK.", "u", '[4] button "OK"\n[5] link "Help"', next_id=6, element_ids=[4, 5]
+)
+B = Observation(
+    A.instruction,
+    "u",
+    '[1] textbox "Name" value "Kiera"\n[2] button "Submit"',
+    next_id=3,
+    element_ids=[1, 2],
+)
 B2 = Observation(A2.instruction, "u", '[6] heading "Done"', next_id=7, element_ids=[6])
 
 
 def _tr(obs, act, nxt, reward, done, i=0):
-    return Transition(run_id="r", episode_id=f"e{i}", step=0, task="t", seed=0, source="real",
-                      policy_version=0, world_model_version=0, obs=obs.to_dict(), action=act,
-                      next_obs=nxt.to_dict(), reward=reward, done=done)  # fmt: skip
+    return Transition(
+        run_id="r",
+        episode_id=f"e{i}",
+        step=0,
+        task="t",
+        seed=0,
+        source="real",
+        policy_version=0,
+        world_model_version=0,
+        obs=obs.to_dict(),
+        action=act,
+        next_obs=nxt.to_dict(),
+        reward=reward,
+        done=done,
+    )
 
 
 class FakeEmbedder:
     dim = 384
 
     def embed(self, texts):
-        return torch.stack([torch.randn(384, generator=torch.Generator().manual_seed(hash(t) % 2**31)) for t in texts])
+        return torch.stack(
+            [
+                torch.randn(384, generator=torch.Generator().manual_seed(hash(t) % 2**31))
+                for t in texts
+            ]
+        )
 
 
 def test_change_target_format():
     t = change_target(A, B, 0.0, False)
-    assert t == 'why: 1 changed, 0 added, 0 removed\nreplace [1] [1] textbox "Name" value "Kiera"\nreward 0\ndone 0'
+    assert (
+        t
+        == 'why: 1 changed, 0 added, 0 removed\nreplace [1] [1] textbox "Name" value "Kiera"\nreward 0\ndone 0'
+    )
     assert apply_change(A.tree, t, next_id=A.next_id) == B.tree
     t2 = change_target(A2, B2, 1.0, True)
-    assert t2.endswith("reward 1\ndone 1") and apply_change(A2.tree, t2, next_id=A2.next_id) == B2.tree
+    assert (
+        t2.endswith("reward 1\ndone 1") and apply_change(A2.tree, t2, next_id=A2.next_id) == B2.tree
+    )
 
 
 def test_untrained_predict_is_safe_and_batched():
@@ -77,14 +111,23 @@ def test_overfit_two_transitions_then_exact_match(tmp_path):
     assert all(p.ok for p in preds), [p.reason for p in preds]
     f = fidelity(preds, [B, B2.to_dict()], [0.0, 1.0], [False, True])
     assert f["exact_match"] == 1.0 and f["change_f1"] == 1.0 and f["reward_bal_acc"] == 1.0
-    assert f["done_bal_acc"] == 1.0 and f["baseline_exact_match"] == 0.0 and f["baseline_done_bal_acc"] == 0.5
+    assert (
+        f["done_bal_acc"] == 1.0
+        and f["baseline_exact_match"] == 0.0
+        and f["baseline_done_bal_acc"] == 0.5
+    )
     assert preds[0].next_obs.focused == 1 and preds[1].next_obs.next_id == 7
     # save / load keeps the world model and its page head
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     m2, t2 = load_world_model(str(tmp_path))
     assert torch.equal(m2.page_head.weight, model.page_head.weight)
-    assert WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=100)).predict([A], ['type(1, "Kiera")'])[0].next_obs.tree == B.tree
+    assert (
+        WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=100))
+        .predict([A], ['type(1, "Kiera")'])[0]
+        .next_obs.tree
+        == B.tree
+    )
 
     # dreams with the trained world model
     env = DreamEnv(r, max_steps=2)
@@ -101,7 +144,15 @@ def test_overfit_two_transitions_then_exact_match(tmp_path):
     for ro in ros:
         assert 1 <= len(ro) <= 2 and ro.steps is ro
         for k, st in enumerate(ro):
-            assert set(st) >= {"obs", "action", "next_obs", "reward", "done", "behaviour_logprob", "ntokens"}
+            assert set(st) >= {
+                "obs",
+                "action",
+                "next_obs",
+                "reward",
+                "done",
+                "behaviour_logprob",
+                "ntokens",
+            }
             assert st["behaviour_logprob"] < 0 and st["ntokens"] > 1
             assert k == len(ro) - 1 or not st["done"]
         assert ro.reward == ro[-1]["reward"]
@@ -127,13 +178,27 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
     att = torch.zeros(3, P, dtype=torch.long)
     for b, p in enumerate(prompts):
         ids[b, P - len(p) :], att[b, P - len(p) :] = torch.tensor(p), 1
-    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=40, do_sample=False,
-                         eos_token_id=eos_id(tok), pad_token_id=0)  # fmt: skip
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=att,
+        max_new_tokens=40,
+        do_sample=False,
+        eos_token_id=eos_id(tok),
+        pad_token_id=0,
+    )
     ref = [decode(tok, row[: row.index(1)] if 1 in row else row) for row in out[:, P:].tolist()]
     assert r.generate_texts(prompts) == ref
     assert [r.generate_texts([p])[0] for p in prompts] == ref  # batch-independent (left padding)
-    base = list(range(3, 83))  # shared prefixes (prefilled once per group), tails of several lengths
-    shared = [base + [90, 91], base + [92], base[:60] + [99, 98, 97], base + [90, 91, 93], list(range(5, 40))]
+    base = list(
+        range(3, 83)
+    )  # shared prefixes (prefilled once per group), tails of several lengths
+    shared = [
+        base + [90, 91],
+        base + [92],
+        base[:60] + [99, 98, 97],
+        base + [90, 91, 93],
+        list(range(5, 40)),
+    ]
     assert r.generate_texts(shared) == [r.generate_texts([p])[0] for p in shared]
     # the preallocated layer: in-place writes, growth, crop and row selection
     layer = PreallocatedLayer(2)
@@ -152,15 +217,30 @@ def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
     model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
     r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
     g = torch.Generator().manual_seed(0)
-    cand = [torch.randint(3, 259, (int(n),), generator=g).tolist() for n in torch.randint(20, 90, (8,), generator=g)]
-    ids = [model.generate(input_ids=torch.tensor([p]), max_new_tokens=25, do_sample=False, eos_token_id=None,
-                          pad_token_id=0)[0, len(p):].tolist() for p in cand]  # fmt: skip
+    cand = [
+        torch.randint(3, 259, (int(n),), generator=g).tolist()
+        for n in torch.randint(20, 90, (8,), generator=g)
+    ]
+    ids = [
+        model.generate(
+            input_ids=torch.tensor([p]),
+            max_new_tokens=25,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )[0, len(p) :].tolist()
+        for p in cand
+    ]
     a = next(i for i in range(8) if any(ids[i][3] not in ids[j] for j in range(8) if j != i))
     b = next(j for j in range(8) if j != a and ids[a][3] not in ids[j])
     monkeypatch.setattr(W, "eos_id", lambda _tok: ids[a][3])  # rows of prompt a stop after 3 tokens
     sizes = []
     orig = W.PreallocatedLayer.batch_select_indices
-    monkeypatch.setattr(W.PreallocatedLayer, "batch_select_indices", lambda self, i: (sizes.append(len(i)), orig(self, i)))
+    monkeypatch.setattr(
+        W.PreallocatedLayer,
+        "batch_select_indices",
+        lambda self, i: (sizes.append(len(i)), orig(self, i)),
+    )
     prompts = [cand[a]] * 4 + [cand[b]] * 2 + [cand[a] + [5]]
     batched = r.generate_texts(prompts)
     assert len(prompts) > min(sizes)  # finished rows were dropped

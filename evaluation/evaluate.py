@@ -50,15 +50,23 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from collectors.spaces import Observation, parse_action
+from core.spaces import Observation, parse_action
 from streams import records
 
 # --- checkpoints ---------------------------------------------------------------
 
 
 class Loaded:
-    def __init__(self, model: Any, tokenizer: Any, version: int | None, source: str, work: Path | None):
-        self.model, self.tokenizer, self.version, self.source, self.work = model, tokenizer, version, source, work
+    def __init__(
+        self, model: Any, tokenizer: Any, version: int | None, source: str, work: Path | None
+    ):
+        self.model, self.tokenizer, self.version, self.source, self.work = (
+            model,
+            tokenizer,
+            version,
+            source,
+            work,
+        )
 
     def close(self) -> None:
         if self.work is not None:
@@ -76,7 +84,7 @@ def load_checkpoint(cfg: Any, kind: str, spec: str | None) -> Loaded:
         d = Path(spec) / "hf" if (Path(spec) / "hf").is_dir() else Path(spec)
         model, tok = loader(str(d))
         return Loaded(model, tok, None, str(d), None)
-    from infra.s3 import make_client
+    from core.s3 import make_client
     from models.checkpoint import CheckpointStore
 
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
@@ -89,10 +97,14 @@ def load_checkpoint(cfg: Any, kind: str, spec: str | None) -> Loaded:
         try:
             version = int(spec)
         except ValueError:
-            raise ValueError(f"--checkpoint expects VERSION, 'latest' or a directory, got {spec!r}") from None
+            raise ValueError(
+                f"--checkpoint expects VERSION, 'latest' or a directory, got {spec!r}"
+            ) from None
         if version not in store.versions(kind):
-            raise ValueError(f"{kind} version {version} does not exist in run {cfg.run_id!r}; "
-                             f"see `dynaweb checkpoint list --kind {kind}`")  # fmt: skip
+            raise ValueError(
+                f"{kind} version {version} does not exist in run {cfg.run_id!r}; "
+                f"see `dynaweb checkpoint list --kind {kind}`"
+            )
         digest = None
     work = Path(tempfile.mkdtemp(prefix=f"dynaweb-eval-{kind}-"))
     store.download(kind, version, work / "ckpt", digest)
@@ -156,9 +168,15 @@ def world_model_fidelity(runner: Any, transitions: list, batch: int = 16) -> dic
     preds = []
     for i in range(0, len(transitions), batch):
         chunk = transitions[i : i + batch]
-        preds += runner.predict([Observation.from_dict(t.obs) for t in chunk], [_action(t.action) for t in chunk])
-    fid = fidelity(preds, [t.next_obs for t in transitions], [float(t.reward) for t in transitions],
-                   [bool(t.done) for t in transitions])  # fmt: skip
+        preds += runner.predict(
+            [Observation.from_dict(t.obs) for t in chunk], [_action(t.action) for t in chunk]
+        )
+    fid = fidelity(
+        preds,
+        [t.next_obs for t in transitions],
+        [float(t.reward) for t in transitions],
+        [bool(t.done) for t in transitions],
+    )
     fid["episodes"] = len({t.episode_id for t in transitions})
     return fid
 
@@ -170,8 +188,15 @@ def _action(text: str) -> Any:
         return text
 
 
-def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, split: str = "heldout",
-                     limit: int = 0, timeout: float = 60.0, decode: str | None = None) -> dict:  # fmt: skip
+def eval_world_model(
+    cfg: Any,
+    checkpoint: str | None,
+    data: str | None = None,
+    split: str = "heldout",
+    limit: int = 0,
+    timeout: float = 60.0,
+    decode: str | None = None,
+) -> dict:
     from models.world_model import WorldModelRunner
     from streams.topics import Topics
 
@@ -193,12 +218,23 @@ def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, 
     if limit:
         uniq = uniq[:limit]
     if not uniq:
-        raise ValueError(f"no held-out real transitions in {source}" + (
-            " (try --split all if the file is held out already)" if data and split == "heldout" else ""))
+        raise ValueError(
+            f"no held-out real transitions in {source}"
+            + (
+                " (try --split all if the file is held out already)"
+                if data and split == "heldout"
+                else ""
+            )
+        )
     ck = load_checkpoint(cfg, "world_model", checkpoint)
     try:
-        runner = WorldModelRunner(ck.model, ck.tokenizer, cfg, max_positions=int(ck.model.config.max_position_embeddings),
-                                  world_model_version=ck.version or 0)  # fmt: skip
+        runner = WorldModelRunner(
+            ck.model,
+            ck.tokenizer,
+            cfg,
+            max_positions=int(ck.model.config.max_position_embeddings),
+            world_model_version=ck.version or 0,
+        )
         decode = decode or runner.decode  # default: dream.wm_decode
         if decode not in ("greedy", "rerank"):
             raise ValueError(f"--decode must be greedy or rerank, got {decode!r}")
@@ -211,9 +247,16 @@ def eval_world_model(cfg: Any, checkpoint: str | None, data: str | None = None, 
         fid["seconds"] = round(time.time() - t0, 2)
     finally:
         ck.close()
-    return {"kind": "world_model", "checkpoint": ck.version, "checkpoint_source": ck.source, "data": source,
-            "split": split if data else "heldout-topic", "decode": decode, "reward_source": reward_source,
-            **fid}  # fmt: skip
+    return {
+        "kind": "world_model",
+        "checkpoint": ck.version,
+        "checkpoint_source": ck.source,
+        "data": source,
+        "split": split if data else "heldout-topic",
+        "decode": decode,
+        "reward_source": reward_source,
+        **fid,
+    }
 
 
 # --- policy --------------------------------------------------------------------
@@ -250,8 +293,16 @@ def check_eval_seeds(seeds: list[int], cfg: Any) -> None:
         )
 
 
-def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], greedy: bool = True,
-                    temperature: float = 1.0, contexts: int = 1, deadline_s: float | None = None) -> list[dict]:  # fmt: skip
+def run_live_policy(
+    cfg: Any,
+    runner: Any,
+    tasks: list[str],
+    seeds: list[int],
+    greedy: bool = True,
+    temperature: float = 1.0,
+    contexts: int = 1,
+    deadline_s: float | None = None,
+) -> list[dict]:
     """One row per episode: task, seed, reward, success, steps (live browser, nothing published).
 
     ``deadline_s``: no episode starts later than this many seconds after Chromium is up; episodes
@@ -261,7 +312,7 @@ def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], g
 
     from collectors.browser import Browser
     from collectors.env import WebEnv
-    from infra.taskserver import serve
+    from collectors.taskserver import serve
 
     server, _, base = serve()
     jobs = [(t, s) for t in tasks for s in seeds]
@@ -287,18 +338,35 @@ def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], g
                             hist: list[str] = []
                             reward, steps = 0.0, 0
                             while True:
-                                a, _, _ = runner.act([obs], [hist], temperature=temperature, greedy=greedy)[0]
+                                a, _, _ = runner.act(
+                                    [obs], [hist], temperature=temperature, greedy=greedy
+                                )[0]
                                 obs, reward, term, trunc, _info = await env.step(a)
                                 hist.append(a.to_text())
                                 steps += 1
                                 if term or trunc:
                                     break
-                            rows.append({"task": task, "seed": seed, "reward": float(reward),
-                                         "success": reward > 0, "steps": steps,
-                                         "timeout": bool(_info.get("timeout"))})  # fmt: skip
+                            rows.append(
+                                {
+                                    "task": task,
+                                    "seed": seed,
+                                    "reward": float(reward),
+                                    "success": reward > 0,
+                                    "steps": steps,
+                                    "timeout": bool(_info.get("timeout")),
+                                }
+                            )
                         except Exception as e:  # noqa: BLE001 - a failed episode is a row, not a crash
-                            rows.append({"task": task, "seed": seed, "reward": 0.0, "success": False, "steps": 0,
-                                         "error": str(e)[:200]})  # fmt: skip
+                            rows.append(
+                                {
+                                    "task": task,
+                                    "seed": seed,
+                                    "reward": 0.0,
+                                    "success": False,
+                                    "steps": 0,
+                                    "error": str(e)[:200],
+                                }
+                            )
                             await env.restart()
                 finally:
                     await env.close()
@@ -316,8 +384,11 @@ def run_live_policy(cfg: Any, runner: Any, tasks: list[str], seeds: list[int], g
         server.shutdown()
         server.server_close()
     done = {(r["task"], r["seed"]) for r in rows}
-    rows += [{"task": t, "seed": s, "reward": 0.0, "success": False, "steps": 0, "error": "deadline"}
-             for t, s in jobs if (t, s) not in done]  # fmt: skip
+    rows += [
+        {"task": t, "seed": s, "reward": 0.0, "success": False, "steps": 0, "error": "deadline"}
+        for t, s in jobs
+        if (t, s) not in done
+    ]
     return rows
 
 
@@ -331,7 +402,10 @@ def dream_summary(transitions: list) -> dict:
     for steps in eps.values():
         steps.sort(key=lambda t: t.step)
         last = steps[-1]
-        v = by_v.setdefault(int(last.policy_version), {"tasks": defaultdict(lambda: [0, 0]), "groups": defaultdict(set)})
+        v = by_v.setdefault(
+            int(last.policy_version),
+            {"tasks": defaultdict(lambda: [0, 0]), "groups": defaultdict(set)},
+        )
         ok = float(last.reward) > 0
         v["tasks"][last.task][0] += int(ok)
         v["tasks"][last.task][1] += 1
@@ -342,15 +416,30 @@ def dream_summary(transitions: list) -> dict:
         groups = d["groups"]
         out[ver] = {
             "rollouts": sum(n for _, n in d["tasks"].values()),
-            "success_rate": sum(k for k, _ in d["tasks"].values()) / max(1, sum(n for _, n in d["tasks"].values())),
-            "nonzero_advantage_share": (sum(len(r) > 1 for r in groups.values()) / len(groups)) if groups else None,
-            "tasks": {t: {"successes": k, "rollouts": n, "success_rate": k / n} for t, (k, n) in sorted(d["tasks"].items())},
-        }  # fmt: skip
+            "success_rate": sum(k for k, _ in d["tasks"].values())
+            / max(1, sum(n for _, n in d["tasks"].values())),
+            "nonzero_advantage_share": (sum(len(r) > 1 for r in groups.values()) / len(groups))
+            if groups
+            else None,
+            "tasks": {
+                t: {"successes": k, "rollouts": n, "success_rate": k / n}
+                for t, (k, n) in sorted(d["tasks"].items())
+            },
+        }
     return out
 
 
-def eval_policy(cfg: Any, checkpoint: str | None, tasks: list[str], seeds: list[int], greedy: bool = True,
-                temperature: float = 1.0, contexts: int = 1, dreams: bool = True, timeout: float = 60.0) -> dict:  # fmt: skip
+def eval_policy(
+    cfg: Any,
+    checkpoint: str | None,
+    tasks: list[str],
+    seeds: list[int],
+    greedy: bool = True,
+    temperature: float = 1.0,
+    contexts: int = 1,
+    dreams: bool = True,
+    timeout: float = 60.0,
+) -> dict:
     from models.policy import PolicyRunner
 
     check_eval_seeds(seeds, cfg)
@@ -360,7 +449,9 @@ def eval_policy(cfg: Any, checkpoint: str | None, tasks: list[str], seeds: list[
         get_task(t)  # unknown task -> a clear error before loading anything
     ck = load_checkpoint(cfg, "policy", checkpoint)
     try:
-        mcfg = dataclasses.replace(cfg.model, max_positions=int(ck.model.config.max_position_embeddings))
+        mcfg = dataclasses.replace(
+            cfg.model, max_positions=int(ck.model.config.max_position_embeddings)
+        )
         runner = PolicyRunner(ck.model, ck.tokenizer, mcfg, policy_version=ck.version or 0, seed=0)
         t0 = time.time()
         eps = run_live_policy(cfg, runner, tasks, seeds, greedy, temperature, contexts)
@@ -372,19 +463,36 @@ def eval_policy(cfg: Any, checkpoint: str | None, tasks: list[str], seeds: list[
         rs = [r for r in eps if r["task"] == t]
         k, n = sum(r["success"] for r in rs), len(rs)
         lo, hi = wilson(k, n)
-        per_task[t] = {"episodes": n, "successes": k, "success_rate": k / max(1, n), "ci95_low": round(lo, 4),
-                       "ci95_high": round(hi, 4), "mean_steps": sum(r["steps"] for r in rs) / max(1, n),
-                       "errors": sum(1 for r in rs if "error" in r)}  # fmt: skip
+        per_task[t] = {
+            "episodes": n,
+            "successes": k,
+            "success_rate": k / max(1, n),
+            "ci95_low": round(lo, 4),
+            "ci95_high": round(hi, 4),
+            "mean_steps": sum(r["steps"] for r in rs) / max(1, n),
+            "errors": sum(1 for r in rs if "error" in r),
+        }
     k = sum(r["success"] for r in eps)
     lo, hi = wilson(k, len(eps))
     out: dict = {
-        "kind": "policy", "checkpoint": ck.version, "checkpoint_source": ck.source, "policy_version": ck.version,
-        "greedy": greedy, "temperature": temperature, "seeds": f"{min(seeds)}:{max(seeds) + 1}",
-        "training_seeds": f"{cfg.collector.seed_start}:{cfg.collector.seed_stop}", "interval": "wilson95",
-        "episodes": len(eps), "success_rate": k / max(1, len(eps)), "ci95_low": round(lo, 4), "ci95_high": round(hi, 4),
-        "seconds": round(secs, 2), "tasks": per_task, "dreams": None,
+        "kind": "policy",
+        "checkpoint": ck.version,
+        "checkpoint_source": ck.source,
+        "policy_version": ck.version,
+        "greedy": greedy,
+        "temperature": temperature,
+        "seeds": f"{min(seeds)}:{max(seeds) + 1}",
+        "training_seeds": f"{cfg.collector.seed_start}:{cfg.collector.seed_stop}",
+        "interval": "wilson95",
+        "episodes": len(eps),
+        "success_rate": k / max(1, len(eps)),
+        "ci95_low": round(lo, 4),
+        "ci95_high": round(hi, 4),
+        "seconds": round(secs, 2),
+        "tasks": per_task,
+        "dreams": None,
         "timeouts": sum(1 for r in eps if r.get("timeout")),
-    }  # fmt: skip
+    }
     if dreams and ck.version is not None:
         out["dreams"] = _dreams_for(cfg, ck.version, tasks, timeout)
     return out
@@ -402,20 +510,27 @@ def _dreams_for(cfg: Any, version: int, tasks: list[str], timeout: float) -> dic
         return {"available": False, "reason": str(e)[:200]}
     mine = summary.get(version, {})
     return {
-        "available": True, "topic": topic, "policy_version": version,
+        "available": True,
+        "topic": topic,
+        "policy_version": version,
         "tasks": {t: mine.get("tasks", {}).get(t) for t in tasks},
-        "by_version": {v: {k: s[k] for k in ("rollouts", "success_rate", "nonzero_advantage_share")}
-                       for v, s in summary.items()},
-    }  # fmt: skip
+        "by_version": {
+            v: {k: s[k] for k in ("rollouts", "success_rate", "nonzero_advantage_share")}
+            for v, s in summary.items()
+        },
+    }
 
 
 # --- printing and entry point --------------------------------------------------------
 
 
 def format_world_model(res: dict) -> str:
-    lines = [f"world model {res['checkpoint_source']} on {res['n']} held-out transitions "
-             f"({res['episodes']} episodes, {res['data']}), {res.get('decode', 'greedy')} decoding, reward/done "
-             f"from {res.get('reward_source', 'text')}", f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}"]  # fmt: skip
+    lines = [
+        f"world model {res['checkpoint_source']} on {res['n']} held-out transitions "
+        f"({res['episodes']} episodes, {res['data']}), {res.get('decode', 'greedy')} decoding, reward/done "
+        f"from {res.get('reward_source', 'text')}",
+        f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}",
+    ]
     for k in ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc"):
         lines.append(f"{k:16s} {res[k]:8.3f} {res['baseline_' + k]:16.3f}")
     lines.append(f"{'ok_rate':16s} {res['ok_rate']:8.3f} {'-':>16s}")
@@ -426,22 +541,30 @@ def format_policy(res: dict) -> str:
     w = max([len(t) for t in res["tasks"]] + [4])
     dreams = (res.get("dreams") or {}).get("tasks") or {}
     mode = "greedy" if res["greedy"] else f"T={res['temperature']:g}"
-    lines = [f"policy v{res['policy_version']} ({res['checkpoint_source']}), seeds {res['seeds']} "
-             f"(training seeds {res['training_seeds']}), {mode}",
-             f"{'task':<{w}}  {'eps':>4}  {'succ':>4}  {'rate':>6}  {'95% Wilson':>15}  {'steps':>5}  {'dreamed':>14}"]  # fmt: skip
+    lines = [
+        f"policy v{res['policy_version']} ({res['checkpoint_source']}), seeds {res['seeds']} "
+        f"(training seeds {res['training_seeds']}), {mode}",
+        f"{'task':<{w}}  {'eps':>4}  {'succ':>4}  {'rate':>6}  {'95% Wilson':>15}  {'steps':>5}  {'dreamed':>14}",
+    ]
     for t, r in res["tasks"].items():
         d = dreams.get(t)
         ds = f"{d['success_rate']:6.1%} (n={d['rollouts']})" if d else "-"
-        lines.append(f"{t:<{w}}  {r['episodes']:>4}  {r['successes']:>4}  {r['success_rate']:>6.1%}  "
-                     f"[{r['ci95_low']:5.1%}, {r['ci95_high']:5.1%}]  {r['mean_steps']:>5.1f}  {ds:>14}")  # fmt: skip
-    lines.append(f"{'all':<{w}}  {res['episodes']:>4}  {'':>4}  {res['success_rate']:>6.1%}  "
-                 f"[{res['ci95_low']:5.1%}, {res['ci95_high']:5.1%}]")  # fmt: skip
+        lines.append(
+            f"{t:<{w}}  {r['episodes']:>4}  {r['successes']:>4}  {r['success_rate']:>6.1%}  "
+            f"[{r['ci95_low']:5.1%}, {r['ci95_high']:5.1%}]  {r['mean_steps']:>5.1f}  {ds:>14}"
+        )
+    lines.append(
+        f"{'all':<{w}}  {res['episodes']:>4}  {'':>4}  {res['success_rate']:>6.1%}  "
+        f"[{res['ci95_low']:5.1%}, {res['ci95_high']:5.1%}]"
+    )
     d = res.get("dreams") or {}
     if d.get("available"):
         for v, s in d["by_version"].items():
             nz = s["nonzero_advantage_share"]
-            lines.append(f"dreams of policy v{v}: {s['rollouts']} rollouts, success {s['success_rate']:.1%}, "
-                         f"groups with nonzero advantage {'-' if nz is None else f'{nz:.1%}'}")  # fmt: skip
+            lines.append(
+                f"dreams of policy v{v}: {s['rollouts']} rollouts, success {s['success_rate']:.1%}, "
+                f"groups with nonzero advantage {'-' if nz is None else f'{nz:.1%}'}"
+            )
     elif d:
         lines.append(f"dreams: not available ({d.get('reason')})")
     lines.append("intervals: 95% Wilson score intervals")
@@ -451,17 +574,34 @@ def format_policy(res: dict) -> str:
 def main(args: Any, cfg: Any) -> int:
     timeout = float(getattr(args, "timeout", 60.0) or 60.0)
     if args.target == "world-model":
-        res = eval_world_model(cfg, args.checkpoint, getattr(args, "data", None), getattr(args, "split", "heldout"),
-                               int(getattr(args, "limit", 0) or 0), timeout,
-                               getattr(args, "decode", None))  # fmt: skip
+        res = eval_world_model(
+            cfg,
+            args.checkpoint,
+            getattr(args, "data", None),
+            getattr(args, "split", "heldout"),
+            int(getattr(args, "limit", 0) or 0),
+            timeout,
+            getattr(args, "decode", None),
+        )
         text = format_world_model(res)
     else:
-        tasks = [t.strip() for t in (args.tasks or ",".join(cfg.collector.tasks)).split(",") if t.strip()]
+        tasks = [
+            t.strip() for t in (args.tasks or ",".join(cfg.collector.tasks)).split(",") if t.strip()
+        ]
         tasks = [t if "/" in t else f"miniwob/{t}" for t in tasks]
         hi = cfg.collector.seed_stop
         seeds = parse_seed_range(args.seeds or f"{hi}:{hi + 20}")
-        res = eval_policy(cfg, args.checkpoint, tasks, seeds, args.greedy, args.temperature, args.contexts,
-                          args.dreams, timeout)  # fmt: skip
+        res = eval_policy(
+            cfg,
+            args.checkpoint,
+            tasks,
+            seeds,
+            args.greedy,
+            args.temperature,
+            args.contexts,
+            args.dreams,
+            timeout,
+        )
         text = format_policy(res)
     if not args.json:
         print(text)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from infra.config import Config
+from core.config import Config
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -27,7 +27,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class MetricsEndpoint:
-    def __init__(self, cfg: Config, component: str, component_id: str, registry: CollectorRegistry = REGISTRY):
+    def __init__(
+        self, cfg: Config, component: str, component_id: str, registry: CollectorRegistry = REGISTRY
+    ):
         self.cfg = cfg
         self.component = component
         self.component_id = component_id
@@ -35,17 +37,32 @@ class MetricsEndpoint:
         self.port = cfg.metrics_port or free_port(host)
         self.server, self.thread = start_http_server(self.port, addr=host, registry=registry)
         self.url = f"http://{host}:{self.port}/metrics"
-        self.target_file = cfg.home_path / "prometheus" / "targets" / f"{component}-{os.getpid()}.json"
+        self.target_file = (
+            cfg.home_path / "prometheus" / "targets" / f"{component}-{os.getpid()}.json"
+        )
         self._register(host)
         atexit.register(self.close)
 
     def _register(self, host: str) -> None:
         self.target_file.parent.mkdir(parents=True, exist_ok=True)
-        if host in ("0.0.0.0", "::", ""):  # bound to every interface (containers): advertise the host name
+        if host in (
+            "0.0.0.0",
+            "::",
+            "",
+        ):  # bound to every interface (containers): advertise the host name
             host = socket.gethostname()
-        body = [{"targets": [f"{host}:{self.port}"], "labels": {
-            "component": self.component, "component_id": self.component_id, "run": self.cfg.run_id,
-            "pid": str(os.getpid()), "registered_at": str(int(time.time()))}}]  # fmt: skip
+        body = [
+            {
+                "targets": [f"{host}:{self.port}"],
+                "labels": {
+                    "component": self.component,
+                    "component_id": self.component_id,
+                    "run": self.cfg.run_id,
+                    "pid": str(os.getpid()),
+                    "registered_at": str(int(time.time())),
+                },
+            }
+        ]
         tmp = self.target_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(body))
         tmp.replace(self.target_file)

@@ -10,11 +10,11 @@ current ``LATEST``:
 ``world_model``
     fidelity (``gate.wm_metric``, default change F1) on the newest
     ``gate.wm_transitions`` held-out real transitions of the run's
-    ``eval.world_model`` topic (``models.evaluate.world_model_fidelity``); the
+    ``eval.world_model`` topic (``evaluation.evaluate.world_model_fidelity``); the
     candidate and ``LATEST`` are scored on the same transitions.
 ``policy``
     a short live evaluation: greedy success rate on ``gate.tasks`` x
-    ``gate.seeds`` in Chromium (``models.evaluate.run_live_policy``), seeds
+    ``gate.seeds`` in Chromium (``evaluation.evaluate.run_live_policy``), seeds
     outside the training range.
 
 ``decide`` promotes unless a probe's candidate score is below the baseline's
@@ -41,21 +41,36 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from infra.config import Config
+from core.config import Config
 from models.checkpoint import KINDS, CheckpointStore, CorruptCheckpoint, announce
 
 log = logging.getLogger(__name__)
 
-GATE_DECISIONS = Counter("dynaweb_gate_decisions_total", "Gate decisions on candidate checkpoints.",
-                         ["run", "decision"])  # fmt: skip
-GATE_SCORE = Gauge("dynaweb_gate_probe_score", "Last probe score of the candidate and of LATEST (the baseline).",
-                   ["run", "probe", "role"])  # fmt: skip
-GATE_LATEST = Gauge("dynaweb_gate_latest_version", "Policy LATEST after the gate's last decision.", ["run"])
-GATE_CANDIDATE = Gauge("dynaweb_gate_candidate_version", "Version of the last candidate decided.", ["run"])
-GATE_SECONDS = Histogram("dynaweb_gate_decision_seconds", "Time to probe and decide one candidate.", ["run"],
-                         buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600))  # fmt: skip
-GATE_ERRORS = Counter("dynaweb_gate_errors_total", "Decisions that failed (S3 or broker errors) and are retried.",
-                      ["run"])  # fmt: skip
+GATE_DECISIONS = Counter(
+    "dynaweb_gate_decisions_total", "Gate decisions on candidate checkpoints.", ["run", "decision"]
+)
+GATE_SCORE = Gauge(
+    "dynaweb_gate_probe_score",
+    "Last probe score of the candidate and of LATEST (the baseline).",
+    ["run", "probe", "role"],
+)
+GATE_LATEST = Gauge(
+    "dynaweb_gate_latest_version", "Policy LATEST after the gate's last decision.", ["run"]
+)
+GATE_CANDIDATE = Gauge(
+    "dynaweb_gate_candidate_version", "Version of the last candidate decided.", ["run"]
+)
+GATE_SECONDS = Histogram(
+    "dynaweb_gate_decision_seconds",
+    "Time to probe and decide one candidate.",
+    ["run"],
+    buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600),
+)
+GATE_ERRORS = Counter(
+    "dynaweb_gate_errors_total",
+    "Decisions that failed (S3 or broker errors) and are retried.",
+    ["run"],
+)
 DECISIONS = ("promoted", "rejected", "superseded")
 WM_METRICS = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc", "ok_rate")
 
@@ -74,16 +89,21 @@ class Decision:
         return "promoted" if self.promote else "rejected"
 
 
-def decide(candidate: dict[str, float | None], baseline: dict[str, float | None] | None,
-           margins: dict[str, float]) -> Decision:  # fmt: skip
+def decide(
+    candidate: dict[str, float | None],
+    baseline: dict[str, float | None] | None,
+    margins: dict[str, float],
+) -> Decision:
     """Promote unless a probe's candidate score < baseline score - margin (higher is better).
 
     ``baseline`` None: there is no LATEST yet, the candidate is promoted.  Per probe
     in ``margins``: no score on either side = skipped; only the baseline scored =
     rejected (the candidate could not be probed); only the candidate scored = passes.
     """
-    figures = {p: {"candidate": candidate.get(p), "baseline": (baseline or {}).get(p), "margin": m}
-               for p, m in margins.items()}  # fmt: skip
+    figures = {
+        p: {"candidate": candidate.get(p), "baseline": (baseline or {}).get(p), "margin": m}
+        for p, m in margins.items()
+    }
     if baseline is None:
         return Decision(True, "first version (no LATEST to compare with)", figures)
     failed, notes = [], []
@@ -108,7 +128,7 @@ def decide(candidate: dict[str, float | None], baseline: dict[str, float | None]
 
 
 def probe_seeds(cfg: Config) -> list[int]:
-    from models.evaluate import check_eval_seeds, parse_seed_range
+    from evaluation.evaluate import check_eval_seeds, parse_seed_range
 
     g = cfg.gate
     base = cfg.collector.seed_stop + 100_000
@@ -131,7 +151,7 @@ class Probes:
         self._cache: dict[tuple, dict] = {}
 
     def heldout(self) -> list:
-        from models.evaluate import read_topic
+        from evaluation.evaluate import read_topic
         from streams.topics import Topics
 
         topic = Topics(self.cfg.run_id, self.cfg.kafka.partitions).world_model_eval
@@ -144,7 +164,7 @@ class Probes:
         return uniq[-n:] if n else uniq
 
     def world_model(self, version: int, data: list) -> dict:
-        from models.evaluate import load_checkpoint, world_model_fidelity
+        from evaluation.evaluate import load_checkpoint, world_model_fidelity
         from models.world_model import WorldModelRunner
 
         if not data:
@@ -154,18 +174,25 @@ class Probes:
             ck = load_checkpoint(self.cfg, "world_model", str(version))
             try:
                 ck.model.eval()
-                runner = WorldModelRunner(ck.model, ck.tokenizer, self.cfg,
-                                          max_positions=int(ck.model.config.max_position_embeddings),
-                                          world_model_version=version)  # fmt: skip
+                runner = WorldModelRunner(
+                    ck.model,
+                    ck.tokenizer,
+                    self.cfg,
+                    max_positions=int(ck.model.config.max_position_embeddings),
+                    world_model_version=version,
+                )
                 fid = world_model_fidelity(runner, data)
             finally:
                 ck.close()
-            self._cache[key] = {"score": float(fid[self.cfg.gate.wm_metric]), "n": fid["n"],
-                                **{k: v for k, v in fid.items() if isinstance(v, float)}}  # fmt: skip
+            self._cache[key] = {
+                "score": float(fid[self.cfg.gate.wm_metric]),
+                "n": fid["n"],
+                **{k: v for k, v in fid.items() if isinstance(v, float)},
+            }
         return self._cache[key]
 
     def policy(self, version: int) -> dict:
-        from models.evaluate import load_checkpoint, run_live_policy
+        from evaluation.evaluate import load_checkpoint, run_live_policy
         from models.policy import PolicyRunner
 
         tasks, seeds = probe_tasks(self.cfg), probe_seeds(self.cfg)
@@ -174,12 +201,24 @@ class Probes:
             ck = load_checkpoint(self.cfg, "policy", str(version))
             try:
                 ck.model.eval()
-                mcfg = dataclasses.replace(self.cfg.model, max_positions=int(ck.model.config.max_position_embeddings))
+                mcfg = dataclasses.replace(
+                    self.cfg.model, max_positions=int(ck.model.config.max_position_embeddings)
+                )
                 runner = PolicyRunner(ck.model, ck.tokenizer, mcfg, policy_version=version, seed=0)
-                cfg = dataclasses.replace(self.cfg, collector=dataclasses.replace(
-                    self.cfg.collector, max_steps=self.cfg.gate.max_steps))  # fmt: skip
-                rows = run_live_policy(cfg, runner, tasks, seeds, greedy=True,
-                                       deadline_s=float(self.cfg.gate.policy_timeout_s) or None)  # fmt: skip
+                cfg = dataclasses.replace(
+                    self.cfg,
+                    collector=dataclasses.replace(
+                        self.cfg.collector, max_steps=self.cfg.gate.max_steps
+                    ),
+                )
+                rows = run_live_policy(
+                    cfg,
+                    runner,
+                    tasks,
+                    seeds,
+                    greedy=True,
+                    deadline_s=float(self.cfg.gate.policy_timeout_s) or None,
+                )
             finally:
                 ck.close()
             ok = [r for r in rows if "error" not in r]
@@ -187,8 +226,10 @@ class Probes:
             self._cache[key] = {
                 # a probe cut by its deadline has no score (a partial one would favour fast failures)
                 "score": sum(r["success"] for r in ok) / len(ok) if ok and not late else None,
-                "episodes": len(rows), "errors": len(rows) - len(ok), "past_deadline": late,
-            }  # fmt: skip
+                "episodes": len(rows),
+                "errors": len(rows) - len(ok),
+                "past_deadline": late,
+            }
         return self._cache[key]
 
     def score(self, versions: dict[str, int | None], data: list | None) -> dict[str, dict]:
@@ -200,8 +241,14 @@ class Probes:
                 out[probe] = {"score": None, "reason": f"no {probe} version"}
                 continue
             try:
-                out[probe] = {"version": version, **(self.world_model(version, data or []) if probe == "world_model"
-                                                     else self.policy(version))}  # fmt: skip
+                out[probe] = {
+                    "version": version,
+                    **(
+                        self.world_model(version, data or [])
+                        if probe == "world_model"
+                        else self.policy(version)
+                    ),
+                }
             except Exception as e:  # noqa: BLE001 - a version that cannot be loaded or run has no score
                 log.warning("probe %s of v%d failed: %s", probe, version, e)
                 out[probe] = {"version": version, "score": None, "error": str(e)[:300]}
@@ -212,9 +259,14 @@ class Probes:
 
 
 class Gate:
-    def __init__(self, cfg: Config, store: CheckpointStore | None = None, probes: Probes | None = None,
-                 stop: threading.Event | None = None):  # fmt: skip
-        from infra.s3 import make_client
+    def __init__(
+        self,
+        cfg: Config,
+        store: CheckpointStore | None = None,
+        probes: Probes | None = None,
+        stop: threading.Event | None = None,
+    ):
+        from core.s3 import make_client
 
         self.cfg = cfg
         self.run = cfg.run_id
@@ -224,9 +276,13 @@ class Gate:
         self._pub: Any = None
         unknown = set(cfg.gate.probes) - {"world_model", "policy"}
         if unknown:
-            raise ValueError(f"unknown gate probes {sorted(unknown)} (gate.probes: world_model, policy)")
+            raise ValueError(
+                f"unknown gate probes {sorted(unknown)} (gate.probes: world_model, policy)"
+            )
         if cfg.gate.wm_metric not in WM_METRICS:
-            raise ValueError(f"gate.wm_metric={cfg.gate.wm_metric!r}; choose one of {', '.join(WM_METRICS)}")
+            raise ValueError(
+                f"gate.wm_metric={cfg.gate.wm_metric!r}; choose one of {', '.join(WM_METRICS)}"
+            )
         if "policy" in cfg.gate.probes:
             probe_seeds(cfg)  # seeds inside the training range are a config error, said at start
             from collectors.tasks import get_task
@@ -260,7 +316,9 @@ class Gate:
             return None
         version = pending[-1]
         for old in pending[:-1]:
-            self._record(old, {"decision": "superseded", "by": "gate", "reason": f"v{version} is newer"})
+            self._record(
+                old, {"decision": "superseded", "by": "gate", "reason": f"v{version} is newer"}
+            )
             GATE_DECISIONS.labels(self.run, "superseded").inc()
         return self.evaluate(version)
 
@@ -272,11 +330,21 @@ class Gate:
         data = self.probes.heldout() if "world_model" in self.cfg.gate.probes else None
         cand = self.probes.score({k: version for k in KINDS}, data)
         base = self.probes.score(base_vs, data) if base_v is not None else None
-        d = decide({p: r.get("score") for p, r in cand.items()},
-                   None if base is None else {p: r.get("score") for p, r in base.items()}, self.margins())  # fmt: skip
-        record = {"decision": d.decision, "by": "gate", "reason": d.reason, "baseline_version": base_v,
-                  "figures": d.figures, "candidate_probes": cand, "baseline_probes": base,
-                  "seconds": round(time.time() - t0, 2)}  # fmt: skip
+        d = decide(
+            {p: r.get("score") for p, r in cand.items()},
+            None if base is None else {p: r.get("score") for p, r in base.items()},
+            self.margins(),
+        )
+        record = {
+            "decision": d.decision,
+            "by": "gate",
+            "reason": d.reason,
+            "baseline_version": base_v,
+            "figures": d.figures,
+            "candidate_probes": cand,
+            "baseline_probes": base,
+            "seconds": round(time.time() - t0, 2),
+        }
         for p, f in d.figures.items():
             for role in ("candidate", "baseline"):
                 if f[role] is not None:
@@ -291,8 +359,13 @@ class Gate:
         if d.promote or base_v is not None:
             GATE_LATEST.labels(self.run).set(version if d.promote else base_v)
         GATE_SECONDS.labels(self.run).observe(time.time() - t0)
-        log.info("gate: v%d %s (LATEST %s): %s", version, d.decision,
-                 version if d.promote else base_v, d.reason)  # fmt: skip
+        log.info(
+            "gate: v%d %s (LATEST %s): %s",
+            version,
+            d.decision,
+            version if d.promote else base_v,
+            d.reason,
+        )
         return {"version": version, **record}
 
     def _record(self, version: int, record: dict) -> None:
@@ -320,7 +393,9 @@ class Gate:
             try:
                 res = self.run_once()
             except Exception:  # noqa: BLE001 - S3 or the broker away for a moment: LATEST stays, try again
-                log.exception("gate: deciding failed; retrying in %.0fs", max(5.0, self.cfg.gate.poll_s))
+                log.exception(
+                    "gate: deciding failed; retrying in %.0fs", max(5.0, self.cfg.gate.poll_s)
+                )
                 GATE_ERRORS.labels(self.run).inc()
                 self.stop.wait(max(5.0, self.cfg.gate.poll_s))
                 continue
@@ -335,13 +410,17 @@ class Gate:
             self._pub.close()
 
 
-def run_gate(cfg: Config, component_id: str, once: bool = False, stop: threading.Event | None = None) -> list[dict]:
-    from infra.process import start_component
+def run_gate(
+    cfg: Config, component_id: str, once: bool = False, stop: threading.Event | None = None
+) -> list[dict]:
+    from core.process import start_component
 
     stop = start_component(cfg, "gate", component_id, stop)
     if not cfg.gate.enabled:
-        log.warning("gate.enabled is false: the trainer moves LATEST itself, so no candidate will wait for "
-                    "this gate (set gate.enabled=true for the trainer and the gate)")  # fmt: skip
+        log.warning(
+            "gate.enabled is false: the trainer moves LATEST itself, so no candidate will wait for "
+            "this gate (set gate.enabled=true for the trainer and the gate)"
+        )
     gate = Gate(cfg, stop=stop)
     try:
         return gate.loop(once=once)

@@ -36,9 +36,9 @@ import time
 import uuid
 from pathlib import Path
 
-from infra.config import Config, load_config
+from core.config import Config, load_config
+from core.waiting import wait_until
 from infra.stack import free_port_block, port_open
-from infra.waiting import wait_until
 from streams import kafka as sk
 from streams import records
 from streams.records import Transition
@@ -74,9 +74,20 @@ class Broker:
             (port,) = _free_ports(1)
             url = f"tcp://127.0.0.1:{port}"
             log = open(self.home / "tansu.log", "wb")
-            self.proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", url,
-                                          "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             cfg = load_config(
                 env={}, overrides={"home": str(self.home), "kafka.bootstrap": f"127.0.0.1:{port}"}
             )
@@ -86,11 +97,20 @@ class Broker:
 
         s3, broker, prom, task = free_port_block(4)
         aux = free_port_block(5)[0]  # SeaweedFS also binds each of these + 10000 (gRPC)
-        cfg = load_config(env={}, overrides={
-            "home": str(self.home), "stack.broker_storage": "s3", "stack.s3_port": s3,
-            "s3.endpoint": f"127.0.0.1:{s3}", "stack.broker_port": broker, "kafka.bootstrap": f"127.0.0.1:{broker}",
-            "stack.prometheus_port": prom, "stack.taskserver_port": task, "stack.s3_aux_port_base": aux,
-        })  # fmt: skip
+        cfg = load_config(
+            env={},
+            overrides={
+                "home": str(self.home),
+                "stack.broker_storage": "s3",
+                "stack.s3_port": s3,
+                "s3.endpoint": f"127.0.0.1:{s3}",
+                "stack.broker_port": broker,
+                "kafka.bootstrap": f"127.0.0.1:{broker}",
+                "stack.prometheus_port": prom,
+                "stack.taskserver_port": task,
+                "stack.s3_aux_port_base": aux,
+            },
+        )
         self.stack = Stack(cfg)
         self.stack.up(["s3", "broker"])
         return cfg
@@ -106,8 +126,9 @@ class Broker:
             self.stack.down()
 
 
-def episodes(run: str, n_transitions: int, obs_bytes: int, rng: random.Random,
-             prefix: str = "") -> list[list[Transition]]:  # fmt: skip
+def episodes(
+    run: str, n_transitions: int, obs_bytes: int, rng: random.Random, prefix: str = ""
+) -> list[list[Transition]]:
     """Whole groups of G episodes (experts alone), about ``n_transitions`` in all, mixed by MIX."""
     pad = "x" * obs_bytes
     out = []
@@ -119,12 +140,28 @@ def episodes(run: str, n_transitions: int, obs_bytes: int, rng: random.Random,
             seed = rng.randrange(1 << 30)
             for _ in range(G):
                 ep = f"{prefix}{source[0]}-{uuid.uuid4().hex[:14]}"
-                out.append([Transition(
-                    run_id=run, episode_id=ep, step=i, task="miniwob/click-button", seed=seed, source=source,
-                    policy_version=0, world_model_version=0, obs={"instruction": "click", "tree": f"p{i} {pad}"},
-                    action="click(3)", next_obs={"instruction": "click", "tree": f"p{i + 1} {pad}"},
-                    reward=1.0 if i == STEPS - 1 else 0.0, done=i == STEPS - 1, group_id=gid, producer_id="bench",
-                ) for i in range(STEPS)])  # fmt: skip
+                out.append(
+                    [
+                        Transition(
+                            run_id=run,
+                            episode_id=ep,
+                            step=i,
+                            task="miniwob/click-button",
+                            seed=seed,
+                            source=source,
+                            policy_version=0,
+                            world_model_version=0,
+                            obs={"instruction": "click", "tree": f"p{i} {pad}"},
+                            action="click(3)",
+                            next_obs={"instruction": "click", "tree": f"p{i + 1} {pad}"},
+                            reward=1.0 if i == STEPS - 1 else 0.0,
+                            done=i == STEPS - 1,
+                            group_id=gid,
+                            producer_id="bench",
+                        )
+                        for i in range(STEPS)
+                    ]
+                )
     return out
 
 
@@ -174,8 +211,12 @@ def raw_aiokafka(cfg: Config, topics: list[str], n: int) -> float:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def run() -> float:
-        c = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap, enable_auto_commit=False,
-                             auto_offset_reset="earliest", max_partition_fetch_bytes=cfg.kafka.max_message_bytes)  # fmt: skip
+        c = AIOKafkaConsumer(
+            bootstrap_servers=cfg.kafka.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=cfg.kafka.max_message_bytes,
+        )
         await c.start()
         try:
             tps = [
@@ -200,17 +241,32 @@ class WorkerProc:
     def __init__(self, cfg: Config, home: Path):
         self.dir = home / "streams" / cfg.run_id / "bench-worker"
         env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAWEB_")}
-        env.update({"DYNAWEB_HOME": str(home), "DYNAWEB_RUN_ID": cfg.run_id, "PYTHONPATH": str(ROOT),
-                    "DYNAWEB_KAFKA__BOOTSTRAP": cfg.kafka.bootstrap, "DYNAWEB_STREAM__WORKER_ID": "bench-worker",
-                    "DYNAWEB_STREAM__HELDOUT_FRACTION": "0.1", "DYNAWEB_STREAM__GROUP_SIZE": str(G),
-                    "DYNAWEB_STREAM__BATCH_TRAJECTORIES": str(2 * G), "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0",
-                    "DYNAWEB_STREAM__COLD_START_BATCH_S": "3600", "DYNAWEB_STREAM__LAG_BOUND": "1000000000"})  # fmt: skip
+        env.update(
+            {
+                "DYNAWEB_HOME": str(home),
+                "DYNAWEB_RUN_ID": cfg.run_id,
+                "PYTHONPATH": str(ROOT),
+                "DYNAWEB_KAFKA__BOOTSTRAP": cfg.kafka.bootstrap,
+                "DYNAWEB_STREAM__WORKER_ID": "bench-worker",
+                "DYNAWEB_STREAM__HELDOUT_FRACTION": "0.1",
+                "DYNAWEB_STREAM__GROUP_SIZE": str(G),
+                "DYNAWEB_STREAM__BATCH_TRAJECTORIES": str(2 * G),
+                "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0",
+                "DYNAWEB_STREAM__COLD_START_BATCH_S": "3600",
+                "DYNAWEB_STREAM__LAG_BOUND": "1000000000",
+            }
+        )
         self.log = open(home / "worker.log", "wb")
         cmd = os.environ.get(
             "DYNAWEB_BENCH_WORKER_CMD", "-m streams.worker"
         ).split()  # e.g. under cProfile
-        self.proc = subprocess.Popen([sys.executable, *cmd, "--loglevel", "warning"],
-                                     cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, *cmd, "--loglevel", "warning"],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def state(self) -> dict | None:
         if self.proc.poll() is not None:
@@ -246,8 +302,11 @@ def latencies(cfg: Config, topic: str, want: int, timeout: float) -> list[float]
                 if not m.value or sk.is_control(m.value):
                     continue
                 d = json.loads(m.value)
-                last = [t["last_produced_at"] for t in d["trajectories"]
-                        if t["source"] != "expert" and t["episode_id"].startswith("L")]  # fmt: skip
+                last = [
+                    t["last_produced_at"]
+                    for t in d["trajectories"]
+                    if t["source"] != "expert" and t["episode_id"].startswith("L")
+                ]
                 if d["kind"] == "mixed" and last:
                     out.append(m.timestamp / 1000.0 - max(last))
     c.close()
@@ -261,8 +320,13 @@ def _pct(xs: list[float], q: float) -> float | None:
     return round(xs[min(len(xs) - 1, int(q * len(xs)))], 4)
 
 
-def run_bench(storage: str = "memory", n: int = 20_000, obs_bytes: int = 1024, latency_s: float = 10.0,
-              log=print) -> dict:  # fmt: skip
+def run_bench(
+    storage: str = "memory",
+    n: int = 20_000,
+    obs_bytes: int = 1024,
+    latency_s: float = 10.0,
+    log=print,
+) -> dict:
     home = Path(tempfile.mkdtemp(prefix="dynaweb-bench-"))
     broker = Broker(storage, home)
     worker = None
@@ -317,15 +381,29 @@ def run_bench(storage: str = "memory", n: int = 20_000, obs_bytes: int = 1024, l
         )
         final = worker.state() or st
         return {
-            "storage": storage, "n": n, "msg_bytes": msg_bytes, "obs_bytes": obs_bytes, "input_mix": mix,
-            "steps_per_episode": STEPS, "group_size": G, "produce_tps": round(produce_tps),
-            "raw_tps": round(raw), "raw_aiokafka_tps": round(raw_aio), "worker_tps": round(worker_tps),
-            "worker_vs_raw": round(worker_tps / raw, 3), "worker_vs_raw_aiokafka": round(worker_tps / raw_aio, 3),
-            "latency_rate_tps": round(rate), "latency_batches": len(lats), "latency_expected_batches": want,
-            "latency_p50_s": _pct(lats, 0.5), "latency_p95_s": _pct(lats, 0.95),
-            "batches": final.get("produced"), "duplicates": final.get("duplicates"),
-            "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
-        }  # fmt: skip
+            "storage": storage,
+            "n": n,
+            "msg_bytes": msg_bytes,
+            "obs_bytes": obs_bytes,
+            "input_mix": mix,
+            "steps_per_episode": STEPS,
+            "group_size": G,
+            "produce_tps": round(produce_tps),
+            "raw_tps": round(raw),
+            "raw_aiokafka_tps": round(raw_aio),
+            "worker_tps": round(worker_tps),
+            "worker_vs_raw": round(worker_tps / raw, 3),
+            "worker_vs_raw_aiokafka": round(worker_tps / raw_aio, 3),
+            "latency_rate_tps": round(rate),
+            "latency_batches": len(lats),
+            "latency_expected_batches": want,
+            "latency_p50_s": _pct(lats, 0.5),
+            "latency_p95_s": _pct(lats, 0.95),
+            "batches": final.get("produced"),
+            "duplicates": final.get("duplicates"),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+            "cpus": os.cpu_count(),
+        }
     finally:
         if worker is not None:
             worker.stop()

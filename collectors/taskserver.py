@@ -4,7 +4,7 @@ Serves the ``html/`` folder that the ``miniwob`` PyPI package ships (the
 task pages live under ``/miniwob/<task>.html``).  Binds 127.0.0.1 by default
 and logs nothing per request.
 
-    python -m infra.taskserver --port 8765
+    python -m collectors.taskserver --port 8765
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def serve(host: str = "127.0.0.1", port: int = 0, directory: str | os.PathLike |
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m infra.taskserver", description=__doc__.splitlines()[0]
+        prog="python -m collectors.taskserver", description=__doc__.splitlines()[0]
     )
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8765, help="port (0 = pick a free one)")

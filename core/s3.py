@@ -10,7 +10,7 @@ from pathlib import Path
 
 from minio import Minio
 
-from infra.config import Config, S3Config
+from core.config import Config, S3Config
 
 
 class S3Unavailable(RuntimeError):
@@ -18,7 +18,11 @@ class S3Unavailable(RuntimeError):
 
 
 def credentials_path(cfg: Config) -> Path:
-    return Path(cfg.s3.credentials_file) if cfg.s3.credentials_file else cfg.home_path / "s3" / "credentials.json"
+    return (
+        Path(cfg.s3.credentials_file)
+        if cfg.s3.credentials_file
+        else cfg.home_path / "s3" / "credentials.json"
+    )
 
 
 def ensure_credentials(path: Path) -> dict:
@@ -71,8 +75,14 @@ def make_client(cfg: Config) -> Minio:
         import urllib3
 
         http_client = urllib3.PoolManager(cert_reqs="CERT_NONE")
-    return Minio(cfg.s3.endpoint, access_key=ak, secret_key=sk, secure=cfg.s3.secure,
-                 region=cfg.s3.region, http_client=http_client)  # fmt: skip
+    return Minio(
+        cfg.s3.endpoint,
+        access_key=ak,
+        secret_key=sk,
+        secure=cfg.s3.secure,
+        region=cfg.s3.region,
+        http_client=http_client,
+    )
 
 
 def ensure_bucket(client: Minio, bucket: str) -> None:

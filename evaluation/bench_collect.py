@@ -30,8 +30,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TASKS = ["miniwob/login-user", "miniwob/enter-password", "miniwob/click-checkboxes",
-                 "miniwob/enter-text", "miniwob/click-button-sequence"]  # fmt: skip
+DEFAULT_TASKS = [
+    "miniwob/login-user",
+    "miniwob/enter-password",
+    "miniwob/click-checkboxes",
+    "miniwob/enter-text",
+    "miniwob/click-button-sequence",
+]
 TARGET_STEPS_4 = 60.0
 TARGET_RATIO = 2.5
 
@@ -56,9 +61,20 @@ class PrivateBroker:
         self.port = _free_port()
         url = f"tcp://127.0.0.1:{self.port}"
         self._log = open(self.home / "tansu.log", "wb")
-        self.proc = subprocess.Popen([tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url",
-                                      url, "--storage-engine", "memory://tansu/"],
-                                     stdout=self._log, stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.time() + timeout
         while not port_open("127.0.0.1", self.port):
             if self.proc.poll() is not None or time.time() > deadline:
@@ -149,7 +165,15 @@ def cpu_seconds() -> dict[str, float]:
             name = p.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        kind = "python" if p.pid == me.pid else "chromium" if "chrom" in name else "driver" if "node" in name else None
+        kind = (
+            "python"
+            if p.pid == me.pid
+            else "chromium"
+            if "chrom" in name
+            else "driver"
+            if "node" in name
+            else None
+        )
         if kind:
             out[kind] += t.user + t.system
     return out
@@ -180,17 +204,37 @@ def _proc_rss_mb(root: int, exclude: set[int]) -> float:
     return sum(rss.get(p, 0) for p in keep) / 2**20
 
 
-async def _phase(cfg: Any, contexts: int, seconds: float, browser: Any, base_url: str, pub: Any,
-                 topics: Any, warmup: float, settle_ms: float) -> dict:  # fmt: skip
+async def _phase(
+    cfg: Any,
+    contexts: int,
+    seconds: float,
+    browser: Any,
+    base_url: str,
+    pub: Any,
+    topics: Any,
+    warmup: float,
+    settle_ms: float,
+) -> dict:
     from collectors.collector import CollectorStats, ExpertAgent, run_collector
 
     cfg.collector.contexts = contexts
     cfg.collector.settle_ms = settle_ms
     stats, stop = CollectorStats(), asyncio.Event()
     sent0 = pub.sent
-    task = asyncio.ensure_future(run_collector(
-        cfg, pub, topics, lambda: ExpertAgent(), stop, collector_id=f"bench-{contexts}", base_url=base_url,
-        stats=stats, seed_offset=0, browser=browser))  # fmt: skip
+    task = asyncio.ensure_future(
+        run_collector(
+            cfg,
+            pub,
+            topics,
+            lambda: ExpertAgent(),
+            stop,
+            collector_id=f"bench-{contexts}",
+            base_url=base_url,
+            stats=stats,
+            seed_offset=0,
+            browser=browser,
+        )
+    )
     t_start = time.perf_counter()
     while stats.steps == 0 and time.perf_counter() - t_start < 30 and not task.done():
         await asyncio.sleep(0.02)
@@ -206,15 +250,22 @@ async def _phase(cfg: Any, contexts: int, seconds: float, browser: Any, base_url
     lat = sorted(stats.step_latency_s)
     cpu_s = sum(c1[k] - c0[k] for k in c0)
     return {
-        "contexts": contexts, "settle_ms": settle_ms, "seconds": round(dt, 2), "steps": s1 - s0, "episodes": e1 - e0,
-        "steps_per_s": round((s1 - s0) / dt, 2), "episodes_per_s": round((e1 - e0) / dt, 2),
-        "success_rate": round(stats.success_rate(), 4), "published": pub.sent - sent0,
+        "contexts": contexts,
+        "settle_ms": settle_ms,
+        "seconds": round(dt, 2),
+        "steps": s1 - s0,
+        "episodes": e1 - e0,
+        "steps_per_s": round((s1 - s0) / dt, 2),
+        "episodes_per_s": round((e1 - e0) / dt, 2),
+        "success_rate": round(stats.success_rate(), 4),
+        "published": pub.sent - sent0,
         "flush_s": round(time.perf_counter() - t_flush, 3),
         "step_latency_p50_ms": round(1000 * lat[len(lat) // 2], 1) if lat else None,
-        "crashes": stats.crashes, "action_errors": stats.action_errors,
+        "crashes": stats.crashes,
+        "action_errors": stats.action_errors,
         "cpu_ms_per_step": {k: round(1000 * (c1[k] - c0[k]) / max(1, s1 - s0), 2) for k in c0},
         "cores_busy": round(cpu_s / dt, 2) if c0 else None,
-    }  # fmt: skip
+    }
 
 
 def _cpu() -> dict[str, float]:
@@ -224,11 +275,16 @@ def _cpu() -> dict[str, float]:
         return {}
 
 
-def run_bench(tasks: list[str] | None = None, seconds: float = 10.0, contexts: tuple[int, ...] = (1, 4),
-              warmup: float | None = None, settle_ms: float | None = None) -> dict:  # fmt: skip
+def run_bench(
+    tasks: list[str] | None = None,
+    seconds: float = 10.0,
+    contexts: tuple[int, ...] = (1, 4),
+    warmup: float | None = None,
+    settle_ms: float | None = None,
+) -> dict:
     from collectors.browser import Browser
-    from infra.config import load_config
-    from infra.taskserver import serve
+    from collectors.taskserver import serve
+    from core.config import load_config
     from streams.kafka import Publisher, ensure_topics, make_producer
 
     tasks = list(tasks or DEFAULT_TASKS)
@@ -238,15 +294,23 @@ def run_bench(tasks: list[str] | None = None, seconds: float = 10.0, contexts: t
         bootstrap = broker.start()
         server = None
         try:
-            cfg = load_config(env={}, overrides={"home": tmp, "run_id": f"bench-{uuid.uuid4().hex[:8]}",
-                                                 "kafka.bootstrap": bootstrap})  # fmt: skip
+            cfg = load_config(
+                env={},
+                overrides={
+                    "home": tmp,
+                    "run_id": f"bench-{uuid.uuid4().hex[:8]}",
+                    "kafka.bootstrap": bootstrap,
+                },
+            )
             cfg.collector.tasks = tasks
             cfg.collector.policy = "expert"
             cfg.collector.max_episodes = 0
             settle = float(cfg.collector.settle_ms if settle_ms is None else settle_ms)
             # the runs: each context count with the environment's settle wait, then again without
             # it (observe at once), side by side in one process and one Chromium
-            plan = [(n, settle) for n in contexts] + ([(n, 0.0) for n in contexts] if settle > 0 else [])
+            plan = [(n, settle) for n in contexts] + (
+                [(n, 0.0) for n in contexts] if settle > 0 else []
+            )
             topics = ensure_topics(cfg)
             pub = Publisher(make_producer(cfg.kafka))
             server, _, base_url = serve("127.0.0.1", 0)
@@ -258,8 +322,9 @@ def run_bench(tasks: list[str] | None = None, seconds: float = 10.0, contexts: t
                 try:
                     with MemorySampler(exclude={broker.proc.pid}) as mem:
                         for n, st in plan:
-                            r = out[(n, st)] = await _phase(cfg, n, seconds, browser, base_url, pub, topics,
-                                                            warmup, st)  # fmt: skip
+                            r = out[(n, st)] = await _phase(
+                                cfg, n, seconds, browser, base_url, pub, topics, warmup, st
+                            )
                             r["pss_mb"] = mem.pss_mb()
                             r["pss_mb"] = r["pss_mb"] and round(r["pss_mb"], 1)
                     out["peak_rss_mb"] = round(mem.peak_mb, 1)
@@ -280,43 +345,73 @@ def run_bench(tasks: list[str] | None = None, seconds: float = 10.0, contexts: t
     ratio = _ratio(four, one)
     raw1, raw4 = res.get((1, 0.0), {}), res.get((4, 0.0), {})
     summary = {
-        "steps_per_s_1": one.get("steps_per_s"), "steps_per_s_4": four.get("steps_per_s"),
-        "episodes_per_s_1": one.get("episodes_per_s"), "episodes_per_s_4": four.get("episodes_per_s"),
-        "ratio_4_1": ratio, "peak_rss_mb": res["peak_rss_mb"], "pss_mb_4": four.get("pss_mb"),
-        "settle_ms": settle, "cores_busy_1": one.get("cores_busy"),
+        "steps_per_s_1": one.get("steps_per_s"),
+        "steps_per_s_4": four.get("steps_per_s"),
+        "episodes_per_s_1": one.get("episodes_per_s"),
+        "episodes_per_s_4": four.get("episodes_per_s"),
+        "ratio_4_1": ratio,
+        "peak_rss_mb": res["peak_rss_mb"],
+        "pss_mb_4": four.get("pss_mb"),
+        "settle_ms": settle,
+        "cores_busy_1": one.get("cores_busy"),
         # the same without the settle wait: what the CPU allows (one context then keeps most of the
         # two cores busy, so the 4/1 ratio cannot exceed 2 / cores_busy_1)
-        "no_settle": {"steps_per_s_1": raw1.get("steps_per_s"), "steps_per_s_4": raw4.get("steps_per_s"),
-                      "ratio_4_1": _ratio(raw4, raw1), "cores_busy_1": raw1.get("cores_busy")} if settle > 0 else None,
-        "published": sent, "acked": acked, "publish_errors": errors, "tasks": tasks, "seconds": seconds,
-        "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+        "no_settle": {
+            "steps_per_s_1": raw1.get("steps_per_s"),
+            "steps_per_s_4": raw4.get("steps_per_s"),
+            "ratio_4_1": _ratio(raw4, raw1),
+            "cores_busy_1": raw1.get("cores_busy"),
+        }
+        if settle > 0
+        else None,
+        "published": sent,
+        "acked": acked,
+        "publish_errors": errors,
+        "tasks": tasks,
+        "seconds": seconds,
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "targets": {"steps_per_s_4": TARGET_STEPS_4, "ratio_4_1": TARGET_RATIO},
-        "meets_targets": bool(four and four["steps_per_s"] >= TARGET_STEPS_4 and (ratio or 0) >= TARGET_RATIO),
+        "meets_targets": bool(
+            four and four["steps_per_s"] >= TARGET_STEPS_4 and (ratio or 0) >= TARGET_RATIO
+        ),
         "runs": [res[k] for k in plan],
-    }  # fmt: skip
+    }
     if acked != sent or errors:
         raise RuntimeError(f"publish incomplete: {acked}/{sent} acknowledged, {errors} errors")
     return summary
 
 
 def _ratio(a: dict, b: dict) -> float | None:
-    return round(a["steps_per_s"] / b["steps_per_s"], 2) if a.get("steps_per_s") and b.get("steps_per_s") else None
+    return (
+        round(a["steps_per_s"] / b["steps_per_s"], 2)
+        if a.get("steps_per_s") and b.get("steps_per_s")
+        else None
+    )
 
 
 def format_summary(s: dict) -> str:
-    lines = [f"expert collection on {', '.join(s['tasks'])} ({s['seconds']:g} s per run, "
-             f"{s['cpus']} CPUs, load {s['load_avg_1m']})"]  # fmt: skip
+    lines = [
+        f"expert collection on {', '.join(s['tasks'])} ({s['seconds']:g} s per run, "
+        f"{s['cpus']} CPUs, load {s['load_avg_1m']})"
+    ]
     for r in s["runs"]:
-        lines.append(f"  {r['contexts']} context(s), settle {r['settle_ms']:g} ms: {r['steps_per_s']:7.1f} steps/s "
-                     f"{r['episodes_per_s']:6.1f} episodes/s  success {r['success_rate']:.0%}  p50 step "
-                     f"{r['step_latency_p50_ms']} ms  cores busy {r['cores_busy']}  PSS {r['pss_mb']} MB")  # fmt: skip
-    lines.append(f"  4/1 ratio {s['ratio_4_1']} (settle {s['settle_ms']:g} ms)  peak RSS {s['peak_rss_mb']} MB  "
-                 f"published {s['published']} (all acknowledged)  targets {'met' if s['meets_targets'] else 'MISSED'} "
-                 f"(>= {TARGET_STEPS_4:g} steps/s with 4, ratio >= {TARGET_RATIO})")  # fmt: skip
+        lines.append(
+            f"  {r['contexts']} context(s), settle {r['settle_ms']:g} ms: {r['steps_per_s']:7.1f} steps/s "
+            f"{r['episodes_per_s']:6.1f} episodes/s  success {r['success_rate']:.0%}  p50 step "
+            f"{r['step_latency_p50_ms']} ms  cores busy {r['cores_busy']}  PSS {r['pss_mb']} MB"
+        )
+    lines.append(
+        f"  4/1 ratio {s['ratio_4_1']} (settle {s['settle_ms']:g} ms)  peak RSS {s['peak_rss_mb']} MB  "
+        f"published {s['published']} (all acknowledged)  targets {'met' if s['meets_targets'] else 'MISSED'} "
+        f"(>= {TARGET_STEPS_4:g} steps/s with 4, ratio >= {TARGET_RATIO})"
+    )
     if s.get("no_settle"):
         n = s["no_settle"]
-        lines.append(f"  without the settle wait: {n['steps_per_s_1']} / {n['steps_per_s_4']} steps/s with 1 / 4, "
-                     f"ratio {n['ratio_4_1']}; one context keeps {n['cores_busy_1']} of {s['cpus']} cores busy")  # fmt: skip
+        lines.append(
+            f"  without the settle wait: {n['steps_per_s_1']} / {n['steps_per_s_4']} steps/s with 1 / 4, "
+            f"ratio {n['ratio_4_1']}; one context keeps {n['cores_busy_1']} of {s['cpus']} cores busy"
+        )
     return "\n".join(lines)
 
 

@@ -30,7 +30,17 @@ from dataclasses import asdict, dataclass, field
 ACTION_KINDS = ("click", "type", "select", "press", "scroll", "go_back", "stop")
 SCROLL_DIRECTIONS = ("up", "down")
 KEYS = ("Enter", "Tab", "Escape", "Backspace", "ArrowDown", "ArrowUp", "Space")
-EXTRA_KEYS = ("ArrowLeft", "ArrowRight", "Delete", "Home", "End", "PageUp", "PageDown", "Shift", "Control")
+EXTRA_KEYS = (
+    "ArrowLeft",
+    "ArrowRight",
+    "Delete",
+    "Home",
+    "End",
+    "PageUp",
+    "PageDown",
+    "Shift",
+    "Control",
+)
 
 
 def precheck_error(action: Action, ids) -> str:
@@ -58,7 +68,9 @@ class Action:
 
     def __post_init__(self) -> None:
         if self.kind not in ACTION_KINDS:
-            raise ActionParseError(f"unknown action kind {self.kind!r}; known: {', '.join(ACTION_KINDS)}")
+            raise ActionParseError(
+                f"unknown action kind {self.kind!r}; known: {', '.join(ACTION_KINDS)}"
+            )
         needs_el = self.kind in ("click", "type", "select")
         if needs_el and self.element is None:
             raise ActionParseError(f"{self.kind} needs an element id")
@@ -68,7 +80,9 @@ class Action:
         if needs_text and self.text is None:
             raise ActionParseError(f"{self.kind} needs a text argument")
         if self.kind == "scroll" and self.text not in SCROLL_DIRECTIONS:
-            raise ActionParseError(f"scroll direction must be one of {SCROLL_DIRECTIONS}, got {self.text!r}")
+            raise ActionParseError(
+                f"scroll direction must be one of {SCROLL_DIRECTIONS}, got {self.text!r}"
+            )
 
     def to_text(self) -> str:
         args: list[str] = []
@@ -115,7 +129,7 @@ def parse_action(text: str) -> Action:
     """Parse the text form; raises ActionParseError naming the problem."""
     m = _ACTION_RE.match(text)
     if not m:
-        raise ActionParseError(f"not an action: {text!r} (expected e.g. click(3) or type(5, \"hi\"))")
+        raise ActionParseError(f'not an action: {text!r} (expected e.g. click(3) or type(5, "hi"))')
     kind, rest = m.group(1), m.group(2).strip()
     element = None
     arg = None

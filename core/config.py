@@ -37,7 +37,9 @@ class KafkaConfig:
     retention_bytes: int = _f(-1, "Topic retention size per partition (bytes, -1 = unlimited).")
     linger_ms: int = _f(20, "Producer batching delay (ms).")
     session_timeout_ms: int = _f(6000, "Consumer-group session timeout (Tansu joins take ~half).")
-    max_message_bytes: int = _f(4 * 1024 * 1024, "Largest accepted message; larger is dead-lettered.")
+    max_message_bytes: int = _f(
+        4 * 1024 * 1024, "Largest accepted message; larger is dead-lettered."
+    )
 
 
 @dataclass
@@ -48,7 +50,9 @@ class S3Config:
     region: str = _f("us-east-1", "S3 region.")
     access_key: str = _f("", "Access key; empty = read the credentials file.")
     secret_key: str = _f("", "Secret key; empty = read the credentials file.")
-    credentials_file: str = _f("", "JSON file with access_key/secret_key (default HOME/s3/credentials.json).")
+    credentials_file: str = _f(
+        "", "JSON file with access_key/secret_key (default HOME/s3/credentials.json)."
+    )
     cert_check: bool = _f(True, "Verify the TLS certificate of the S3 endpoint.")
 
 
@@ -59,40 +63,73 @@ class StackConfig:
     broker_port: int = _f(9092, "Embedded broker port.")
     prometheus_port: int = _f(9090, "Prometheus port.")
     taskserver_port: int = _f(8765, "MiniWoB++ task server port.")
-    s3_aux_port_base: int = _f(19300, "SeaweedFS internal ports: master, volume, filer, metrics, admin = base+0..4.")
+    s3_aux_port_base: int = _f(
+        19300, "SeaweedFS internal ports: master, volume, filer, metrics, admin = base+0..4."
+    )
     broker_bucket: str = _f("tansu", "Bucket holding the embedded broker's log (s3 storage).")
     bind: str = _f("127.0.0.1", "Address every embedded server binds.")
     scrape_interval_s: float = _f(2.0, "Prometheus scrape interval (s).")
-    taskserver_url: str = _f("", "Base URL of the task server (empty = http://127.0.0.1:<taskserver_port>).")
+    taskserver_url: str = _f(
+        "", "Base URL of the task server (empty = http://127.0.0.1:<taskserver_port>)."
+    )
 
 
 @dataclass
 class CollectorConfig:
-    tasks: list = _f(["miniwob/click-button", "miniwob/click-link", "miniwob/enter-text"], "Tasks to collect on.")
+    tasks: list = _f(
+        ["miniwob/click-button", "miniwob/click-link", "miniwob/enter-text"], "Tasks to collect on."
+    )
     policy: str = _f("expert", "expert, latest or random.")
     contexts: int = _f(2, "Browser contexts (one page each) run concurrently.")
     seed_start: int = _f(0, "First training seed.")
-    seed_stop: int = _f(1_000_000, "Training seeds are [seed_start, seed_stop); eval seeds lie above.")
-    episode_time_limit_ms: int = _f(60_000, "MiniWoB episode time limit (raised from 10 s for CPU policies).")
+    seed_stop: int = _f(
+        1_000_000, "Training seeds are [seed_start, seed_stop); eval seeds lie above."
+    )
+    episode_time_limit_ms: int = _f(
+        60_000, "MiniWoB episode time limit (raised from 10 s for CPU policies)."
+    )
     max_steps: int = _f(12, "Steps before an episode is truncated.")
-    settle_ms: float = _f(30.0, "After an action, observe once the page rendered a frame and its DOM did not change "
-                          "for this long (ms; two 60 Hz frames, two jQuery animation ticks). 0 = observe at once.")
-    settle_max_ms: float = _f(500.0, "Cap on the settle wait (ms), for pages that never stop changing.")
-    allowed_origins: list = _f([], "Extra origins the browser may reach (the task server is always allowed).")
+    settle_ms: float = _f(
+        30.0,
+        "After an action, observe once the page rendered a frame and its DOM did not change "
+        "for this long (ms; two 60 Hz frames, two jQuery animation ticks). 0 = observe at once.",
+    )
+    settle_max_ms: float = _f(
+        500.0, "Cap on the settle wait (ms), for pages that never stop changing."
+    )
+    allowed_origins: list = _f(
+        [], "Extra origins the browser may reach (the task server is always allowed)."
+    )
     headless: bool = _f(True, "Run Chromium headless.")
-    obs_token_budget: int = _f(512, "Budget of the page tree in UTF-8 bytes (= byte-tokenizer tokens; the BPE "
-                               "tokenizer needs ~3.3x fewer tokens for the same tree); 0 = no truncation.")
+    obs_token_budget: int = _f(
+        512,
+        "Budget of the page tree in UTF-8 bytes (= byte-tokenizer tokens; the BPE "
+        "tokenizer needs ~3.3x fewer tokens for the same tree); 0 = no truncation.",
+    )
     heartbeat_s: float = _f(2.0, "Heartbeat period (s).")
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).")
-    max_steps_per_s: float = _f(0.0, "Rate limit over all contexts of this collector (0 = unlimited).")
-    group_size: int = _f(0, "G: episodes run on the same (task, seed), one group id at the source (live GSPO "
-                         "groups). 0 = auto: stream.group_size for a policy that samples (latest), 1 for "
-                         "expert and random collectors.")
-    run_length: int = _f(32, "Consecutive episodes of one task per context before it moves to the next task "
-                         "(the page is loaded again only when the task changes: a load costs ~150 ms of CPU).")
-    seed_offset: int = _f(-1, "Offset into the training seeds (-1 = derived from the collector id).")
-    groups_per_version: float = _f(0.0, "On-policy pacing: start at most this many groups per new policy "
-                                   "version (0 = unpaced). 1 = one group, then wait for the trainer.")
+    max_steps_per_s: float = _f(
+        0.0, "Rate limit over all contexts of this collector (0 = unlimited)."
+    )
+    group_size: int = _f(
+        0,
+        "G: episodes run on the same (task, seed), one group id at the source (live GSPO "
+        "groups). 0 = auto: stream.group_size for a policy that samples (latest), 1 for "
+        "expert and random collectors.",
+    )
+    run_length: int = _f(
+        32,
+        "Consecutive episodes of one task per context before it moves to the next task "
+        "(the page is loaded again only when the task changes: a load costs ~150 ms of CPU).",
+    )
+    seed_offset: int = _f(
+        -1, "Offset into the training seeds (-1 = derived from the collector id)."
+    )
+    groups_per_version: float = _f(
+        0.0,
+        "On-policy pacing: start at most this many groups per new policy "
+        "version (0 = unpaced). 1 = one group, then wait for the trainer.",
+    )
 
 
 @dataclass
@@ -101,23 +138,39 @@ class StreamConfig:
     batch_trajectories: int = _f(16, "Trajectories per training batch.")
     group_size: int = _f(8, "Rollouts per GSPO group.")
     group_timeout_s: float = _f(30.0, "Emit or drop an incomplete group after this (s).")
-    emit_incomplete_groups: bool = _f(True, "Emit incomplete groups (with their size) instead of dropping.")
-    episode_idle_timeout_s: float = _f(60.0, "An open episode with no new step for this long is truncated.")
+    emit_incomplete_groups: bool = _f(
+        True, "Emit incomplete groups (with their size) instead of dropping."
+    )
+    episode_idle_timeout_s: float = _f(
+        60.0, "An open episode with no new step for this long is truncated."
+    )
     max_staleness: int = _f(2, "Drop dream/on-policy samples older than latest - this.")
     samples_per_insert: float = _f(8.0, "Max reuses of one expert trajectory (0 = unlimited).")
     expert_pool_size: int = _f(2000, "Max expert trajectories kept for mixing.")
     heldout_fraction: float = _f(0.1, "Share of real episodes routed to world-model evaluation.")
-    cold_start_batch_s: float = _f(2.0, "At cold start, emit an expert-only batch at most this often (s).")
-    lag_bound: int = _f(4, "Training-batch lag above which dream generators are told to slow down. Keep it below "
-                        "max_staleness x trainer.checkpoint_every: a batch that waits longer is stale (dropped at "
-                        "train time) when the trainer reaches it.")
+    cold_start_batch_s: float = _f(
+        2.0, "At cold start, emit an expert-only batch at most this often (s)."
+    )
+    lag_bound: int = _f(
+        4,
+        "Training-batch lag above which dream generators are told to slow down. Keep it below "
+        "max_staleness x trainer.checkpoint_every: a batch that waits longer is stale (dropped at "
+        "train time) when the trainer reaches it.",
+    )
     worker_id: str = _f("", "Stream-worker id (default: host-pid).")
-    reuse_wait_s: float = _f(5.0, "Wait this long for fresh experts before exceeding samples_per_insert.")
+    reuse_wait_s: float = _f(
+        5.0, "Wait this long for fresh experts before exceeding samples_per_insert."
+    )
     dedupe_capacity: int = _f(200_000, "Remembered (episode, step) keys for dedupe.")
-    expert_only_batches: bool = _f(True, "Emit expert-only batches while no online data waits (cold start).")
-    expert_only_max_lag: int = _f(4, "...but only while the trainer has fewer than this many batches waiting (it "
-                                  "would otherwise idle): more would queue ahead of the online groups, which then "
-                                  "go stale before they are trained on (0 = no bound).")
+    expert_only_batches: bool = _f(
+        True, "Emit expert-only batches while no online data waits (cold start)."
+    )
+    expert_only_max_lag: int = _f(
+        4,
+        "...but only while the trainer has fewer than this many batches waiting (it "
+        "would otherwise idle): more would queue ahead of the online groups, which then "
+        "go stale before they are trained on (0 = no bound).",
+    )
 
 
 @dataclass
@@ -127,51 +180,85 @@ class ModelConfig:
     heads: int = _f(4, "Attention heads.")
     max_positions: int = _f(1024, "Context length (tokens).")
     policy_path: str = _f("", "Local Hugging Face directory for the policy (empty = from config).")
-    world_model_path: str = _f("", "Local Hugging Face directory for the world model (empty = from config).")
+    world_model_path: str = _f(
+        "", "Local Hugging Face directory for the world model (empty = from config)."
+    )
     seed: int = _f(0, "Initialisation seed.")
     tokenizer: Literal["bpe", "byte"] = _f(
-        "bpe", "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "
+        "bpe",
+        "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "
         "project's own pages, actions and change scripts, shipped in models/assets/tokenizer-bpe; ~3.3x fewer "
         "tokens than 'byte') or 'byte' (ByT5, one token per UTF-8 byte). A model loaded from a directory "
-        "(policy_path, world_model_path, checkpoints) always uses the tokenizer saved with it.")
+        "(policy_path, world_model_path, checkpoints) always uses the tokenizer saved with it.",
+    )
 
 
 @dataclass
 class TrainerConfig:
     lr: float = _f(3e-4, "Policy learning rate (AdamW, peak of the schedule below).")
     wm_lr: float = _f(3e-4, "World-model learning rate (peak).")
-    warmup_steps: int = _f(10, "Learning-rate schedule, both models (each counts its own optimizer steps; peak = lr / "
-                           "wm_lr): linear warm-up over the first N steps (0 = none).")
-    decay_steps: int = _f(0, "...then cosine decay to min_lr_ratio x peak over N steps and flat at that floor "
-                          "(0 = constant peak after the warm-up: the always-on default).")
+    warmup_steps: int = _f(
+        10,
+        "Learning-rate schedule, both models (each counts its own optimizer steps; peak = lr / "
+        "wm_lr): linear warm-up over the first N steps (0 = none).",
+    )
+    decay_steps: int = _f(
+        0,
+        "...then cosine decay to min_lr_ratio x peak over N steps and flat at that floor "
+        "(0 = constant peak after the warm-up: the always-on default).",
+    )
     min_lr_ratio: float = _f(0.1, "Floor of the decay as a share of the peak learning rate.")
     checkpoint_every: int = _f(5, "Write a checkpoint every N policy steps.")
-    checkpoint_every_s: float = _f(60.0, "...or after this many seconds with at least one new step.")
+    checkpoint_every_s: float = _f(
+        60.0, "...or after this many seconds with at least one new step."
+    )
     wm_batch: int = _f(8, "World-model transitions per step.")
-    chunk_rows: int = _f(32, "Policy loss: forward + backward in micro-batches of about this many step rows, so only "
-                         "one micro-batch's graph is in memory; the gradient is unchanged (0 = whole batch).")
-    wm_chunk_rows: int = _f(8, "World-model loss: the same for batches of more than this many transitions "
-                            "(InfoNCE keeps its whole-batch negatives through a GradCache pre-pass, one extra "
-                            "no-grad forward; 0 = whole batch).")
+    chunk_rows: int = _f(
+        32,
+        "Policy loss: forward + backward in micro-batches of about this many step rows, so only "
+        "one micro-batch's graph is in memory; the gradient is unchanged (0 = whole batch).",
+    )
+    wm_chunk_rows: int = _f(
+        8,
+        "World-model loss: the same for batches of more than this many transitions "
+        "(InfoNCE keeps its whole-batch negatives through a GradCache pre-pass, one extra "
+        "no-grad forward; 0 = whole batch).",
+    )
     max_steps: int = _f(0, "Stop after N policy steps (0 = forever).")
-    clip_low: float = _f(0.2, "GSPO lower clip range (on the ratio per decision, geometric mean over a "
-                         "trajectory's steps; docs/algorithm.md).")
+    clip_low: float = _f(
+        0.2,
+        "GSPO lower clip range (on the ratio per decision, geometric mean over a "
+        "trajectory's steps; docs/algorithm.md).",
+    )
     clip_high: float = _f(0.28, "GSPO upper clip range (clip-higher, as DAPO).")
-    policy_temperature: float = _f(1.0, "T of the policy pi_T(a|s) = softmax over the page's candidate actions of "
-                                   "score/T, for BC on expert steps and for records that carry no temperature (acting "
-                                   "records its own, dream.temperature); keep it equal to dream.temperature.")
+    policy_temperature: float = _f(
+        1.0,
+        "T of the policy pi_T(a|s) = softmax over the page's candidate actions of "
+        "score/T, for BC on expert steps and for records that carry no temperature (acting "
+        "records its own, dream.temperature); keep it equal to dream.temperature.",
+    )
     bc_weight: float = _f(1.0, "Weight of the behaviour-cloning term on expert trajectories.")
     infonce_weight: float = _f(0.1, "Weight of the world model's InfoNCE term.")
-    wm_head_weight: float = _f(1.0, "Weight of the world model's reward and done heads (each a class-balanced "
-                               "cross-entropy on the last prompt token's hidden state: task success, done); "
-                               "predict() takes reward and done from them once trained (0 = heads not trained).")
+    wm_head_weight: float = _f(
+        1.0,
+        "Weight of the world model's reward and done heads (each a class-balanced "
+        "cross-entropy on the last prompt token's hidden state: task success, done); "
+        "predict() takes reward and done from them once trained (0 = heads not trained).",
+    )
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage.")
     keep_checkpoints: int = _f(5, "Keep the last N checkpoints in S3 (promoted ones always kept).")
     grad_clip: float = _f(1.0, "Gradient clipping norm.")
-    init_from: str = _f("", "Start a fresh run from another run's checkpoint: 'RUN' (its LATEST) or 'RUN:VERSION'.")
-    wm_steps_per_policy_step: float = _f(0.0, "World-model steps per policy step (0 = whenever the trainer "
-                                         "has time: always-on; > 0 = reproducible, as in experiments).")
-    train_world_model: bool = _f(True, "Train the world model (off when nothing dreams, e.g. a real-only run).")
+    init_from: str = _f(
+        "", "Start a fresh run from another run's checkpoint: 'RUN' (its LATEST) or 'RUN:VERSION'."
+    )
+    wm_steps_per_policy_step: float = _f(
+        0.0,
+        "World-model steps per policy step (0 = whenever the trainer "
+        "has time: always-on; > 0 = reproducible, as in experiments).",
+    )
+    train_world_model: bool = _f(
+        True, "Train the world model (off when nothing dreams, e.g. a real-only run)."
+    )
 
 
 @dataclass
@@ -182,10 +269,12 @@ class DreamConfig:
     temperature: float = _f(1.0, "Policy sampling temperature.")
     max_change_tokens: int = _f(160, "World-model output budget per step (tokens).")
     wm_decode: Literal["greedy", "rerank"] = _f(
-        "greedy", "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text) "
+        "greedy",
+        "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text) "
         "or 'rerank' (the generated text and proposals built from the page and the action, scored by the model, "
         "the most likely kept; always parses, slower). Reward and done come from the reward/done heads (once trained) "
-        "with either decoding.")
+        "with either decoding.",
+    )
     start_pool: int = _f(256, "Real start states kept.")
     rate_limit_per_s: float = _f(0.0, "Max dream steps/s (0 = unlimited; back-pressure lowers it).")
 
@@ -193,39 +282,73 @@ class DreamConfig:
 @dataclass
 class UpConfig:
     expert_contexts: int = _f(2, "Browser contexts of the expert collector started by `up`.")
-    expert_steps_per_s: float = _f(4.0, "Rate limit of that collector: real data is meant to be scarce, and "
-                                   "CPU left to the trainer is worth more than surplus expert steps.")
-    policy_collectors: int = _f(1, "Collectors acting with the latest policy started by `up` (1 context each; "
-                                "G = stream.group_size rollouts per group).")
-    policy_groups_per_version: float = _f(1.0, "On-policy pacing of those collectors (collector.groups_per_version): "
-                                          "at most this many live groups per new policy version. Unpaced (0), an "
-                                          "untrained policy's short episodes outrun the trainer, and every live group "
-                                          "is stale (dropped at train time) when the trainer reaches it.")
+    expert_steps_per_s: float = _f(
+        4.0,
+        "Rate limit of that collector: real data is meant to be scarce, and "
+        "CPU left to the trainer is worth more than surplus expert steps.",
+    )
+    policy_collectors: int = _f(
+        1,
+        "Collectors acting with the latest policy started by `up` (1 context each; "
+        "G = stream.group_size rollouts per group).",
+    )
+    policy_groups_per_version: float = _f(
+        1.0,
+        "On-policy pacing of those collectors (collector.groups_per_version): "
+        "at most this many live groups per new policy version. Unpaced (0), an "
+        "untrained policy's short episodes outrun the trainer, and every live group "
+        "is stale (dropped at train time) when the trainer reaches it.",
+    )
     dreamers: int = _f(1, "Dream generators started by `up`.")
     progress_every_s: float = _f(5.0, "Progress line period (s).")
-    restart_backoff_s: float = _f(2.0, "First restart delay of a crashed component (doubles, max 30 s).")
+    restart_backoff_s: float = _f(
+        2.0, "First restart delay of a crashed component (doubles, max 30 s)."
+    )
 
 
 @dataclass
 class GateConfig:
-    enabled: bool = _f(False, "Gate checkpoints: the trainer writes candidates and `dynaweb gate` moves LATEST only "
-                       "for a candidate whose probes are not worse than LATEST's by more than the margins "
-                       "(off: every checkpoint becomes LATEST at once).")
-    probes: list = _f(["world_model", "policy"], "Probes run on the candidate and on LATEST: world_model "
-                      "(fidelity on held-out real transitions), policy (a short live evaluation).")
-    wm_metric: str = _f("change_f1", "World-model probe score: exact_match, change_f1, reward_bal_acc, "
-                        "done_bal_acc or ok_rate (higher is better).")
-    wm_margin: float = _f(0.05, "Reject when the candidate's world-model score is below LATEST's minus this.")
-    wm_transitions: int = _f(64, "World-model probe: the newest N held-out real transitions (0 = all).")
-    policy_margin: float = _f(0.25, "Reject when the candidate's live success rate is below LATEST's minus this.")
+    enabled: bool = _f(
+        False,
+        "Gate checkpoints: the trainer writes candidates and `dynaweb gate` moves LATEST only "
+        "for a candidate whose probes are not worse than LATEST's by more than the margins "
+        "(off: every checkpoint becomes LATEST at once).",
+    )
+    probes: list = _f(
+        ["world_model", "policy"],
+        "Probes run on the candidate and on LATEST: world_model "
+        "(fidelity on held-out real transitions), policy (a short live evaluation).",
+    )
+    wm_metric: str = _f(
+        "change_f1",
+        "World-model probe score: exact_match, change_f1, reward_bal_acc, "
+        "done_bal_acc or ok_rate (higher is better).",
+    )
+    wm_margin: float = _f(
+        0.05, "Reject when the candidate's world-model score is below LATEST's minus this."
+    )
+    wm_transitions: int = _f(
+        64, "World-model probe: the newest N held-out real transitions (0 = all)."
+    )
+    policy_margin: float = _f(
+        0.25, "Reject when the candidate's live success rate is below LATEST's minus this."
+    )
     tasks: list = _f([], "Policy probe tasks (empty = collector.tasks).")
-    seeds: str = _f("", "Policy probe seeds A:B, outside the training seeds (empty = 4 seeds from "
-                    "collector.seed_stop + 100000, apart from `dynaweb eval policy`'s default seeds).")
+    seeds: str = _f(
+        "",
+        "Policy probe seeds A:B, outside the training seeds (empty = 4 seeds from "
+        "collector.seed_stop + 100000, apart from `dynaweb eval policy`'s default seeds).",
+    )
     max_steps: int = _f(6, "Policy probe: steps before an episode is truncated.")
-    policy_timeout_s: float = _f(600.0, "Policy probe: overall time limit (s); a probe cut by it has no score, "
-                                 "so the candidate is rejected (0 = no limit).")
+    policy_timeout_s: float = _f(
+        600.0,
+        "Policy probe: overall time limit (s); a probe cut by it has no score, "
+        "so the candidate is rejected (0 = no limit).",
+    )
     poll_s: float = _f(2.0, "How often `dynaweb gate` looks for a new candidate in S3 (s).")
-    timeout_s: float = _f(60.0, "Seconds to read the held-out topic to its sentinel for the world-model probe.")
+    timeout_s: float = _f(
+        60.0, "Seconds to read the held-out topic to its sentinel for the world-model probe."
+    )
 
 
 @dataclass
@@ -246,44 +369,94 @@ class ExperimentConfig:
     4,050 evaluation episodes); these 4-arm defaults have not been timed yet. ``--quick``: a few
     minutes."""
 
-    tasks: list = _f(["miniwob/click-collapsible", "miniwob/choose-list", "miniwob/enter-text",
-                      "miniwob/enter-password", "miniwob/login-user"],
-                     "Tasks (scripted experts, more than one step each). Frozen.")  # fmt: skip
-    demos_per_task: int = _f(10, "K: expert demonstrations per task, from training seeds (scarce on purpose).")
-    seeds: list = _f([0, 1, 2], "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.")
-    arms: list = _f(["imitation", "imitation_matched", "real_only", "dynaweb"],
-                    "Arms to run: imitation (BC on the demos), imitation_matched (BC with the online arms' "
-                    "policy steps and expert samples per step), real_only (live GSPO), dynaweb (dreamed GSPO).")  # fmt: skip
-    budget: list = _f([200, 350, 500], "Real-step budget points (demonstrations count): each online cell is read "
-                      "out at the newest checkpoint within each point, then at its final checkpoint.")  # fmt: skip
-    imitation_steps: int = _f(60, "Arm imitation: behaviour-cloning steps on the demonstrations (its checkpoint is "
-                              "where every other arm starts).")  # fmt: skip
-    online_policy_steps: int = _f(20, "Policy optimizer steps of real_only, dynaweb and imitation_matched (the "
-                                  "cell's trainer.max_steps; one checkpoint per step), the same in each. Frozen.")  # fmt: skip
-    group_size: int = _f(8, "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state). "
-                         "Frozen.")  # fmt: skip
-    temperature: float = _f(1.0, "Policy sampling temperature of live and dreamed training rollouts "
-                            "(dream.temperature, used by the collectors and the dream generator; evaluation is "
-                            "greedy). Frozen.")  # fmt: skip
-    batch_trajectories: int = _f(16, "Trajectories per training batch of the online arms (the expert share is "
-                                 "expert_fraction; imitation_matched trains on batch_trajectories * expert_fraction "
-                                 "experts per step, the same expert samples).")  # fmt: skip
-    expert_fraction: float = _f(0.5, "Expert share of every training batch, the same in real_only and dynaweb.")
-    dream_real_share: float = _f(0.25, "Arm dynaweb: real on-policy groups per policy version (the rest are dreams).")
+    tasks: list = _f(
+        [
+            "miniwob/click-collapsible",
+            "miniwob/choose-list",
+            "miniwob/enter-text",
+            "miniwob/enter-password",
+            "miniwob/login-user",
+        ],
+        "Tasks (scripted experts, more than one step each). Frozen.",
+    )
+    demos_per_task: int = _f(
+        10, "K: expert demonstrations per task, from training seeds (scarce on purpose)."
+    )
+    seeds: list = _f(
+        [0, 1, 2],
+        "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.",
+    )
+    arms: list = _f(
+        ["imitation", "imitation_matched", "real_only", "dynaweb"],
+        "Arms to run: imitation (BC on the demos), imitation_matched (BC with the online arms' "
+        "policy steps and expert samples per step), real_only (live GSPO), dynaweb (dreamed GSPO).",
+    )
+    budget: list = _f(
+        [200, 350, 500],
+        "Real-step budget points (demonstrations count): each online cell is read "
+        "out at the newest checkpoint within each point, then at its final checkpoint.",
+    )
+    imitation_steps: int = _f(
+        60,
+        "Arm imitation: behaviour-cloning steps on the demonstrations (its checkpoint is "
+        "where every other arm starts).",
+    )
+    online_policy_steps: int = _f(
+        20,
+        "Policy optimizer steps of real_only, dynaweb and imitation_matched (the "
+        "cell's trainer.max_steps; one checkpoint per step), the same in each. Frozen.",
+    )
+    group_size: int = _f(
+        8,
+        "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state). "
+        "Frozen.",
+    )
+    temperature: float = _f(
+        1.0,
+        "Policy sampling temperature of live and dreamed training rollouts "
+        "(dream.temperature, used by the collectors and the dream generator; evaluation is "
+        "greedy). Frozen.",
+    )
+    batch_trajectories: int = _f(
+        16,
+        "Trajectories per training batch of the online arms (the expert share is "
+        "expert_fraction; imitation_matched trains on batch_trajectories * expert_fraction "
+        "experts per step, the same expert samples).",
+    )
+    expert_fraction: float = _f(
+        0.5, "Expert share of every training batch, the same in real_only and dynaweb."
+    )
+    dream_real_share: float = _f(
+        0.25, "Arm dynaweb: real on-policy groups per policy version (the rest are dreams)."
+    )
     dream_horizon: int = _f(5, "Arm dynaweb: dream length in steps.")
-    max_steps: int = _f(6, "Episode step limit (live training and evaluation; the experts need 2-3).")
-    episode_time_limit_ms: int = _f(60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted).")
+    max_steps: int = _f(
+        6, "Episode step limit (live training and evaluation; the experts need 2-3)."
+    )
+    episode_time_limit_ms: int = _f(
+        60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted)."
+    )
     eval_seeds_per_task: int = _f(30, "Evaluation episodes per task and point.")
-    eval_seed_start: int = _f(1_000_000, "First evaluation seed (training seeds lie below collector.seed_stop).")
+    eval_seed_start: int = _f(
+        1_000_000, "First evaluation seed (training seeds lie below collector.seed_stop)."
+    )
     contexts: int = _f(2, "Browser contexts of each live collector and of the evaluation.")
     layers: int = _f(2, "Model layers (policy and world model, the same in every arm).")
     d_model: int = _f(128, "Model hidden size.")
     heads: int = _f(4, "Attention heads.")
-    wm_steps_per_policy_step: float = _f(2.0, "World-model steps per policy step in arms imitation and dynaweb "
-                                         "(fixed, so runs are reproducible whatever the machine's speed).")  # fmt: skip
-    parallel_arms: bool = _f(True, "Run real_only and dynaweb of a seed at the same time (they only share the "
-                             "imitation checkpoint).")  # fmt: skip
-    cell_timeout_s: float = _f(3600.0, "A cell (one arm, one seed) that has not finished after this fails.")
+    wm_steps_per_policy_step: float = _f(
+        2.0,
+        "World-model steps per policy step in arms imitation and dynaweb "
+        "(fixed, so runs are reproducible whatever the machine's speed).",
+    )
+    parallel_arms: bool = _f(
+        True,
+        "Run real_only and dynaweb of a seed at the same time (they only share the "
+        "imitation checkpoint).",
+    )
+    cell_timeout_s: float = _f(
+        3600.0, "A cell (one arm, one seed) that has not finished after this fails."
+    )
 
 
 SECRETS = (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password"))
@@ -341,7 +514,11 @@ def _coerce(value: str, typ: Any, current: Any) -> Any:
 def apply_overrides(cfg: Config, overrides: dict) -> Config:
     """Apply a nested dict (from a file) or flat 'section.field' keys."""
     for key, value in overrides.items():
-        if isinstance(value, dict) and hasattr(cfg, key) and dataclasses.is_dataclass(getattr(cfg, key)):
+        if (
+            isinstance(value, dict)
+            and hasattr(cfg, key)
+            and dataclasses.is_dataclass(getattr(cfg, key))
+        ):
             sub = getattr(cfg, key)
             for k2, v2 in value.items():
                 _set(sub, k2, v2, f"{key}.{k2}")
@@ -363,7 +540,9 @@ def _set(obj: Any, name: str, value: Any, path: str) -> None:
     setattr(obj, name, value)
 
 
-def load_config(path: str | None = None, overrides: dict | None = None, env: dict | None = None) -> Config:
+def load_config(
+    path: str | None = None, overrides: dict | None = None, env: dict | None = None
+) -> Config:
     env = dict(os.environ if env is None else env)
     cfg = Config()
     path = path or env.get("DYNAWEB_CONFIG")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import signal
 import threading
 
-from infra.config import Config
-from infra.metrics import MetricsEndpoint
+from core.config import Config
+from core.metrics import MetricsEndpoint
 
 
-def start_component(cfg: Config, component: str, component_id: str,
-                    stop: threading.Event | None = None) -> threading.Event:  # fmt: skip
+def start_component(
+    cfg: Config, component: str, component_id: str, stop: threading.Event | None = None
+) -> threading.Event:
     """torch threads from ``cfg.threads``, SIGTERM -> ``stop``, metrics endpoint registered."""
     import torch
 

@@ -53,17 +53,29 @@ import time
 import uuid
 from pathlib import Path
 
-from infra.config import Config, ExperimentConfig
-from infra.experiment_report import ARMS, ONLINE_ARMS, pooled_gspo, write_all
+from core.config import Config, ExperimentConfig
+from evaluation.sample_efficiency_report import ARMS, ONLINE_ARMS, pooled_gspo, write_all
 
 log = logging.getLogger(__name__)
 
 QUICK = {  # --quick: every artifact through every real component in a few minutes, not a result
-    "tasks": ["miniwob/click-collapsible", "miniwob/enter-text"], "demos_per_task": 2, "seeds": [0],
-    "budget": [14, 22, 30], "imitation_steps": 3, "online_policy_steps": 3, "group_size": 2,
-    "batch_trajectories": 4, "dream_real_share": 0.5, "dream_horizon": 2, "max_steps": 4,
-    "eval_seeds_per_task": 2, "layers": 1, "d_model": 64, "heads": 2, "cell_timeout_s": 240.0,
-}  # fmt: skip
+    "tasks": ["miniwob/click-collapsible", "miniwob/enter-text"],
+    "demos_per_task": 2,
+    "seeds": [0],
+    "budget": [14, 22, 30],
+    "imitation_steps": 3,
+    "online_policy_steps": 3,
+    "group_size": 2,
+    "batch_trajectories": 4,
+    "dream_real_share": 0.5,
+    "dream_horizon": 2,
+    "max_steps": 4,
+    "eval_seeds_per_task": 2,
+    "layers": 1,
+    "d_model": 64,
+    "heads": 2,
+    "cell_timeout_s": 240.0,
+}
 REWARD = "binary: 1 if MiniWoB's raw reward > 0 else 0 (live and dreamed groups; evaluation counts the same success)"
 LINGER_S = 900  # a finished trainer keeps serving /metrics this long (or until stopped) for the final scrape
 
@@ -81,7 +93,9 @@ def resolve_experiment(cfg: Config, quick: bool) -> ExperimentConfig:
     if bad:
         raise ValueError(f"experiment.arms: unknown {bad}; choose from {list(ARMS)}")
     if "imitation" not in ex.arms:
-        raise ValueError("experiment.arms must include 'imitation' (every other arm starts from its checkpoint)")
+        raise ValueError(
+            "experiment.arms must include 'imitation' (every other arm starts from its checkpoint)"
+        )
     if sorted(ex.budget) != list(ex.budget) or len(ex.budget) < 1:
         raise ValueError(f"experiment.budget must be increasing real-step counts, got {ex.budget}")
     if not 0 < ex.dream_real_share <= 1:
@@ -89,9 +103,13 @@ def resolve_experiment(cfg: Config, quick: bool) -> ExperimentConfig:
     if ex.online_policy_steps < 1 or ex.imitation_steps < 1:
         raise ValueError("experiment.online_policy_steps and imitation_steps must be >= 1")
     if not 0 < ex.expert_fraction < 1:
-        raise ValueError("experiment.expert_fraction must be in (0, 1): the online batches hold experts and groups")
+        raise ValueError(
+            "experiment.expert_fraction must be in (0, 1): the online batches hold experts and groups"
+        )
     if expert_samples_per_step(ex) < 1:
-        raise ValueError("experiment.batch_trajectories * expert_fraction must give at least one expert per step")
+        raise ValueError(
+            "experiment.batch_trajectories * expert_fraction must give at least one expert per step"
+        )
     return ex
 
 
@@ -115,8 +133,9 @@ def experiment_id(ex: ExperimentConfig) -> str:
     return "se" + hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:6]
 
 
-def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed: int,
-                init_from: str = "") -> Config:  # fmt: skip
+def cell_config(
+    base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed: int, init_from: str = ""
+) -> Config:
     """The resolved config of one (arm, seed) run: the same model, tokenizer, optimiser and learning rate
     in every arm; every arm but ``imitation`` starts from ``init_from`` (the imitation checkpoint
     'RUN:VERSION', weights only: the optimizer starts fresh in each)."""
@@ -139,15 +158,21 @@ def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed:
     s.samples_per_insert = 0  # the K demonstrations are scarce on purpose: reuse them freely
     s.reuse_wait_s = 0.0
     s.max_staleness = 2
-    s.heldout_fraction = 0.0  # every real interaction is training data here (the budget counts them all)
+    s.heldout_fraction = (
+        0.0  # every real interaction is training data here (the budget counts them all)
+    )
     t = c.trainer
     t.checkpoint_every_s = 1e9
     t.keep_checkpoints = 1_000_000  # every version may be evaluated afterwards
     t.wm_steps_per_policy_step = ex.wm_steps_per_policy_step
     c.dream.group_size = ex.group_size
     c.dream.horizon = ex.dream_horizon
-    c.dream.temperature = ex.temperature  # frozen: live (collectors) and dreamed rollouts sample at it
-    t.policy_temperature = ex.temperature  # the trainer's pi_T for BC and records without a temperature
+    c.dream.temperature = (
+        ex.temperature
+    )  # frozen: live (collectors) and dreamed rollouts sample at it
+    t.policy_temperature = (
+        ex.temperature
+    )  # the trainer's pi_T for BC and records without a temperature
     if arm == "imitation":
         s.expert_fraction = 1.0
         s.cold_start_batch_s = 0.05
@@ -161,7 +186,9 @@ def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed:
         s.cold_start_batch_s = 0.05
         t.max_steps = ex.online_policy_steps
         t.checkpoint_every = 1  # every step count can be read out, as in the online arms
-        t.train_world_model = False  # nothing dreams from it (the policy's update does not depend on it)
+        t.train_world_model = (
+            False  # nothing dreams from it (the policy's update does not depend on it)
+        )
     else:
         s.expert_fraction = ex.expert_fraction
         s.expert_only_batches = False  # every policy step holds an online group
@@ -173,7 +200,9 @@ def cell_config(base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed:
         cc.run_length = ex.group_size
         cc.policy = "latest"
         cc.groups_per_version = 1.0 if arm == "real_only" else ex.dream_real_share
-        cc.seed_offset = 7919 * (int(seed) + 1)  # the online arms of one seed walk the same task seeds
+        cc.seed_offset = 7919 * (
+            int(seed) + 1
+        )  # the online arms of one seed walk the same task seeds
     return c
 
 
@@ -226,7 +255,9 @@ class RunWatch:
                                     self.real_steps += 1
                             else:
                                 a = records.decode(m.value, expect="checkpoint")
-                                if a.kind == "policy" and (not self.history or a.version > self.history[-1][0]):
+                                if a.kind == "policy" and (
+                                    not self.history or a.version > self.history[-1][0]
+                                ):
                                     self.history.append((int(a.version), self.real_steps))
                         except records.RecordError:
                             continue
@@ -280,7 +311,11 @@ def parse_scrape(scraped: list[tuple[dict, str]]) -> dict:
                 key = SELECTED.get(name)
                 if trainer and name == "dynaweb_trainer_steps_total":
                     key = f"trainer_{lab.get('model', '')}_steps"
-                elif trainer and name == "dynaweb_trainer_samples_total" and lab.get("model") == "policy":
+                elif (
+                    trainer
+                    and name == "dynaweb_trainer_samples_total"
+                    and lab.get("model") == "policy"
+                ):
                     key = f"trainer_samples_{lab.get('source', '')}"
                 elif trainer and name in GSPO_COUNTERS:
                     d = gspo.setdefault(lab.get("source", ""), {})
@@ -304,7 +339,7 @@ def topic_stats(cfg: Config) -> dict:
     """Read back from the run's topics (labelled ``topic_``: a record of what was produced, not of what
     the trainer learned from): live episodes and their success during training, dreamed rollouts and
     their success.  The GSPO group diagnostics come from the trainer's counters instead."""
-    from models.evaluate import read_topic
+    from evaluation.evaluate import read_topic
     from streams.topics import Topics
 
     topics = Topics(cfg.run_id, cfg.kafka.partitions)
@@ -322,7 +357,9 @@ def topic_stats(cfg: Config) -> dict:
         if not last:
             continue
         out[f"topic_{name}_episodes"] = len(last)
-        out[f"topic_{name}_success"] = round(sum(float(t.reward) > 0 for t in last.values()) / len(last), 4)
+        out[f"topic_{name}_success"] = round(
+            sum(float(t.reward) > 0 for t in last.values()) / len(last), 4
+        )
     return out
 
 
@@ -347,7 +384,9 @@ def online_points(history: list[tuple[int, int]], budget: list[int], demo_steps:
     return [dict(p, policy_steps=p["version"]) for p in pts]
 
 
-def matched_points(online: list[list[dict]], budget: list[int], steps: int, demo_steps: int) -> list[dict]:
+def matched_points(
+    online: list[list[dict]], budget: list[int], steps: int, demo_steps: int
+) -> list[dict]:
     """The read-outs of ``imitation_matched``, aligned with the online arms' points (one per budget point,
     then the final one): point i is its checkpoint after the largest policy-step count that an online arm
     of the same seed had at its point i (``online``: those cells' points), so at no point does an online
@@ -357,21 +396,37 @@ def matched_points(online: list[list[dict]], budget: list[int], steps: int, demo
     n = len(budget) + 1
     out = []
     for i in range(n):
-        have = [int(pts[i]["policy_steps"]) for pts in online
-                if i < len(pts) and pts[i].get("policy_steps") is not None]  # fmt: skip
+        have = [
+            int(pts[i]["policy_steps"])
+            for pts in online
+            if i < len(pts) and pts[i].get("policy_steps") is not None
+        ]
         if have:
             k = max(have)
         else:
             k = steps if i == n - 1 else int(round(steps * (i + 1) / n))
         k = min(max(k, 0), int(steps))
-        out.append({"budget": int(budget[i]) if i < len(budget) else None, "version": k, "policy_steps": k,
-                    "real_steps": int(demo_steps)})  # fmt: skip
+        out.append(
+            {
+                "budget": int(budget[i]) if i < len(budget) else None,
+                "version": k,
+                "policy_steps": k,
+                "real_steps": int(demo_steps),
+            }
+        )
     return out
 
 
 class SampleEfficiency:
-    def __init__(self, cfg: Config, out: Path, quick: bool = False, start_stack: bool = True,
-                 echo: bool = True, command: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        out: Path,
+        quick: bool = False,
+        start_stack: bool = True,
+        echo: bool = True,
+        command: str = "",
+    ):
         self.base = cfg
         self.ex = resolve_experiment(cfg, quick)
         self.quick = quick
@@ -397,13 +452,19 @@ class SampleEfficiency:
         import dataclasses
 
         self.cells_dir.mkdir(parents=True, exist_ok=True)
-        meta = {"experiment_id": self.id, "quick": self.quick, "config": dataclasses.asdict(self.ex)}
+        meta = {
+            "experiment_id": self.id,
+            "quick": self.quick,
+            "config": dataclasses.asdict(self.ex),
+        }
         f = self._meta_file()
         if f.exists():
             old = json.loads(f.read_text())
             if old.get("experiment_id") != self.id:
-                raise ValueError(f"{self.out} holds experiment {old.get('experiment_id')} with another configuration; "
-                                 f"use a new --out (or delete it) to run {self.id}")  # fmt: skip
+                raise ValueError(
+                    f"{self.out} holds experiment {old.get('experiment_id')} with another configuration; "
+                    f"use a new --out (or delete it) to run {self.id}"
+                )
         else:
             f.write_text(json.dumps(meta, indent=1))
 
@@ -435,8 +496,23 @@ class SampleEfficiency:
         c.collector.seed_offset = 104_729 * (int(seed) + 1)
         n = self.ex.demos_per_task * len(self.ex.tasks)
         ensure_topics(c)
-        sup = Supervisor(c, {"demos": ["collect", "--policy", "expert", "--contexts", "1", "--max-episodes", str(n),
-                                       "--id", f"demos-{run_id}"]}, once=("demos",))  # fmt: skip
+        sup = Supervisor(
+            c,
+            {
+                "demos": [
+                    "collect",
+                    "--policy",
+                    "expert",
+                    "--contexts",
+                    "1",
+                    "--max-episodes",
+                    str(n),
+                    "--id",
+                    f"demos-{run_id}",
+                ]
+            },
+            once=("demos",),
+        )
         self.say(f"seed {seed}: collecting {n} expert demonstrations ({run_id})")
         deadline = time.time() + self.ex.cell_timeout_s
         try:
@@ -444,7 +520,9 @@ class SampleEfficiency:
                 sup.supervise()
                 self._check_child_crashes(sup)
                 if time.time() > deadline:
-                    raise ExperimentError(f"demonstrations for seed {seed} not collected in time (log {sup.logs})")
+                    raise ExperimentError(
+                        f"demonstrations for seed {seed} not collected in time (log {sup.logs})"
+                    )
                 time.sleep(0.3)
         finally:
             sup.stop()
@@ -452,16 +530,22 @@ class SampleEfficiency:
         info = export_file(c, tmp, timeout=60)
         eps = info["episodes"]
         if eps < n:
-            raise ExperimentError(f"seed {seed}: {eps} of {n} demonstrations reached the expert topic")
+            raise ExperimentError(
+                f"seed {seed}: {eps} of {n} demonstrations reached the expert topic"
+            )
         tmp.replace(path)
-        self.say(f"seed {seed}: {info['transitions']} demonstration steps in {eps} episodes -> {path}")
+        self.say(
+            f"seed {seed}: {info['transitions']} demonstration steps in {eps} episodes -> {path}"
+        )
         return path
 
     @staticmethod
     def _check_child_crashes(sup, limit: int = 3) -> None:
         for c in sup.children:
             if c.restarts >= limit:
-                raise ExperimentError(f"{c.name} crashed {c.restarts} times (exit codes {c.exits}); see {c.log}")
+                raise ExperimentError(
+                    f"{c.name} crashed {c.restarts} times (exit codes {c.exits}); see {c.log}"
+                )
 
     # --- one cell ----------------------------------------------------------------------
     def run_cell(self, arm: str, seed: int, demos: Path) -> dict:
@@ -477,19 +561,32 @@ class SampleEfficiency:
             init = f"{imit['run_id']}:{imit['points'][-1]['version']}"
         c = cell_config(self.base, self.ex, run_id, arm, seed, init_from=init)
         # the trainer stops by itself after trainer.max_steps and keeps serving its counters for the final scrape
-        comps: dict[str, list[str]] = {"stream-worker": ["stream-worker"],
-                                       "trainer": ["train", "--linger", str(LINGER_S)]}  # fmt: skip
+        comps: dict[str, list[str]] = {
+            "stream-worker": ["stream-worker"],
+            "trainer": ["train", "--linger", str(LINGER_S)],
+        }
         if arm in ONLINE_ARMS:
-            comps["collector"] = ["collect", "--policy", "latest", "--contexts", str(self.ex.contexts),
-                                  "--id", f"collector-{run_id}"]  # fmt: skip
+            comps["collector"] = [
+                "collect",
+                "--policy",
+                "latest",
+                "--contexts",
+                str(self.ex.contexts),
+                "--id",
+                f"collector-{run_id}",
+            ]
             if arm == "dynaweb":
                 comps["dream"] = ["dream"]
-        final_version = c.trainer.max_steps // c.trainer.checkpoint_every  # one version per checkpoint after v0
+        final_version = (
+            c.trainer.max_steps // c.trainer.checkpoint_every
+        )  # one version per checkpoint after v0
         ensure_topics(c)
         import_file(c, demos)
         sup = Supervisor(c, comps, once=("trainer",))
-        self.say(f"{arm} seed {seed}: run {run_id} ({', '.join(comps)}), {c.trainer.max_steps} policy steps, "
-                 f"logs in {sup.logs}")  # fmt: skip
+        self.say(
+            f"{arm} seed {seed}: run {run_id} ({', '.join(comps)}), {c.trainer.max_steps} policy steps, "
+            f"logs in {sup.logs}"
+        )
         t0 = time.time()
         watch = RunWatch(c)
         last_print = next_scrape = 0.0
@@ -499,15 +596,21 @@ class SampleEfficiency:
                 sup.supervise()
                 self._check_child_crashes(sup)
                 if watch.error is not None:
-                    raise ExperimentError(f"reading run {run_id} from the broker failed: {watch.error}")
+                    raise ExperimentError(
+                        f"reading run {run_id} from the broker failed: {watch.error}"
+                    )
                 live, version = watch.real_steps, watch.version
                 if time.time() - last_print > 15:
-                    self.say(f"{arm} seed {seed}: policy v{version}/{final_version}, real steps {demo_steps + live}, "
-                             f"{time.time() - t0:.0f}s")  # fmt: skip
+                    self.say(
+                        f"{arm} seed {seed}: policy v{version}/{final_version}, real steps {demo_steps + live}, "
+                        f"{time.time() - t0:.0f}s"
+                    )
                     last_print = time.time()
                 if (version is not None and version >= final_version) or sup.child("trainer").done:
                     break  # the last policy step is taken (its checkpoint announced)
-                if time.time() > next_scrape:  # a fallback, should the final scrape miss the trainer
+                if (
+                    time.time() > next_scrape
+                ):  # a fallback, should the final scrape miss the trainer
                     snap = scrape_selected(c)
                     if "trainer_policy_steps" in snap:
                         periodic = snap
@@ -515,8 +618,10 @@ class SampleEfficiency:
                 if self._stop.is_set():
                     raise ExperimentError(f"{arm} seed {seed}: stopped")
                 if time.time() - t0 > self.ex.cell_timeout_s:
-                    raise ExperimentError(f"{arm} seed {seed} did not finish in {self.ex.cell_timeout_s:.0f}s "
-                                          f"(real steps {demo_steps + live}, version {version}); logs in {sup.logs}")  # fmt: skip
+                    raise ExperimentError(
+                        f"{arm} seed {seed} did not finish in {self.ex.cell_timeout_s:.0f}s "
+                        f"(real steps {demo_steps + live}, version {version}); logs in {sup.logs}"
+                    )
                 time.sleep(0.3)
             for name in ("collector", "dream"):  # no more real steps or dreams: the counters settle
                 if name in comps:
@@ -531,39 +636,69 @@ class SampleEfficiency:
         live_steps = watch.real_steps
         train_s = time.time() - t0
         if arm == "imitation":
-            from infra.s3 import make_client
+            from core.s3 import make_client
             from models.checkpoint import CheckpointStore
 
             latest = CheckpointStore(make_client(c), c.s3.bucket, run_id).latest("policy")
             if latest is None:
-                raise ExperimentError(f"imitation seed {seed}: no checkpoint in S3 (logs in {sup.logs})")
+                raise ExperimentError(
+                    f"imitation seed {seed}: no checkpoint in S3 (logs in {sup.logs})"
+                )
             version = int(latest["version"])
-            picks = [{"budget": None, "version": version, "real_steps": demo_steps,
-                      "policy_steps": version * c.trainer.checkpoint_every}]  # fmt: skip
+            picks = [
+                {
+                    "budget": None,
+                    "version": version,
+                    "real_steps": demo_steps,
+                    "policy_steps": version * c.trainer.checkpoint_every,
+                }
+            ]
         elif not history:
             raise ExperimentError(f"{arm} seed {seed}: the trainer never announced a checkpoint")
         elif arm == "imitation_matched":
-            online = [json.loads(self.cell_file(a, seed).read_text())["points"] for a in ONLINE_ARMS
-                      if self.cell_file(a, seed).exists()]  # fmt: skip
+            online = [
+                json.loads(self.cell_file(a, seed).read_text())["points"]
+                for a in ONLINE_ARMS
+                if self.cell_file(a, seed).exists()
+            ]
             picks = matched_points(online, self.ex.budget, self.ex.online_policy_steps, demo_steps)
             have = {v for v, _ in history}
             missing = sorted({p["version"] for p in picks} - have)
             if missing:
-                raise ExperimentError(f"{arm} seed {seed}: versions {missing} were never announced "
-                                      f"(have {sorted(have)})")  # fmt: skip
+                raise ExperimentError(
+                    f"{arm} seed {seed}: versions {missing} were never announced "
+                    f"(have {sorted(have)})"
+                )
         else:
             picks = online_points(history, self.ex.budget, demo_steps)
         points = self.evaluate(c, picks)
         diag = {**final_metrics, **topic_stats(c)}
-        res = {"arm": arm, "seed": seed, "run_id": run_id, "demo_steps": demo_steps, "points": points,
-               "history": history, "train_s": round(train_s, 1), "eval_s": round(time.time() - t0 - train_s, 1),
-               "live_steps": int(live_steps), "policy_steps": int(c.trainer.max_steps),
-               "expert_samples_per_step": c.stream.batch_trajectories if c.stream.expert_fraction >= 1
-               else expert_samples_per_step(self.ex), "diagnostics": diag}  # fmt: skip
+        res = {
+            "arm": arm,
+            "seed": seed,
+            "run_id": run_id,
+            "demo_steps": demo_steps,
+            "points": points,
+            "history": history,
+            "train_s": round(train_s, 1),
+            "eval_s": round(time.time() - t0 - train_s, 1),
+            "live_steps": int(live_steps),
+            "policy_steps": int(c.trainer.max_steps),
+            "expert_samples_per_step": c.stream.batch_trajectories
+            if c.stream.expert_fraction >= 1
+            else expert_samples_per_step(self.ex),
+            "diagnostics": diag,
+        }
         self.cell_file(arm, seed).write_text(json.dumps(res, indent=1))
-        self.say(f"{arm} seed {seed}: " + ", ".join(f"{p['policy_steps']} policy / {p['real_steps']} real steps -> "
-                                                    f"{100 * p['success']:.0f}%" for p in points)
-                 + f" ({time.time() - t0:.0f}s)")  # fmt: skip
+        self.say(
+            f"{arm} seed {seed}: "
+            + ", ".join(
+                f"{p['policy_steps']} policy / {p['real_steps']} real steps -> "
+                f"{100 * p['success']:.0f}%"
+                for p in points
+            )
+            + f" ({time.time() - t0:.0f}s)"
+        )
         return res
 
     def run_cells(self, arms: list[str], seed: int, demos: Path) -> None:
@@ -593,9 +728,11 @@ class SampleEfficiency:
                 raise e
 
     def evaluate(self, c: Config, picks: list[dict]) -> list[dict]:
-        from models.evaluate import eval_policy
+        from evaluation.evaluate import eval_policy
 
-        seeds = list(range(self.ex.eval_seed_start, self.ex.eval_seed_start + self.ex.eval_seeds_per_task))
+        seeds = list(
+            range(self.ex.eval_seed_start, self.ex.eval_seed_start + self.ex.eval_seeds_per_task)
+        )
         cache: dict[int, dict] = {}
         out = []
         for p in picks:
@@ -603,11 +740,25 @@ class SampleEfficiency:
                 raise ExperimentError("stopped during evaluation")
             v = p["version"]
             if v not in cache:
-                cache[v] = eval_policy(c, str(v), list(self.ex.tasks), seeds, greedy=True,
-                                       contexts=self.ex.contexts, dreams=False)  # fmt: skip
+                cache[v] = eval_policy(
+                    c,
+                    str(v),
+                    list(self.ex.tasks),
+                    seeds,
+                    greedy=True,
+                    contexts=self.ex.contexts,
+                    dreams=False,
+                )
             r = cache[v]
-            out.append({**p, "success": r["success_rate"], "episodes": r["episodes"], "timeouts": r["timeouts"],
-                        "per_task": {t: d["success_rate"] for t, d in r["tasks"].items()}})  # fmt: skip
+            out.append(
+                {
+                    **p,
+                    "success": r["success_rate"],
+                    "episodes": r["episodes"],
+                    "timeouts": r["timeouts"],
+                    "per_task": {t: d["success_rate"] for t, d in r["tasks"].items()},
+                }
+            )
         return out
 
     def wm_probe(self, seed: int) -> None:
@@ -621,7 +772,7 @@ class SampleEfficiency:
         if "wm_fidelity" in dyn:
             return
         from collectors.demos import to_line
-        from models.evaluate import eval_world_model, read_topic
+        from evaluation.evaluate import eval_world_model, read_topic
         from streams.topics import Topics
 
         ro = json.loads(f_r.read_text())
@@ -635,19 +786,25 @@ class SampleEfficiency:
             for key, cell in (("dynaweb_final", dyn), ("imitation", imit)):
                 cc = cell_config(self.base, self.ex, cell["run_id"], cell["arm"], seed)
                 r = eval_world_model(cc, "latest", data=str(data), split="all", limit=200)
-                res[key] = {k: r[k] for k in r if isinstance(r[k], int | float | dict) and k != "seconds"}
+                res[key] = {
+                    k: r[k] for k in r if isinstance(r[k], int | float | dict) and k != "seconds"
+                }
         dyn["wm_fidelity"] = res
         f_d.write_text(json.dumps(dyn, indent=1))
-        self.say(f"seed {seed}: world-model fidelity on {len(trans)} held-out real transitions written")
+        self.say(
+            f"seed {seed}: world-model fidelity on {len(trans)} held-out real transitions written"
+        )
 
     # --- the whole study -------------------------------------------------------------
     def run(self) -> dict:
         from infra.stack import Stack
 
         self._check_out()
-        self.say(f"{self.id}: {len(self.ex.seeds)} seeds x arms {', '.join(self.ex.arms)}, budget {self.ex.budget} "
-                 f"real steps, {self.ex.online_policy_steps} policy steps per arm after imitation; expected wall "
-                 f"time on 2 cores: {'a few minutes' if self.quick else 'not yet measured for 4 arms (3 arms: 48 min)'}")  # fmt: skip
+        self.say(
+            f"{self.id}: {len(self.ex.seeds)} seeds x arms {', '.join(self.ex.arms)}, budget {self.ex.budget} "
+            f"real steps, {self.ex.online_policy_steps} policy steps per arm after imitation; expected wall "
+            f"time on 2 cores: {'a few minutes' if self.quick else 'not yet measured for 4 arms (3 arms: 48 min)'}"
+        )
         t0 = time.time()
         stack = Stack(self.base)
         if self.start_stack:
@@ -655,14 +812,18 @@ class SampleEfficiency:
             stack.up()
         try:
             for seed in self.ex.seeds:
-                todo = [a for a in ARMS if a in self.ex.arms and not self.cell_file(a, seed).exists()]
+                todo = [
+                    a for a in ARMS if a in self.ex.arms and not self.cell_file(a, seed).exists()
+                ]
                 if not todo:
                     continue
                 demos = self.demos(seed)
                 if "imitation" in todo:
                     self.run_cell("imitation", seed, demos)
                 self.run_cells([a for a in todo if a in ONLINE_ARMS], seed, demos)
-                if "imitation_matched" in todo:  # after the online arms: its read-outs follow their points
+                if (
+                    "imitation_matched" in todo
+                ):  # after the online arms: its read-outs follow their points
                     self.run_cell("imitation_matched", seed, demos)
                 try:
                     self.wm_probe(seed)
@@ -679,38 +840,77 @@ class SampleEfficiency:
     def frozen(self) -> dict:
         """The study's fixed configuration, as stated in the summary."""
         ex = self.ex
-        return {"tasks": list(ex.tasks), "group_size": ex.group_size, "temperature": ex.temperature, "reward": REWARD,
-                "imitation_steps": ex.imitation_steps, "online_policy_steps": ex.online_policy_steps,
-                "expert_samples_per_step": expert_samples_per_step(ex), "batch_trajectories": ex.batch_trajectories,
-                "expert_fraction": ex.expert_fraction, "budget": list(ex.budget), "seeds": list(ex.seeds),
-                "arms": list(ex.arms), "eval_episodes_per_point": ex.eval_seeds_per_task * len(ex.tasks)}  # fmt: skip
+        return {
+            "tasks": list(ex.tasks),
+            "group_size": ex.group_size,
+            "temperature": ex.temperature,
+            "reward": REWARD,
+            "imitation_steps": ex.imitation_steps,
+            "online_policy_steps": ex.online_policy_steps,
+            "expert_samples_per_step": expert_samples_per_step(ex),
+            "batch_trajectories": ex.batch_trajectories,
+            "expert_fraction": ex.expert_fraction,
+            "budget": list(ex.budget),
+            "seeds": list(ex.seeds),
+            "arms": list(ex.arms),
+            "eval_episodes_per_point": ex.eval_seeds_per_task * len(ex.tasks),
+        }
 
     def report(self, wall_s: float) -> dict:
         """Write the artifacts and ``summary.json``; returns that summary (the ``--json`` line)."""
         cells = self.load_cells()
         prev = json.loads(self._meta_file().read_text())
         total_wall = float(prev.get("wall_s_total", 0.0)) + wall_s
-        meta = {"experiment_id": self.id, "command": self.command, "wall_s": total_wall, "tasks": list(self.ex.tasks),
-                "seeds": list(self.ex.seeds), "eval_seeds_per_task": self.ex.eval_seeds_per_task,
-                "eval_seed_start": self.ex.eval_seed_start, "diagnostics": _diag_by_arm(cells),
-                "per_task": _per_task(cells), "frozen": self.frozen()}  # fmt: skip
+        meta = {
+            "experiment_id": self.id,
+            "command": self.command,
+            "wall_s": total_wall,
+            "tasks": list(self.ex.tasks),
+            "seeds": list(self.ex.seeds),
+            "eval_seeds_per_task": self.ex.eval_seeds_per_task,
+            "eval_seed_start": self.ex.eval_seed_start,
+            "diagnostics": _diag_by_arm(cells),
+            "per_task": _per_task(cells),
+            "frozen": self.frozen(),
+        }
         summary = write_all(cells, self.out, meta)
         prev.update(wall_s_total=round(total_wall, 1), command=self.command)
         self._meta_file().write_text(json.dumps(prev, indent=1))
-        out = {"arms": summary["arms"], "experiment_id": self.id, "quick": self.quick, "config": meta["frozen"],
-               "out": str(self.out), "wall_s": round(total_wall, 1), "cells": len(cells), "rows": summary["rows"],
-               "headline": summary["headline"], "paired": summary["paired"],
-               "artifacts": {k: str(self.out / k) for k in ("results.csv", "success_vs_real.png", "results.md",
-                                                            "summary.json")}}  # fmt: skip
+        out = {
+            "arms": summary["arms"],
+            "experiment_id": self.id,
+            "quick": self.quick,
+            "config": meta["frozen"],
+            "out": str(self.out),
+            "wall_s": round(total_wall, 1),
+            "cells": len(cells),
+            "rows": summary["rows"],
+            "headline": summary["headline"],
+            "paired": summary["paired"],
+            "artifacts": {
+                k: str(self.out / k)
+                for k in ("results.csv", "success_vs_real.png", "results.md", "summary.json")
+            },
+        }
         (self.out / "summary.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
         return out
 
 
 # per-cell diagnostics averaged over seeds: the trainer's own counters (policy steps, policy samples per
 # source), the stream's and dream generator's counters, and what the run's topics held (``topic_``)
-DIAG_KEYS = ("trainer_policy_steps", "trainer_samples_expert", "trainer_samples_real", "trainer_samples_dream",
-             "dream_steps", "wm_invalid_outputs", "stale_dropped", "topic_live_episodes", "topic_live_success",
-             "topic_dream_episodes", "topic_dream_success")  # fmt: skip
+DIAG_KEYS = (
+    "trainer_policy_steps",
+    "trainer_samples_expert",
+    "trainer_samples_real",
+    "trainer_samples_dream",
+    "dream_steps",
+    "wm_invalid_outputs",
+    "stale_dropped",
+    "topic_live_episodes",
+    "topic_live_success",
+    "topic_dream_episodes",
+    "topic_dream_success",
+)
 
 
 def _mean(xs: list) -> float | None:
@@ -728,9 +928,12 @@ def _diag_by_arm(cells: list[dict]) -> dict:
         cs = [c for c in cells if c["arm"] == arm]
         if not cs:
             continue
-        d: dict = {"train_s": _mean([c["train_s"] for c in cs]), "eval_s": _mean([c["eval_s"] for c in cs]),
-                   "live_steps": _mean([c["live_steps"] for c in cs]),
-                   "versions": _mean([len(c["history"]) for c in cs])}  # fmt: skip
+        d: dict = {
+            "train_s": _mean([c["train_s"] for c in cs]),
+            "eval_s": _mean([c["eval_s"] for c in cs]),
+            "live_steps": _mean([c["live_steps"] for c in cs]),
+            "versions": _mean([len(c["history"]) for c in cs]),
+        }
         for k in DIAG_KEYS:
             v = _mean([c.get("diagnostics", {}).get(k) for c in cs])
             if v is not None:
@@ -740,13 +943,25 @@ def _diag_by_arm(cells: list[dict]) -> dict:
             g = pooled.get(src, {})
             if g.get("groups"):
                 d[f"trainer_{name}_groups"] = round(g["groups"] / len(cs), 3)
-                d[f"trainer_{name}_nonzero_adv_share"] = round(g.get("groups_nonzero", 0.0) / g["groups"], 4)
+                d[f"trainer_{name}_nonzero_adv_share"] = round(
+                    g.get("groups_nonzero", 0.0) / g["groups"], 4
+                )
             if g.get("stale_dropped"):
                 d[f"trainer_{name}_stale_dropped"] = round(g["stale_dropped"] / len(cs), 3)
             if g.get("ungrouped"):
                 d[f"trainer_{name}_ungrouped"] = round(g["ungrouped"] / len(cs), 3)
-        fids = [c["wm_fidelity"]["dynaweb_final"] for c in cs if c.get("wm_fidelity", {}).get("dynaweb_final")]
-        for k in ("exact_match", "change_f1", "baseline_exact_match", "baseline_change_f1", "ok_rate"):
+        fids = [
+            c["wm_fidelity"]["dynaweb_final"]
+            for c in cs
+            if c.get("wm_fidelity", {}).get("dynaweb_final")
+        ]
+        for k in (
+            "exact_match",
+            "change_f1",
+            "baseline_exact_match",
+            "baseline_change_f1",
+            "ok_rate",
+        ):
             v = _mean([f.get(k) for f in fids])
             if v is not None:
                 d[f"wm_{k}"] = v

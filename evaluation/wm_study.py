@@ -22,7 +22,7 @@ changes" baseline, on *held-out real transitions split by episode*:
    model is saved as a Hugging Face directory ``OUT/world_model`` (what
    ``load_world_model`` and ``--checkpoint DIR`` read);
 4. **evaluate** with the code of ``dynaweb eval world-model``
-   (``models.evaluate.eval_world_model``, greedy decoding, held-out split of
+   (``evaluation.evaluate.eval_world_model``, greedy decoding, held-out split of
    the same JSONL file), printing the model's figures next to the baseline's,
    and the exact command that recomputes them.
 
@@ -53,10 +53,17 @@ import torch
 METRICS = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc")
 
 DEFAULT_TASKS = [
-    "miniwob/click-button", "miniwob/click-link", "miniwob/enter-text", "miniwob/click-checkboxes",
-    "miniwob/focus-text", "miniwob/click-dialog", "miniwob/login-user", "miniwob/choose-list",
-    "miniwob/click-tab", "miniwob/enter-password",
-]  # fmt: skip
+    "miniwob/click-button",
+    "miniwob/click-link",
+    "miniwob/enter-text",
+    "miniwob/click-checkboxes",
+    "miniwob/focus-text",
+    "miniwob/click-dialog",
+    "miniwob/login-user",
+    "miniwob/choose-list",
+    "miniwob/click-tab",
+    "miniwob/enter-password",
+]
 
 
 @dataclass
@@ -80,13 +87,17 @@ class WMExperimentConfig:
     steps: int = 5000
     time_budget_s: float = 840.0
     batch: int = 8
-    chunk_rows: int = 8  # micro-batch of the chunked backward (same gradient, less memory and padding)
+    chunk_rows: int = (
+        8  # micro-batch of the chunked backward (same gradient, less memory and padding)
+    )
     lr: float = 2e-3
     warmup: int = 30
     min_lr_fraction: float = 0.05
     grad_clip: float = 1.0
     infonce_weight: float = 0.1
-    head_weight: float = 1.0  # trainer.wm_head_weight: the reward/done heads (reward and done in the eval)
+    head_weight: float = (
+        1.0  # trainer.wm_head_weight: the reward/done heads (reward and done in the eval)
+    )
     max_change_tokens: int = 160
     seed: int = 0
     threads: int = 2
@@ -95,9 +106,24 @@ class WMExperimentConfig:
 
     @classmethod
     def make_quick(cls) -> WMExperimentConfig:
-        return cls(quick=True, tasks=DEFAULT_TASKS[:4], expert_episodes=16, random_episodes=24, max_steps=5,
-                   heldout_fraction=0.25, layers=2, d_model=64, heads=2, max_positions=512, steps=40,
-                   time_budget_s=45.0, batch=8, lr=2e-3, warmup=5, log_every=10)  # fmt: skip
+        return cls(
+            quick=True,
+            tasks=DEFAULT_TASKS[:4],
+            expert_episodes=16,
+            random_episodes=24,
+            max_steps=5,
+            heldout_fraction=0.25,
+            layers=2,
+            d_model=64,
+            heads=2,
+            max_positions=512,
+            steps=40,
+            time_budget_s=45.0,
+            batch=8,
+            lr=2e-3,
+            warmup=5,
+            log_every=10,
+        )
 
 
 # --- pure helpers ------------------------------------------------------------------
@@ -164,9 +190,11 @@ def batches(n: int, batch: int, rng: random.Random):
 
 def eval_command(out: Path, fraction: float, decode: str = "rerank") -> str:
     """The ``dynaweb eval world-model`` command that recomputes the figures."""
-    return (f"dynaweb eval world-model --checkpoint {shlex.quote(str(out / 'world_model'))} "
-            f"--data {shlex.quote(str(out / 'transitions.jsonl'))} --split heldout "
-            f"--set stream.heldout_fraction={fraction:g} --decode {decode} --json")  # fmt: skip
+    return (
+        f"dynaweb eval world-model --checkpoint {shlex.quote(str(out / 'world_model'))} "
+        f"--data {shlex.quote(str(out / 'transitions.jsonl'))} --split heldout "
+        f"--set stream.heldout_fraction={fraction:g} --decode {decode} --json"
+    )
 
 
 # --- 1. collect ------------------------------------------------------------------------
@@ -193,9 +221,17 @@ def collect(cfg: Any, x: WMExperimentConfig) -> tuple[list, dict]:
     from collectors.collector import ExpertAgent, RandomAgent, run_collector
     from streams.topics import Topics
 
-    c = dataclasses.replace(cfg, collector=dataclasses.replace(
-        cfg.collector, tasks=list(x.tasks), contexts=x.contexts, max_steps=x.max_steps, seed_start=x.seed_start))  # fmt: skip
-    from infra.taskserver import serve
+    c = dataclasses.replace(
+        cfg,
+        collector=dataclasses.replace(
+            cfg.collector,
+            tasks=list(x.tasks),
+            contexts=x.contexts,
+            max_steps=x.max_steps,
+            seed_start=x.seed_start,
+        ),
+    )
+    from collectors.taskserver import serve
 
     out, counts = [], {}
     server, _, base = serve()  # our own task server: nothing shared with a running stack
@@ -203,11 +239,28 @@ def collect(cfg: Any, x: WMExperimentConfig) -> tuple[list, dict]:
     async def one(policy: str, n: int, offset: int) -> None:
         cc = dataclasses.replace(c, collector=dataclasses.replace(c.collector, max_episodes=n))
         sink = _ListSink()
-        agent = (lambda: ExpertAgent()) if policy == "expert" else (lambda: RandomAgent(seed=x.seed + 1))
-        st = await run_collector(cc, sink, Topics(cc.run_id), agent, asyncio.Event(), base_url=base,
-                                 collector_id=f"wm-experiment-{policy}", seed_offset=offset, run_length=2)  # fmt: skip
+        agent = (
+            (lambda: ExpertAgent())
+            if policy == "expert"
+            else (lambda: RandomAgent(seed=x.seed + 1))
+        )
+        st = await run_collector(
+            cc,
+            sink,
+            Topics(cc.run_id),
+            agent,
+            asyncio.Event(),
+            base_url=base,
+            collector_id=f"wm-experiment-{policy}",
+            seed_offset=offset,
+            run_length=2,
+        )
         out.extend(sink.transitions)
-        counts[policy] = {"episodes": st.episodes, "successes": st.successes, "transitions": len(sink.transitions)}
+        counts[policy] = {
+            "episodes": st.episodes,
+            "successes": st.successes,
+            "transitions": len(sink.transitions),
+        }
 
     try:
         if x.expert_episodes:
@@ -234,26 +287,39 @@ def write_jsonl(path: Path, transitions: list) -> None:
 
 
 def model_config(x: WMExperimentConfig) -> Any:
-    from infra.config import ModelConfig
+    from core.config import ModelConfig
 
-    return ModelConfig(layers=x.layers, d_model=x.d_model, heads=x.heads, max_positions=x.max_positions, seed=x.seed)
+    return ModelConfig(
+        layers=x.layers,
+        d_model=x.d_model,
+        heads=x.heads,
+        max_positions=x.max_positions,
+        seed=x.seed,
+    )
 
 
-def train_world_model(transitions: list, x: WMExperimentConfig, out_dir: Path, embedder: Any = None,
-                      log: Any = print) -> dict:  # fmt: skip
+def train_world_model(
+    transitions: list, x: WMExperimentConfig, out_dir: Path, embedder: Any = None, log: Any = print
+) -> dict:
     """Offline training on ``transitions`` with ``world_model_batch_loss``; saves ``out_dir``."""
-    from infra.config import TrainerConfig
+    from core.config import TrainerConfig
     from models.learner import world_model_batch_loss
     from models.world_model import make_world_model
 
     torch.manual_seed(x.seed)
     rng = random.Random(x.seed)
     model, tok = make_world_model(model_config(x))
-    tcfg = TrainerConfig(infonce_weight=x.infonce_weight, wm_lr=x.lr, grad_clip=x.grad_clip,
-                         wm_head_weight=x.head_weight)  # fmt: skip
+    tcfg = TrainerConfig(
+        infonce_weight=x.infonce_weight,
+        wm_lr=x.lr,
+        grad_clip=x.grad_clip,
+        wm_head_weight=x.head_weight,
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=x.lr, weight_decay=0.0)
-    if embedder is not None and x.infonce_weight > 0:  # the frozen targets once (cached), not inside the timed loop
+    if (
+        embedder is not None and x.infonce_weight > 0
+    ):  # the frozen targets once (cached), not inside the timed loop
         pages = list(dict.fromkeys(t.next_obs["tree"] for t in transitions))
         if len(pages) <= getattr(embedder, "cache_size", 0):
             embedder.embed(pages)
@@ -264,42 +330,82 @@ def train_world_model(transitions: list, x: WMExperimentConfig, out_dir: Path, e
     step, seen, ema = 0, 0, None
     while step < x.steps and time.time() - t0 < x.time_budget_s:
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, max(step / max(1, x.steps), (time.time() - t0) / max(1e-9, x.time_budget_s)),
-                            x.lr, x.warmup, x.min_lr_fraction)
+            g["lr"] = lr_at(
+                step,
+                max(step / max(1, x.steps), (time.time() - t0) / max(1e-9, x.time_budget_s)),
+                x.lr,
+                x.warmup,
+                x.min_lr_fraction,
+            )
         batch = [transitions[i] for i in next(it)]
         opt.zero_grad(set_to_none=True)
-        _, st = world_model_batch_loss(model, tok, batch, tcfg, embedder, x.max_change_tokens, backward=True,
-                                       chunk_rows=x.chunk_rows)
+        _, st = world_model_batch_loss(
+            model,
+            tok,
+            batch,
+            tcfg,
+            embedder,
+            x.max_change_tokens,
+            backward=True,
+            chunk_rows=x.chunk_rows,
+        )
         gn = float(torch.nn.utils.clip_grad_norm_(params, x.grad_clip))
         opt.step()
         step += 1
         seen += len(batch)
         ema = st["lm_loss"] if ema is None else 0.95 * ema + 0.05 * st["lm_loss"]
         if step % x.log_every == 0 or step == 1:
-            row = {"step": step, "s": round(time.time() - t0, 1), "lm_loss": round(st["lm_loss"], 4),
-                   "lm_loss_ema": round(ema, 4), "infonce": round(st["infonce"], 4), "grad_norm": round(gn, 3),
-                   "lr": round(opt.param_groups[0]["lr"], 6),
-                   **{k: round(st[k], 4) for k in ("reward_head_loss", "reward_head_acc", "done_head_loss",
-                                                  "done_head_acc") if k in st}}  # fmt: skip
+            row = {
+                "step": step,
+                "s": round(time.time() - t0, 1),
+                "lm_loss": round(st["lm_loss"], 4),
+                "lm_loss_ema": round(ema, 4),
+                "infonce": round(st["infonce"], 4),
+                "grad_norm": round(gn, 3),
+                "lr": round(opt.param_groups[0]["lr"], 6),
+                **{
+                    k: round(st[k], 4)
+                    for k in (
+                        "reward_head_loss",
+                        "reward_head_acc",
+                        "done_head_loss",
+                        "done_head_acc",
+                    )
+                    if k in st
+                },
+            }
             hist.append(row)
-            log(f"  step {row['step']:5d}  {row['s']:7.1f}s  lm {row['lm_loss']:.4f} (ema {row['lm_loss_ema']:.4f})  "
+            log(
+                f"  step {row['step']:5d}  {row['s']:7.1f}s  lm {row['lm_loss']:.4f} (ema {row['lm_loss_ema']:.4f})  "
                 f"infonce {row['infonce']:.3f}  |g| {row['grad_norm']:.2f}  lr {row['lr']:.2e}"
-                + (f"  heads r {row['reward_head_acc']:.2f} d {row['done_head_acc']:.2f}"
-                   if "reward_head_acc" in row else ""))  # fmt: skip
+                + (
+                    f"  heads r {row['reward_head_acc']:.2f} d {row['done_head_acc']:.2f}"
+                    if "reward_head_acc" in row
+                    else ""
+                )
+            )
     secs = time.time() - t0
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
     tok.save_pretrained(str(out_dir))
-    return {"steps": step, "transitions_seen": seen, "epochs": round(seen / max(1, len(transitions)), 2),
-            "seconds": round(secs, 1), "final_lm_loss_ema": round(ema or 0.0, 4), "history": hist,
-            "parameters": sum(p.numel() for p in params)}  # fmt: skip
+    return {
+        "steps": step,
+        "transitions_seen": seen,
+        "epochs": round(seen / max(1, len(transitions)), 2),
+        "seconds": round(secs, 1),
+        "final_lm_loss_ema": round(ema or 0.0, 4),
+        "history": hist,
+        "parameters": sum(p.numel() for p in params),
+    }
 
 
 # --- 3. the whole experiment ---------------------------------------------------------------
 
 
-def run_experiment(cfg: Any, x: WMExperimentConfig, out: Path, data: str | None = None, log: Any = print) -> dict:
-    from models.evaluate import eval_world_model, read_jsonl
+def run_experiment(
+    cfg: Any, x: WMExperimentConfig, out: Path, data: str | None = None, log: Any = print
+) -> dict:
+    from evaluation.evaluate import eval_world_model, read_jsonl
 
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, int(x.threads)))
@@ -313,61 +419,95 @@ def run_experiment(cfg: Any, x: WMExperimentConfig, out: Path, data: str | None 
             write_jsonl(path, trans)
         counts["from_file"] = data
     else:
-        log(f"collecting: {x.expert_episodes} expert + {x.random_episodes} random episodes on {len(x.tasks)} tasks")
+        log(
+            f"collecting: {x.expert_episodes} expert + {x.random_episodes} random episodes on {len(x.tasks)} tasks"
+        )
         trans, counts = collect(cfg, x)
         write_jsonl(path, trans)
     t_collect = time.time() - t0
     trans = [t for t in trans if t.source != "dream"]
     train, held = split_by_episode(trans, x.heldout_fraction)
     if not train or not held:
-        raise ValueError(f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
-                         "collect more episodes or change the held-out fraction")  # fmt: skip
+        raise ValueError(
+            f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
+            "collect more episodes or change the held-out fraction"
+        )
     data_stats = {
-        "transitions": len(trans), "episodes": len({t.episode_id for t in trans}),
-        "train_transitions": len(train), "train_episodes": len({t.episode_id for t in train}),
-        "heldout_transitions": len(held), "heldout_episodes": len({t.episode_id for t in held}),
+        "transitions": len(trans),
+        "episodes": len({t.episode_id for t in trans}),
+        "train_transitions": len(train),
+        "train_episodes": len({t.episode_id for t in train}),
+        "heldout_transitions": len(held),
+        "heldout_episodes": len({t.episode_id for t in held}),
         "train_failed_share": round(failed_share(train), 4),
         "train_random_share": round(sum(t.source == "real" for t in train) / len(train), 4),
-        "tasks": sorted({t.task for t in trans}), "collected": counts,
-    }  # fmt: skip
-    log(f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "
+        "tasks": sorted({t.task for t in trans}),
+        "collected": counts,
+    }
+    log(
+        f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "
         f"{data_stats['train_failed_share']:.0%} from failed/unfinished episodes), "
-        f"{data_stats['heldout_transitions']} held out ({data_stats['heldout_episodes']} episodes)")  # fmt: skip
+        f"{data_stats['heldout_transitions']} held out ({data_stats['heldout_episodes']} episodes)"
+    )
     embedder = None
     if x.infonce_weight > 0:
         from models.embedder import default_embedder
 
         embedder = default_embedder()
-    log(f"training a {x.layers}x{x.d_model} world model: <= {x.steps} steps of {x.batch}, <= {x.time_budget_s:g} s")
+    log(
+        f"training a {x.layers}x{x.d_model} world model: <= {x.steps} steps of {x.batch}, <= {x.time_budget_s:g} s"
+    )
     tr = train_world_model(train, x, out / "world_model", embedder, log)
-    ecfg = dataclasses.replace(cfg, stream=dataclasses.replace(cfg.stream, heldout_fraction=x.heldout_fraction),
-                               dream=dataclasses.replace(cfg.dream, max_change_tokens=x.max_change_tokens))  # fmt: skip
+    ecfg = dataclasses.replace(
+        cfg,
+        stream=dataclasses.replace(cfg.stream, heldout_fraction=x.heldout_fraction),
+        dream=dataclasses.replace(cfg.dream, max_change_tokens=x.max_change_tokens),
+    )
     t0 = time.time()
     evs = {}
     for dec in dict.fromkeys([x.decode, "greedy"]):
         log(f"evaluating on the held-out episodes ({dec} decoding)")
-        evs[dec] = eval_world_model(ecfg, str(out / "world_model"), str(path), "heldout", decode=dec)
+        evs[dec] = eval_world_model(
+            ecfg, str(out / "world_model"), str(path), "heldout", decode=dec
+        )
     t_eval = time.time() - t0
     ev = evs[x.decode]
 
     def figs(e: dict) -> dict:
-        return {**{k: round(float(e[k]), 4) for k in METRICS}, "ok_rate": round(float(e["ok_rate"]), 4)}
+        return {
+            **{k: round(float(e[k]), 4) for k in METRICS},
+            "ok_rate": round(float(e["ok_rate"]), 4),
+        }
 
     model = figs(ev)
     base = {k: round(float(ev["baseline_" + k]), 4) for k in METRICS}
     b = beats(model, base)
     res = {
-        "experiment": "world-model", "quick": x.quick, "out": str(out),
-        "decode": x.decode, "model": model, "baseline": base, "beats_baseline": b,
-        "beats_baseline_all": all(b.values()), "model_by_decode": {d: figs(e) for d, e in evs.items()},
-        "n_eval": int(ev["n"]), "eval_episodes": int(ev["episodes"]), "data": data_stats,
+        "experiment": "world-model",
+        "quick": x.quick,
+        "out": str(out),
+        "decode": x.decode,
+        "model": model,
+        "baseline": base,
+        "beats_baseline": b,
+        "beats_baseline_all": all(b.values()),
+        "model_by_decode": {d: figs(e) for d, e in evs.items()},
+        "n_eval": int(ev["n"]),
+        "eval_episodes": int(ev["episodes"]),
+        "data": data_stats,
         "train": {k: v for k, v in tr.items() if k != "history"},
         "world_model": f"{x.layers}x{x.d_model}, {x.max_positions} positions, {tr['parameters']:,} parameters",
-        "seconds": {"collect": round(t_collect, 1), "train": tr["seconds"], "eval": round(t_eval, 1),
-                    "total": round(time.time() - t_all, 1)},
-        "eval_command": eval_command(out, x.heldout_fraction, x.decode), "threads": torch.get_num_threads(),
-        "load_avg_1m": round(os.getloadavg()[0], 2), "config": dataclasses.asdict(x),
-    }  # fmt: skip
+        "seconds": {
+            "collect": round(t_collect, 1),
+            "train": tr["seconds"],
+            "eval": round(t_eval, 1),
+            "total": round(time.time() - t_all, 1),
+        },
+        "eval_command": eval_command(out, x.heldout_fraction, x.decode),
+        "threads": torch.get_num_threads(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "config": dataclasses.asdict(x),
+    }
     (out / "train_history.json").write_text(json.dumps(tr["history"], indent=1))
     (out / "result.json").write_text(json.dumps(res, indent=1))
     return res
@@ -382,15 +522,21 @@ def format_result(res: dict) -> str:
         f"of {d['train_episodes']} episodes ({d['train_failed_share']:.0%} from failed/unfinished episodes)",
         f"held out by episode: {res['n_eval']} transitions of {res['eval_episodes']} episodes",
         f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}  beats",
-    ]  # fmt: skip
+    ]
     for k in METRICS:
-        lines.append(f"{k:16s} {res['model'][k]:8.3f} {res['baseline'][k]:16.3f}  {'yes' if res['beats_baseline'][k] else 'no'}")
+        lines.append(
+            f"{k:16s} {res['model'][k]:8.3f} {res['baseline'][k]:16.3f}  {'yes' if res['beats_baseline'][k] else 'no'}"
+        )
     lines.append(f"{'ok_rate':16s} {res['model']['ok_rate']:8.3f} {'-':>16s}")
     for dec, f in (res.get("model_by_decode") or {}).items():
         if dec != res.get("decode"):
-            lines.append(f"{dec} decoding: " + ", ".join(f"{k} {f[k]:.3f}" for k in (*METRICS, "ok_rate")))
+            lines.append(
+                f"{dec} decoding: " + ", ".join(f"{k} {f[k]:.3f}" for k in (*METRICS, "ok_rate"))
+            )
     s = res["seconds"]
-    lines.append(f"wall time: collect {s['collect']} s, train {s['train']} s, eval {s['eval']} s, total {s['total']} s")
+    lines.append(
+        f"wall time: collect {s['collect']} s, train {s['train']} s, eval {s['eval']} s, total {s['total']} s"
+    )
     lines.append(f"recompute the figures: {res['eval_command']}")
     return "\n".join(lines)
 
@@ -398,8 +544,18 @@ def format_result(res: dict) -> str:
 def main(args: Any, cfg: Any) -> int:
     """``dynaweb experiment world-model [--quick] --out DIR [--data FILE] [--steps N] [--json]``."""
     x = WMExperimentConfig.make_quick() if getattr(args, "quick", False) else WMExperimentConfig()
-    for name in ("steps", "time_budget_s", "batch", "lr", "expert_episodes", "random_episodes", "layers",
-                 "d_model", "heldout_fraction", "seed"):  # fmt: skip
+    for name in (
+        "steps",
+        "time_budget_s",
+        "batch",
+        "lr",
+        "expert_episodes",
+        "random_episodes",
+        "layers",
+        "d_model",
+        "heldout_fraction",
+        "seed",
+    ):
         v = getattr(args, name, None)
         if v is not None:
             setattr(x, name, type(getattr(x, name))(v))

@@ -6,8 +6,13 @@ import time
 from collections.abc import Callable
 
 
-def wait_until(cond: Callable[[], object], timeout: float, what: str, every: float = 0.05,
-               error: type[Exception] = TimeoutError) -> object:  # fmt: skip
+def wait_until(
+    cond: Callable[[], object],
+    timeout: float,
+    what: str,
+    every: float = 0.05,
+    error: type[Exception] = TimeoutError,
+) -> object:
     """Call ``cond`` every ``every`` seconds until it returns something truthy (returned); raise
     ``error`` naming ``what`` after ``timeout`` seconds.  ``cond`` runs at least once."""
     deadline = time.time() + timeout

@@ -69,7 +69,7 @@ from typing import Any
 
 import torch
 
-from collectors.spaces import Observation
+from core.spaces import Observation
 
 
 def _p95(xs: list[int]) -> int:
@@ -86,14 +86,16 @@ def _peak_rss_mib() -> float:
 # --- start states --------------------------------------------------------------
 
 
-def live_start_states(cfg: Any, tasks: list[str] | None = None, seed: int | None = None) -> list[dict]:
+def live_start_states(
+    cfg: Any, tasks: list[str] | None = None, seed: int | None = None
+) -> list[dict]:
     """First observation (at ``reset``) of each task, from the live browser env."""
     import asyncio
 
     from collectors.browser import Browser
     from collectors.env import WebEnv
     from collectors.experts import ALL_EXPERTS
-    from infra.taskserver import serve
+    from collectors.taskserver import serve
 
     tasks = tasks or sorted(ALL_EXPERTS)
     seed = cfg.collector.seed_stop if seed is None else seed
@@ -190,8 +192,11 @@ def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int =
     from models.prompts import action_ids
 
     pages = [obs[i % len(obs)] for i in range(16)]
-    logical = sum(len(policy_prompt_ids(ptok, o, [], cfg.model.max_positions))
-                  + sum(len(action_ids(ptok, a.to_text())) for a in candidate_actions(o)) for o in pages)  # fmt: skip
+    logical = sum(
+        len(policy_prompt_ids(ptok, o, [], cfg.model.max_positions))
+        + sum(len(action_ids(ptok, a.to_text())) for a in candidate_actions(o))
+        for o in pages
+    )
     pr.stats = {"tokens": 0}
     t0 = time.perf_counter()
     pr.act(pages, [[] for _ in pages], temperature=1.0)
@@ -199,14 +204,23 @@ def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int =
     b1 = res[1][0] / res[1][1]
     b16 = res[16][0] / res[16][1]
     return {
-        "dream_steps_per_s_b1": round(b1, 3), "dream_steps_per_s_b16": round(b16, 3),
-        "b16_over_b1": round(b16 / b1, 3), "dream_steps_per_s_b16_distinct_pages": round(distinct, 3),
-        "policy_tokens_per_s": round(logical / pt, 1), "policy_model_tokens_per_s": round(pr.stats["tokens"] / pt, 1),
+        "dream_steps_per_s_b1": round(b1, 3),
+        "dream_steps_per_s_b16": round(b16, 3),
+        "b16_over_b1": round(b16 / b1, 3),
+        "dream_steps_per_s_b16_distinct_pages": round(distinct, 3),
+        "policy_tokens_per_s": round(logical / pt, 1),
+        "policy_model_tokens_per_s": round(pr.stats["tokens"] / pt, 1),
         "policy_ms_per_page": round(1000 * pt / len(pages), 1),
-        "prompt_tokens_p95": _p95(lens), "start_states": len(obs), "group_size": G, "horizon": H,
-        "wm_tokens": wm_tokens, "rounds": rounds, "threads": cfg.threads,
-        "model": f"{cfg.model.layers}x{cfg.model.d_model}", "load_avg_1m": round(os.getloadavg()[0], 2),
-    }  # fmt: skip
+        "prompt_tokens_p95": _p95(lens),
+        "start_states": len(obs),
+        "group_size": G,
+        "horizon": H,
+        "wm_tokens": wm_tokens,
+        "rounds": rounds,
+        "threads": cfg.threads,
+        "model": f"{cfg.model.layers}x{cfg.model.d_model}",
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 # --- train ---------------------------------------------------------------------
@@ -227,11 +241,26 @@ def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, li
         for s in range(H):
             a = cands[(j + s) % len(cands)].to_text()
             nxt = {**o.to_dict(), "tree": o.tree + f'\n[{o.next_id + s}] text "step {s}"'}
-            steps.append(Transition(
-                run_id="bench", episode_id=ep, step=s, task="t", seed=0, source=source, policy_version=0,
-                world_model_version=0, obs=o.to_dict(), action=a, next_obs=nxt, reward=reward if s == H - 1 else 0.0,
-                done=s == H - 1, group_id=gid, behaviour_logprob=None if source == "expert" else -12.0,
-                action_tokens=len(a) + 1))  # fmt: skip
+            steps.append(
+                Transition(
+                    run_id="bench",
+                    episode_id=ep,
+                    step=s,
+                    task="t",
+                    seed=0,
+                    source=source,
+                    policy_version=0,
+                    world_model_version=0,
+                    obs=o.to_dict(),
+                    action=a,
+                    next_obs=nxt,
+                    reward=reward if s == H - 1 else 0.0,
+                    done=s == H - 1,
+                    group_id=gid,
+                    behaviour_logprob=None if source == "expert" else -12.0,
+                    action_tokens=len(a) + 1,
+                )
+            )
         return Trajectory.from_transitions(steps), steps
 
     trajs, trans = [], []
@@ -245,7 +274,9 @@ def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, li
         t, _ = traj(start, "dream", f"d{k}-{i}", g, float(i % 2), i)
         trajs.append(t)
     i = n_exp
-    while len(trans) < cfg.trainer.wm_batch:  # the world-model batch is real transitions, as many as asked
+    while (
+        len(trans) < cfg.trainer.wm_batch
+    ):  # the world-model batch is real transitions, as many as asked
         trans += traj(obs[(k + i) % len(obs)], "expert", f"w{k}-{i}", "", 1.0, i)[1]
         i += 1
     return trajs, trans[: cfg.trainer.wm_batch]
@@ -265,7 +296,7 @@ def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Any) -> None:
 
 
 def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
-    from collectors.bench import MemorySampler
+    from evaluation.bench_collect import MemorySampler
     from models.engine import trainer_engine
     from models.learner import policy_update, world_model_update
     from models.policy import make_policy
@@ -308,7 +339,9 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     tp = time.perf_counter() - t0
     rss_p = _peak_rss_mib()
     t0 = time.perf_counter()
-    for trajs, _ in batches[1:]:  # the old objective: the chosen action's tokens only (no optimiser step)
+    for trajs, _ in batches[
+        1:
+    ]:  # the old objective: the chosen action's tokens only (no optimiser step)
         _single_action_pass(pol, tok, trajs, cfg)
     t_single = time.perf_counter() - t0
     cand = p_stats[1:]
@@ -321,24 +354,35 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
             n_tr += len(trans)
     tw = time.perf_counter() - t0
     return {
-        "policy_trajectories_per_s": round(n_traj / tp, 3), "policy_steps_per_s": round(n_steps / tp, 3),
-        "policy_s_per_batch": round(tp / steps, 3), "world_model_transitions_per_s": round(n_tr / tw, 3),
-        "world_model_s_per_batch": round(tw / steps, 3), "peak_rss_mib": round(_peak_rss_mib(), 1),
-        "peak_rss_mib_before_models": round(rss0, 1), "peak_rss_mib_after_policy": round(rss_p, 1),
-        "batch_trajectories": cfg.stream.batch_trajectories, "wm_batch": cfg.trainer.wm_batch,
-        "horizon": cfg.dream.horizon, "zero_stage": cfg.trainer.zero_stage, "steps": steps,
-        "chunk_rows": cfg.trainer.chunk_rows, "wm_chunk_rows": cfg.trainer.wm_chunk_rows,
+        "policy_trajectories_per_s": round(n_traj / tp, 3),
+        "policy_steps_per_s": round(n_steps / tp, 3),
+        "policy_s_per_batch": round(tp / steps, 3),
+        "world_model_transitions_per_s": round(n_tr / tw, 3),
+        "world_model_s_per_batch": round(tw / steps, 3),
+        "peak_rss_mib": round(_peak_rss_mib(), 1),
+        "peak_rss_mib_before_models": round(rss0, 1),
+        "peak_rss_mib_after_policy": round(rss_p, 1),
+        "batch_trajectories": cfg.stream.batch_trajectories,
+        "wm_batch": cfg.trainer.wm_batch,
+        "horizon": cfg.dream.horizon,
+        "zero_stage": cfg.trainer.zero_stage,
+        "steps": steps,
+        "chunk_rows": cfg.trainer.chunk_rows,
+        "wm_chunk_rows": cfg.trainer.wm_chunk_rows,
         # growth of the resident set over its level at the start of each phase (the step's graph)
         "policy_step_rss_growth_mib": round(mem_p.peak_mb - base_p, 1),
         "world_model_step_rss_growth_mib": round(mem_w.peak_mb - base_w, 1),
         # the policy scores every candidate of every step (pi_T over C(s)); the single-action pass
         # (forward + backward of the chosen action's tokens only, the objective before) for scale
         "policy_candidates_per_step": round(sum(c["cand_per_step"] for c in cand) / len(cand), 2),
-        "policy_candidate_rows_per_step": round(sum(c["cand_rows"] for c in cand) / max(1, n_steps), 2),
+        "policy_candidate_rows_per_step": round(
+            sum(c["cand_rows"] for c in cand) / max(1, n_steps), 2
+        ),
         "policy_single_action_s_per_batch": round(t_single / steps, 3),
-        "threads": cfg.threads, "model": f"{cfg.model.layers}x{cfg.model.d_model}",
+        "threads": cfg.threads,
+        "model": f"{cfg.model.layers}x{cfg.model.d_model}",
         "load_avg_1m": round(os.getloadavg()[0], 2),
-    }  # fmt: skip
+    }
 
 
 def tokens_per_transition(cfg: Any, tok: Any, obs: list[Observation], steps: int = 3) -> dict:
@@ -359,7 +403,9 @@ def tokens_per_transition(cfg: Any, tok: Any, obs: list[Observation], steps: int
             for (p, a), (j, s) in zip(trajectory_rows(tok, st, mp), enumerate(st), strict=True):
                 pol += len(p) + len(a)
                 hist = [x.action for x in st[:j]]
-                pol_full += len(encode(tok, policy_prompt(Observation.from_dict(s.obs), hist))) + len(a)
+                pol_full += len(
+                    encode(tok, policy_prompt(Observation.from_dict(s.obs), hist))
+                ) + len(a)
                 n_pol += 1
         rows, _, _ = _wm_rows(tok, trans, mp, cfg.dream.max_change_tokens)
         wm += sum(len(p) + len(c) for p, c in rows)
@@ -368,15 +414,25 @@ def tokens_per_transition(cfg: Any, tok: Any, obs: list[Observation], steps: int
             wm_full += len(encode(tok, world_model_prompt(o, t.action)))
             wm_full += len(encode(tok, change_target(o, nx, t.reward, t.done))) + 1
         n_wm += len(trans)
-    return {"vocab": len(tok), "policy_tokens_per_transition": round(pol / max(1, n_pol), 1),
-            "world_model_tokens_per_transition": round(wm / max(1, n_wm), 1),
-            "policy_tokens_per_transition_full": round(pol_full / max(1, n_pol), 1),
-            "world_model_tokens_per_transition_full": round(wm_full / max(1, n_wm), 1)}  # fmt: skip
+    return {
+        "vocab": len(tok),
+        "policy_tokens_per_transition": round(pol / max(1, n_pol), 1),
+        "world_model_tokens_per_transition": round(wm / max(1, n_wm), 1),
+        "policy_tokens_per_transition_full": round(pol_full / max(1, n_pol), 1),
+        "world_model_tokens_per_transition_full": round(wm_full / max(1, n_wm), 1),
+    }
 
 
-TOKENIZER_KEYS = ("policy_trajectories_per_s", "policy_steps_per_s", "policy_s_per_batch",
-                  "world_model_transitions_per_s", "world_model_s_per_batch", "policy_step_rss_growth_mib",
-                  "world_model_step_rss_growth_mib", "load_avg_1m")  # per run (the peak RSS is the process's)
+TOKENIZER_KEYS = (
+    "policy_trajectories_per_s",
+    "policy_steps_per_s",
+    "policy_s_per_batch",
+    "world_model_transitions_per_s",
+    "world_model_s_per_batch",
+    "policy_step_rss_growth_mib",
+    "world_model_step_rss_growth_mib",
+    "load_avg_1m",
+)  # per run (the peak RSS is the process's)
 
 
 def bench_train_tokenizers(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
@@ -394,18 +450,27 @@ def bench_train_tokenizers(cfg: Any, starts: list[dict], steps: int = 3) -> dict
         r = bench_train(c, starts, steps)
         if kind == first:
             res = r
-        per[kind] = {**tokens_per_transition(c, build_tokenizer(kind), obs, steps),
-                     **{k: r[k] for k in TOKENIZER_KEYS if k in r}}  # fmt: skip
+        per[kind] = {
+            **tokens_per_transition(c, build_tokenizer(kind), obs, steps),
+            **{k: r[k] for k in TOKENIZER_KEYS if k in r},
+        }
     res["tokenizer"] = first
     res["tokenizers"] = per
     b, p = per.get("byte", {}), per.get("bpe", {})
     if b and p:
         res["tokens_per_transition_ratio"] = {
             k: round(b[k] / max(1e-9, p[k]), 3)
-            for k in ("policy_tokens_per_transition", "world_model_tokens_per_transition",
-                      "policy_tokens_per_transition_full", "world_model_tokens_per_transition_full")}  # fmt: skip
-        res["bpe_speedup"] = {k: round(p[k] / max(1e-9, b[k]), 3)
-                              for k in ("policy_trajectories_per_s", "world_model_transitions_per_s")}  # fmt: skip
+            for k in (
+                "policy_tokens_per_transition",
+                "world_model_tokens_per_transition",
+                "policy_tokens_per_transition_full",
+                "world_model_tokens_per_transition_full",
+            )
+        }
+        res["bpe_speedup"] = {
+            k: round(p[k] / max(1e-9, b[k]), 3)
+            for k in ("policy_trajectories_per_s", "world_model_transitions_per_s")
+        }
     return res
 
 
@@ -433,5 +498,5 @@ def main(args: Any, cfg: Any) -> int:
         res = bench_train_tokenizers(cfg, starts, steps=max(1, rounds * 3))
         _print(res, args.json, "trainer throughput (DeepSpeed on CPU)")
     else:
-        raise ValueError(f"models.bench does not run {args.target!r}")
+        raise ValueError(f"evaluation.bench_train does not run {args.target!r}")
     return 0

@@ -1,6 +1,6 @@
 """Artifacts of ``dynaweb experiment sample-efficiency``: pure functions, no services.
 
-Input: the per-cell results (one JSON per (arm, seed), see ``infra.experiment``).
+Input: the per-cell results (one JSON per (arm, seed), see ``evaluation.sample_efficiency``).
 Output: the CSV of (arm, seed, real steps, policy steps, success), the aggregated
 curves with Student-t 95% intervals over training seeds, the headline table (final
 success, real interactions needed to reach the real-only arm's final success), the
@@ -18,16 +18,43 @@ from pathlib import Path
 
 ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb")
 ONLINE_ARMS = ("real_only", "dynaweb")  # the arms that interact (and run GSPO)
-LABELS = {"imitation": "Imitation only (K demos)",
-          "imitation_matched": "Imitation, matched updates (online arms' steps and BC samples)",
-          "real_only": "Real-only online GSPO", "dynaweb": "DynaWeb (dreamed GSPO groups)"}  # fmt: skip
-CSV_FIELDS = ("arm", "seed", "point", "budget", "real_steps", "policy_steps", "version", "success", "episodes",
-              "timeouts")  # fmt: skip
+LABELS = {
+    "imitation": "Imitation only (K demos)",
+    "imitation_matched": "Imitation, matched updates (online arms' steps and BC samples)",
+    "real_only": "Real-only online GSPO",
+    "dynaweb": "DynaWeb (dreamed GSPO groups)",
+}
+CSV_FIELDS = (
+    "arm",
+    "seed",
+    "point",
+    "budget",
+    "real_steps",
+    "policy_steps",
+    "version",
+    "success",
+    "episodes",
+    "timeouts",
+)
 SOURCES = (("live", "real"), ("dream", "dream"))  # summary key -> the trainer's ``source`` label
 
 # two-sided 95% Student-t quantiles t_{0.975, df}
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
 
 
 def t975(df: int) -> float:
@@ -54,7 +81,11 @@ def mean_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
     return m, max(0.0, m - h), min(1.0, m + h)
 
 
-PAIRS = (("real_only", "imitation_matched"), ("dynaweb", "imitation_matched"), ("dynaweb", "real_only"))
+PAIRS = (
+    ("real_only", "imitation_matched"),
+    ("dynaweb", "imitation_matched"),
+    ("dynaweb", "real_only"),
+)
 
 
 def paired_differences(rows: list[dict]) -> dict:
@@ -76,7 +107,11 @@ def paired_differences(rows: list[dict]) -> dict:
             sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
             h = t975(len(d) - 1) * sd / math.sqrt(len(d))
             lo, hi = m - h, m + h
-        out[f"{a} - {b}"] = {"mean": _r(m, 4), "ci95": [_r(lo, 4), _r(hi, 4)], "per_seed": dict(zip(seeds, [_r(x, 4) for x in d], strict=True))}  # fmt: skip
+        out[f"{a} - {b}"] = {
+            "mean": _r(m, 4),
+            "ci95": [_r(lo, 4), _r(hi, 4)],
+            "per_seed": dict(zip(seeds, [_r(x, 4) for x in d], strict=True)),
+        }
     return out
 
 
@@ -93,10 +128,20 @@ def rows_from_cells(cells: list[dict]) -> list[dict]:
             pts = [start] + [dict(p, point=i + 1) for i, p in enumerate(pts)]
         for i, p in enumerate(pts):
             ps = p.get("policy_steps")
-            rows.append({"arm": c["arm"], "seed": c["seed"], "point": p.get("point", i), "budget": p.get("budget"),
-                         "real_steps": int(p["real_steps"]), "policy_steps": None if ps is None else int(ps),
-                         "version": p["version"], "success": round(float(p["success"]), 6),
-                         "episodes": int(p["episodes"]), "timeouts": int(p.get("timeouts", 0))})  # fmt: skip
+            rows.append(
+                {
+                    "arm": c["arm"],
+                    "seed": c["seed"],
+                    "point": p.get("point", i),
+                    "budget": p.get("budget"),
+                    "real_steps": int(p["real_steps"]),
+                    "policy_steps": None if ps is None else int(ps),
+                    "version": p["version"],
+                    "success": round(float(p["success"]), 6),
+                    "episodes": int(p["episodes"]),
+                    "timeouts": int(p.get("timeouts", 0)),
+                }
+            )
     return rows
 
 
@@ -114,10 +159,20 @@ def aggregate(rows: list[dict]) -> dict[str, list[dict]]:
             rs = by[arm][k]
             m, lo, hi = mean_ci([r["success"] for r in rs])
             ps = [r["policy_steps"] for r in rs if r.get("policy_steps") is not None]
-            pts.append({"point": k, "real_steps": sum(r["real_steps"] for r in rs) / len(rs), "success": m,
-                        "ci_low": lo, "ci_high": hi, "n": len(rs), "budget": rs[0]["budget"],
-                        "policy_steps": sum(ps) / len(ps) if ps else None,
-                        "timeouts": sum(r["timeouts"] for r in rs), "episodes": sum(r["episodes"] for r in rs)})  # fmt: skip
+            pts.append(
+                {
+                    "point": k,
+                    "real_steps": sum(r["real_steps"] for r in rs) / len(rs),
+                    "success": m,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "n": len(rs),
+                    "budget": rs[0]["budget"],
+                    "policy_steps": sum(ps) / len(ps) if ps else None,
+                    "timeouts": sum(r["timeouts"] for r in rs),
+                    "episodes": sum(r["episodes"] for r in rs),
+                }
+            )
         out[arm] = pts
     return out
 
@@ -146,11 +201,20 @@ def headline(agg: dict[str, list[dict]]) -> dict:
     for arm, curve in agg.items():
         last = curve[-1]
         need = steps_to_reach(curve, target) if target is not None else None
-        out["arms"][arm] = {"final_success": last["success"], "ci_low": last["ci_low"], "ci_high": last["ci_high"],
-                            "final_real_steps": last["real_steps"], "steps_to_target": need, "seeds": last["n"]}  # fmt: skip
+        out["arms"][arm] = {
+            "final_success": last["success"],
+            "ci_low": last["ci_low"],
+            "ci_high": last["ci_high"],
+            "final_real_steps": last["real_steps"],
+            "steps_to_target": need,
+            "seeds": last["n"],
+        }
     out["improved"] = bool(ro and target > ro[0]["success"] + 1e-12)
     if target is not None and "dynaweb" in out["arms"] and out["improved"]:
-        a, b = out["arms"]["dynaweb"]["steps_to_target"], out["arms"]["real_only"]["steps_to_target"]
+        a, b = (
+            out["arms"]["dynaweb"]["steps_to_target"],
+            out["arms"]["real_only"]["steps_to_target"],
+        )
         out["ratio"] = (a / b) if (a is not None and b) else None
     return out
 
@@ -206,13 +270,21 @@ def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> 
             d = c.get("diagnostics", {})
             if d.get("trainer_policy_steps"):
                 per_step.append(d.get("trainer_samples_expert", 0.0) / d["trainer_policy_steps"])
-        cfg_eps = [c["expert_samples_per_step"] for c in cs if c.get("expert_samples_per_step") is not None]
-        out[arm] = {"final_success": _r(last["success"], 4), "ci95": [_r(last["ci_low"], 4), _r(last["ci_high"], 4)],
-                    "real_steps": _r(last["real_steps"], 1), "policy_steps": _r(last.get("policy_steps"), 1),
-                    "nonzero_adv_share": nonzero_adv_share(gspo), "seeds": last["n"],
-                    "expert_samples_per_step": cfg_eps[0] if cfg_eps else None,
-                    "expert_samples_per_step_trained": _r(sum(per_step) / len(per_step), 2) if per_step else None,
-                    }  # fmt: skip
+        cfg_eps = [
+            c["expert_samples_per_step"] for c in cs if c.get("expert_samples_per_step") is not None
+        ]
+        out[arm] = {
+            "final_success": _r(last["success"], 4),
+            "ci95": [_r(last["ci_low"], 4), _r(last["ci_high"], 4)],
+            "real_steps": _r(last["real_steps"], 1),
+            "policy_steps": _r(last.get("policy_steps"), 1),
+            "nonzero_adv_share": nonzero_adv_share(gspo),
+            "seeds": last["n"],
+            "expert_samples_per_step": cfg_eps[0] if cfg_eps else None,
+            "expert_samples_per_step_trained": _r(sum(per_step) / len(per_step), 2)
+            if per_step
+            else None,
+        }
     return out
 
 
@@ -232,17 +304,35 @@ def write_png(agg: dict[str, list[dict]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    colors = {"imitation": "tab:gray", "imitation_matched": "tab:green", "real_only": "tab:blue", "dynaweb": "tab:red"}
+    colors = {
+        "imitation": "tab:gray",
+        "imitation_matched": "tab:green",
+        "real_only": "tab:blue",
+        "dynaweb": "tab:red",
+    }
     for arm, curve in agg.items():
         if arm in ("imitation", "imitation_matched"):
             # no interaction beyond the demonstrations: a level at the final point, not a curve
             curve = curve[-1:]
-            ax.axhline(curve[-1]["success"], color=colors[arm], ls="--" if arm == "imitation" else ":", lw=1)
+            ax.axhline(
+                curve[-1]["success"],
+                color=colors[arm],
+                ls="--" if arm == "imitation" else ":",
+                lw=1,
+            )
         xs = [p["real_steps"] for p in curve]
         ys = [p["success"] for p in curve]
         lo = [p["success"] - p["ci_low"] if p["ci_low"] is not None else 0 for p in curve]
         hi = [p["ci_high"] - p["success"] if p["ci_high"] is not None else 0 for p in curve]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colors.get(arm), label=LABELS.get(arm, arm))
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=[lo, hi],
+            marker="o",
+            capsize=3,
+            color=colors.get(arm),
+            label=LABELS.get(arm, arm),
+        )
     ax.set_xlabel("real environment steps (demonstrations included)")
     ax.set_ylabel("success on evaluation seeds")
     ax.set_ylim(-0.02, 1.02)
@@ -270,23 +360,32 @@ def _share(x: dict | None) -> str:
 
 
 def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | None = None) -> str:
-    lines = [f"# Sample efficiency: {meta.get('experiment_id', '')}", "",
-             f"Command: `{meta.get('command', '')}`  ", f"Wall time: {meta.get('wall_s', 0) / 60:.1f} min  ",
-             f"Tasks: {', '.join(meta.get('tasks', []))}  ",
-             f"Training seeds: {meta.get('seeds')}; evaluation: {meta.get('eval_seeds_per_task')} seeds per task "
-             f"starting at {meta.get('eval_seed_start')} (greedy, live browser, success = raw reward > 0)  ",
-             "Interval: Student-t 95% over training seeds (n/a with one seed).  ",
-             "Policy steps: optimizer steps of the arm's own run (after the imitation checkpoint it starts from); "
-             "nonzero-advantage share: GSPO groups that reached the trainer's loss with a nonzero advantage, "
-             "from the trainer's counters (- where no group reached it).", "",
-             "## Headline", "",
-             "| arm | final success | 95% interval | policy steps | real steps used | real steps to reach real-only's "
-             "final | nonzero-advantage groups (live / dream) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# Sample efficiency: {meta.get('experiment_id', '')}",
+        "",
+        f"Command: `{meta.get('command', '')}`  ",
+        f"Wall time: {meta.get('wall_s', 0) / 60:.1f} min  ",
+        f"Tasks: {', '.join(meta.get('tasks', []))}  ",
+        f"Training seeds: {meta.get('seeds')}; evaluation: {meta.get('eval_seeds_per_task')} seeds per task "
+        f"starting at {meta.get('eval_seed_start')} (greedy, live browser, success = raw reward > 0)  ",
+        "Interval: Student-t 95% over training seeds (n/a with one seed).  ",
+        "Policy steps: optimizer steps of the arm's own run (after the imitation checkpoint it starts from); "
+        "nonzero-advantage share: GSPO groups that reached the trainer's loss with a nonzero advantage, "
+        "from the trainer's counters (- where no group reached it).",
+        "",
+        "## Headline",
+        "",
+        "| arm | final success | 95% interval | policy steps | real steps used | real steps to reach real-only's "
+        "final | nonzero-advantage groups (live / dream) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     fz = meta.get("frozen") or {}
     if fz:
-        lines[6:6] = [f"Frozen configuration: G = {fz.get('group_size')}, temperature {fz.get('temperature')}, reward "
-                      f"{fz.get('reward')}; {fz.get('online_policy_steps')} policy steps in every arm after imitation, "
-                      f"{fz.get('expert_samples_per_step')} demonstration samples per step.  "]  # fmt: skip
+        lines[6:6] = [
+            f"Frozen configuration: G = {fz.get('group_size')}, temperature {fz.get('temperature')}, reward "
+            f"{fz.get('reward')}; {fz.get('online_policy_steps')} policy steps in every arm after imitation, "
+            f"{fz.get('expert_samples_per_step')} demonstration samples per step.  "
+        ]
     tgt = head.get("target")
     arms = arms or {}
     for arm in ARMS:
@@ -295,41 +394,66 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | No
             continue
         need = a["steps_to_target"]
         ps = (arms.get(arm) or {}).get("policy_steps")
-        lines.append(f"| {LABELS[arm]} | {_pct(a['final_success'])} | "
-                     f"{_ci({'ci_low': a['ci_low'], 'ci_high': a['ci_high']})} | "
-                     f"{'-' if ps is None else f'{ps:.0f}'} | "
-                     f"{a['final_real_steps']:.0f} | {'not reached' if need is None else f'{need:.0f}'} | "
-                     f"{_share((arms.get(arm) or {}).get('nonzero_adv_share'))} |")  # fmt: skip
+        lines.append(
+            f"| {LABELS[arm]} | {_pct(a['final_success'])} | "
+            f"{_ci({'ci_low': a['ci_low'], 'ci_high': a['ci_high']})} | "
+            f"{'-' if ps is None else f'{ps:.0f}'} | "
+            f"{a['final_real_steps']:.0f} | {'not reached' if need is None else f'{need:.0f}'} | "
+            f"{_share((arms.get(arm) or {}).get('nonzero_adv_share'))} |"
+        )
     lines.append("")
     if head.get("ratio") is not None:
-        lines.append(f"DynaWeb needs **{head['ratio']:.2f}x** the real interactions of the real-only arm to reach "
-                     f"its final success ({_pct(tgt)}); the paper reports about 0.33x.")  # fmt: skip
+        lines.append(
+            f"DynaWeb needs **{head['ratio']:.2f}x** the real interactions of the real-only arm to reach "
+            f"its final success ({_pct(tgt)}); the paper reports about 0.33x."
+        )
     elif tgt is not None and not head.get("improved"):
-        lines.append(f"The real-only arm did not improve on its start (the imitation checkpoint, {_pct(tgt)}), so "
-                     "the ratio of real interactions is undefined in this run.")  # fmt: skip
+        lines.append(
+            f"The real-only arm did not improve on its start (the imitation checkpoint, {_pct(tgt)}), so "
+            "the ratio of real interactions is undefined in this run."
+        )
     elif tgt is not None and "dynaweb" in head["arms"]:
-        lines.append(f"DynaWeb did not reach the real-only arm's final success ({_pct(tgt)}) within the budget.")
+        lines.append(
+            f"DynaWeb did not reach the real-only arm's final success ({_pct(tgt)}) within the budget."
+        )
     m, d = arms.get("imitation_matched"), arms.get("dynaweb")
     if m and d:
-        lines.append(f"Matched control: with the same {m['policy_steps']:.0f} policy steps and demonstration samples "
-                     f"per step, behaviour cloning alone reaches {_pct(m['final_success'])} against DynaWeb's "
-                     f"{_pct(d['final_success'])}.")  # fmt: skip
-    lines += ["", "## All points", "", "Point 0 is the imitation checkpoint every other arm starts from; the last "
-              "point of an online arm is its final checkpoint (budget -), read out at the real steps it used; "
-              "imitation_matched's point i is its checkpoint at the largest policy-step count an online arm had at "
-              "point i.", "", "| arm | point | budget | policy steps (mean) | real steps (mean) | success | "
-              "95% interval | episodes | time-outs |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"Matched control: with the same {m['policy_steps']:.0f} policy steps and demonstration samples "
+            f"per step, behaviour cloning alone reaches {_pct(m['final_success'])} against DynaWeb's "
+            f"{_pct(d['final_success'])}."
+        )
+    lines += [
+        "",
+        "## All points",
+        "",
+        "Point 0 is the imitation checkpoint every other arm starts from; the last "
+        "point of an online arm is its final checkpoint (budget -), read out at the real steps it used; "
+        "imitation_matched's point i is its checkpoint at the largest policy-step count an online arm had at "
+        "point i.",
+        "",
+        "| arm | point | budget | policy steps (mean) | real steps (mean) | success | "
+        "95% interval | episodes | time-outs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for arm, curve in agg.items():
         for p in curve:
             ps = p.get("policy_steps")
-            lines.append(f"| {arm} | {p['point']} | {p['budget'] if p['budget'] is not None else '-'} | "
-                         f"{'-' if ps is None else f'{ps:.0f}'} | {p['real_steps']:.0f} | {_pct(p['success'])} | "
-                         f"{_ci(p)} | {p['episodes']} | {p['timeouts']} |")  # fmt: skip
+            lines.append(
+                f"| {arm} | {p['point']} | {p['budget'] if p['budget'] is not None else '-'} | "
+                f"{'-' if ps is None else f'{ps:.0f}'} | {p['real_steps']:.0f} | {_pct(p['success'])} | "
+                f"{_ci(p)} | {p['episodes']} | {p['timeouts']} |"
+            )
     per_task = meta.get("per_task") or {}
     if per_task:
         tasks = sorted({t for d in per_task.values() for t in d})
-        lines += ["", "## Final success per task (mean over seeds)", "",
-                  "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " |", "|---|" + "---|" * len(tasks)]  # fmt: skip
+        lines += [
+            "",
+            "## Final success per task (mean over seeds)",
+            "",
+            "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " |",
+            "|---|" + "---|" * len(tasks),
+        ]
         for arm, d in per_task.items():
             lines.append(f"| {arm} | " + " | ".join(_pct(d.get(t)) for t in tasks) + " |")
     diag = meta.get("diagnostics") or {}
@@ -349,6 +473,16 @@ def write_all(cells: list[dict], out: Path, meta: dict) -> dict:
     head = headline(agg)
     arms = arm_summary(cells, agg)
     write_csv(rows, out / "results.csv")
-    write_png(agg, out / "success_vs_real.png", f"{meta.get('experiment_id', '')}: success vs real interactions")
+    write_png(
+        agg,
+        out / "success_vs_real.png",
+        f"{meta.get('experiment_id', '')}: success vs real interactions",
+    )
     (out / "results.md").write_text(markdown(agg, head, meta, arms))
-    return {"rows": len(rows), "curves": agg, "headline": head, "arms": arms, "paired": paired_differences(rows)}
+    return {
+        "rows": len(rows),
+        "curves": agg,
+        "headline": head,
+        "arms": arms,
+        "paired": paired_differences(rows),
+    }
