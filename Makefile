@@ -34,6 +34,8 @@ $(VENV)/.installed: pyproject.toml
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 
 clean:

@@ -3,9 +3,9 @@
     await run_collector(cfg, publisher, topics, agent_factory, stop_event)
 
 * ``cfg.collector.contexts`` contexts run concurrently (one asyncio task and one
-  ``WebEnv`` each, all in one Chromium).
+  ``WebEnv`` each, all in one Chromium; ``_Collector.slot``).
 * Episodes cycle over ``cfg.collector.tasks`` (names, ``miniwob/*``, ``experts``)
-  and the seeds ``[seed_start, seed_stop)`` (see ``_Schedule``: runs of
+  and the seeds ``[seed_start, seed_stop)`` (see ``collectors.schedule._Schedule``: runs of
   ``run_length`` episodes of one task per context; the seed offset comes from
   the collector id, so two collectors do not walk the same seeds, unless
   ``seed_offset`` is given).
@@ -21,116 +21,35 @@
   ``on_blocked(kind)``, ``on_restart()`` (a crashed page or browser was
   restarted) and ``on_timeout(task)`` calls, for the methods it has.
 
-Agent protocol (``Agent``)::
-
-    agent.act(obs_list, histories) -> list[(Action, logprob | None, ntokens[, info])]   # may be async
-    agent.policy_version: int
-    agent.world_model_version: int          # optional, default 0
-    agent.source: "expert" | "real"         # optional, default "real"
-    agent.batch_wait_s: float               # optional: >0 batches contexts that wait together
-
-``histories[i]`` is the list of ``(Observation, Action)`` pairs of context i's
-episode so far.  An agent that sets ``wants_tasks = True`` also gets
-``tasks=[task names]``.  A CPU-heavy model agent should be ``async`` and run
-its forward pass off the event loop (``asyncio.to_thread``).
+The agent protocol (``Agent``), the built-in agents and how the collector calls an agent
+(batched, paced): ``collectors.agents``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import math
 import socket
 import time
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from collectors.agents import ExpertAgent, _Acting, make_agent
 from collectors.browser import Browser
 from collectors.env import WebEnv
-from collectors.experts import EXPERTS, WAIT, Expert
-from collectors.random_policy import RandomPolicy
+from collectors.schedule import _Pacer, _Schedule, collector_group_size
 from collectors.tasks import TaskSpec, resolve_tasks
-from core.spaces import Action, Observation
+from core.config import Config
+from core.spaces import Observation
 from streams.records import Control, Transition, new_id
 
 log = logging.getLogger(__name__)
 
-
-class Agent(Protocol):
-    policy_version: int
-
-    def act(self, obs_list: list[Observation], histories: list[list]) -> Any: ...
-
-
-# --- adapters --------------------------------------------------------------------
-
-
-class ExpertAgent:
-    """Scripted experts as an Agent (source ``expert``); picks the expert by task."""
-
-    source = "expert"
-    wants_tasks = True
-    policy_version = 0
-    world_model_version = 0
-
-    def __init__(self, experts: dict[str, Expert] | None = None):
-        self.experts = experts if experts is not None else EXPERTS
-        self._by_path = {}
-
-    def supports(self, task: str) -> bool:
-        return task in self.experts
-
-    def _task_of(self, obs: Observation) -> str | None:
-        path = (obs.url or "").split("?")[0].lstrip("/")
-        if path.endswith(".html") and path.startswith("miniwob/"):
-            return "miniwob/" + path[len("miniwob/") : -5]
-        return None
-
-    async def act(
-        self, obs_list: list[Observation], histories: list[list], tasks: list[str] | None = None
-    ) -> list:
-        out = []
-        wait = 0.0
-        for i, (obs, hist) in enumerate(zip(obs_list, histories, strict=False)):
-            task = tasks[i] if tasks else self._task_of(obs)
-            ex = self.experts.get(task or "")
-            if ex is None:
-                raise KeyError(f"no expert for task {task!r}")
-            a = ex.act(obs, hist)
-            if a == WAIT:  # the page is still changing: pause like a person would
-                wait = max(wait, float(getattr(ex, "wait_s", 0.1)))
-            out.append((a, None, 0))
-        if wait:
-            await asyncio.sleep(wait)
-        return out
-
-
-class RandomAgent:
-    """The random policy as an Agent (source ``real``)."""
-
-    source = "real"
-    policy_version = 0
-    world_model_version = 0
-
-    def __init__(self, seed: int | None = None):
-        self.policy = RandomPolicy(seed)
-
-    def act(self, obs_list: list[Observation], histories: list[list]) -> list:
-        return [(self.policy.act(o, h), None, 0) for o, h in zip(obs_list, histories, strict=False)]
-
-
-def default_agent_factory(cfg: Any) -> Agent:
-    """``collector.policy``: ``expert`` or ``random`` (``latest`` needs a model agent from the caller)."""
-    p = cfg.collector.policy
-    if p == "expert":
-        return ExpertAgent()
-    if p == "random":
-        return RandomAgent()
-    raise ValueError(f"collector.policy={p!r} needs an agent_factory that loads the policy model")
+# what of a step's ``info`` a transition carries (when set)
+_INFO_KEYS = ("reason", "error", "timeout", "crashed", "max_steps", "stopped")
 
 
 # --- stats -----------------------------------------------------------------------
@@ -207,102 +126,6 @@ def _call(metrics: Any, name: str, *args: Any) -> None:
         log.exception("metrics.%s failed", name)
 
 
-# --- acting ------------------------------------------------------------------------
-
-
-class _Acting:
-    """Calls the agent: directly, or batched over the contexts that wait together."""
-
-    def __init__(self, agent: Any, slots: int, max_steps_per_s: float = 0.0):
-        self.agent = agent
-        self.min_interval = 1.0 / max_steps_per_s if max_steps_per_s > 0 else 0.0
-        self._next_at = 0.0
-        self.wait = float(getattr(agent, "batch_wait_s", 0.0) or 0.0)
-        self.slots = slots
-        self.wants_tasks = bool(getattr(agent, "wants_tasks", False))
-        self.pending: list = []
-        self._wake = asyncio.Event()
-        self._runner: asyncio.Task | None = None
-        self.active = slots
-
-    def versions(self) -> tuple[int, int]:
-        return int(getattr(self.agent, "policy_version", 0) or 0), int(
-            getattr(self.agent, "world_model_version", 0) or 0
-        )
-
-    async def _call(self, obs_list: list, hists: list, tasks: list) -> list:
-        kw = {"tasks": tasks} if self.wants_tasks else {}
-        r = self.agent.act(obs_list, hists, **kw)
-        if inspect.isawaitable(r):
-            r = await r
-        r = list(r)
-        if len(r) != len(obs_list):
-            raise RuntimeError(f"agent returned {len(r)} actions for {len(obs_list)} observations")
-        return [_norm(x) for x in r]
-
-    async def _pace(self) -> None:
-        """Rate limit over all contexts (``collector.max_steps_per_s``; 0 = unlimited)."""
-        if not self.min_interval:
-            return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        at = max(now, self._next_at)
-        self._next_at = at + self.min_interval
-        if at > now:
-            await asyncio.sleep(at - now)
-
-    async def act(self, obs: Observation, hist: list, task: str) -> tuple:
-        await self._pace()
-        if self.wait <= 0:
-            pv, wv = self.versions()
-            ((a, lp, nt, ex),) = await self._call([obs], [hist], [task])
-            return a, lp, nt, pv, wv, ex
-        fut = asyncio.get_running_loop().create_future()
-        self.pending.append((obs, hist, task, fut))
-        self._wake.set()
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.ensure_future(self._run())
-        return await fut
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if not self.pending:
-                continue
-            deadline = loop.time() + self.wait
-            while len(self.pending) < self.active and loop.time() < deadline:
-                await asyncio.sleep(min(0.002, self.wait))
-            batch, self.pending = self.pending, []
-            pv, wv = self.versions()
-            try:
-                res = await self._call(
-                    [b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch]
-                )
-            except Exception as e:  # noqa: BLE001 - deliver the failure to every waiter
-                for b in batch:
-                    if not b[3].done():
-                        b[3].set_exception(e)
-                continue
-            for b, (a, lp, nt, ex) in zip(batch, res, strict=False):
-                if not b[3].done():
-                    b[3].set_result((a, lp, nt, pv, wv, ex))
-
-    def close(self) -> None:
-        if self._runner is not None:
-            self._runner.cancel()
-
-
-def _norm(x: Any) -> tuple[Action, float | None, int, dict]:
-    """An agent's answer -> (Action, logprob, ntokens, info); ``info`` (optional 4th element, a policy
-    agent's ``candidates_hash`` and ``temperature``, see ``models.policy.PolicyRunner.act_info``)."""
-    if isinstance(x, Action):
-        return x, None, 0, {}
-    a, lp, nt, ex = (tuple(x) + (None, 0, None))[:4]
-    return a, (None if lp is None else float(lp)), int(nt or 0), dict(ex or {})
-
-
 # --- the loop ---------------------------------------------------------------------
 
 
@@ -317,118 +140,349 @@ def _reachable(url: str, timeout: float = 0.5) -> bool:
         return False
 
 
-class _Schedule:
-    """Which (task, seed) each context runs next.
+@dataclass
+class _Episode:
+    """One episode of one context: what each of its transitions carries, and its history."""
 
-    A context runs ``run_length`` consecutive episodes of one task (so the task
-    page is reused, see ``WebEnv``), then moves to the next task; context ``i``
-    starts at task ``i``.  Seeds are counted per task across contexts:
-    ``seed_start + (offset + n) % (seed_stop - seed_start)`` for the task's n-th episode.
-    """
+    spec: TaskSpec
+    seed: int
+    group_id: str
+    episode_id: str = field(default_factory=new_id)
+    history: list = field(default_factory=list)  # (Observation, Action) pairs so far
+    step: int = 0
+
+
+class _Collector:
+    """One collector's run: its agent, schedule, task server, browser and counters.
+
+    ``start`` finds (or starts) the task server and the browser; ``run`` drives one ``slot`` per
+    context (each an episode loop on its own ``WebEnv``) plus the heartbeat, then cleans up."""
 
     def __init__(
         self,
-        tasks: list[TaskSpec],
-        seed_start: int,
-        seed_stop: int,
-        offset: int,
-        limit: int,
-        run_length: int,
-        group_size: int = 1,
-        group_prefix: str = "",
+        cfg: Config,
+        publisher: Any,
+        topics: Any,
+        agent: Any,
+        stop_event: asyncio.Event,
+        metrics: Any,
+        collector_id: str,
+        stats: CollectorStats,
+        *,
+        seed_offset: int | None,
+        run_length: int | None,
+        reload_each_episode: bool,
     ):
-        self.tasks = tasks
-        self.seed_start = seed_start
-        self.span = max(1, seed_stop - seed_start)
-        self.offset = offset % self.span
-        self.limit = limit
-        self.run_length = max(1, run_length)
-        # group mode (G > 1): the unit of work is a group, G episodes of one (task, seed) handed to
-        # whichever context asks next; groups rotate over the tasks
-        self.group = max(1, int(group_size))
-        self.group_index = 0
-        self.group_left = 0
-        self.current: tuple[TaskSpec, int] | None = None
-        self.group_prefix = group_prefix or new_id()[:8]
-        self.group_id = ""  # the group of the episode handed out last ('' without groups)
-        self.k = 0
-        self.per_task: Counter = Counter()
-        self.slots: dict[int, list] = {}
+        self.cfg, self.cc = cfg, cfg.collector
+        self.publisher, self.topics, self.agent = publisher, topics, agent
+        self.stop, self.metrics = stop_event, metrics
+        self.collector_id, self.stats = collector_id, stats
+        self.reload_each_episode = reload_each_episode
+        self.source = "expert" if getattr(agent, "source", "real") == "expert" else "real"
+        self.topic = topics.expert if self.source == "expert" else topics.real
+        self.tasks = self._collectable_tasks()
+        self.schedule = self._make_schedule(seed_offset, run_length)
+        gpv = float(self.cc.groups_per_version)
+        self.pacer = _Pacer(agent, gpv) if gpv > 0 else None
+        self.server = None
+        self.base_url = ""
+        self.browser: Browser | None = None
+        self.own_browser = False
+        self.acting: _Acting | None = None
+        self.run_id = cfg.run_id
 
-    def next(self, slot: int = 0) -> tuple[TaskSpec, int] | None:
-        if self.limit and self.k >= self.limit:
-            return None
-        self.k += 1
-        if self.group > 1:
-            if self.group_left == 0:
-                t = self.tasks[self.group_index % len(self.tasks)]
-                self.group_index += 1
-                n = self.per_task[t.name]
-                self.per_task[t.name] += 1
-                self.current = (t, self.seed_start + (self.offset + n) % self.span)
-                self.group_left = self.group
-                # named once, here, at the source: every member carries it to the learner
-                self.group_id = f"g:{self.group_prefix}:{self.group_index}"
-            self.group_left -= 1
-            return self.current
-        st = self.slots.setdefault(slot, [slot % len(self.tasks), 0])
-        if st[1] >= self.run_length:
-            st[0], st[1] = (st[0] + 1) % len(self.tasks), 0
-        st[1] += 1
-        t = self.tasks[st[0]]
-        n = self.per_task[t.name]
-        self.per_task[t.name] += 1
-        return t, self.seed_start + (self.offset + n) % self.span
+    # --- set-up ---------------------------------------------------------------------
 
-    def starts_group(self) -> bool:
-        """Whether the next episode opens a new group (always, without groups)."""
-        return self.group <= 1 or self.group_left == 0
+    def _collectable_tasks(self) -> list[TaskSpec]:
+        """``collector.tasks``; an expert collector leaves out the tasks without an expert."""
+        tasks = resolve_tasks(list(self.cc.tasks))
+        agent = self.agent
+        if isinstance(agent, ExpertAgent):
+            missing = [t.name for t in tasks if not agent.supports(t.name)]
+            if missing:
+                log.warning(
+                    "no expert for %s: left out of this expert collector", ", ".join(missing)
+                )
+            tasks = [t for t in tasks if agent.supports(t.name)]
+        if not tasks:
+            raise ValueError("no tasks to collect on (collector.tasks is empty or has no experts)")
+        return tasks
 
+    def _make_schedule(self, seed_offset: int | None, run_length: int | None) -> _Schedule:
+        cc = self.cc
+        if seed_offset is None and int(cc.seed_offset) >= 0:
+            seed_offset = int(cc.seed_offset)
+        offset = seed_offset if seed_offset is not None else zlib.crc32(self.collector_id.encode())
+        group = collector_group_size(self.cfg, self.source, self.agent)
+        run_length = int(run_length or cc.run_length)  # the default lives in CollectorConfig
+        return _Schedule(
+            self.tasks,
+            int(cc.seed_start),
+            int(cc.seed_stop),
+            offset,
+            int(cc.max_episodes or 0),
+            run_length,
+            group,
+            group_prefix=f"{self.collector_id}:{new_id()[:6]}",
+        )
 
-class _Pacer:
-    """On-policy pacing (``collector.groups_per_version``): by the time the agent acts with policy
-    version ``v`` (``v0``: its first), at most ``max(1, floor(gpv * (v - v0 + 1)))`` groups have
-    been started; episodes of a started group never wait.  ``gpv = 1``: collect one group, then
-    wait for the trainer's next checkpoint; ``gpv = 0.25``: one group every four versions."""
+    def _task_server(self) -> str:
+        """The configured task server's URL, or (not reachable) an in-process one's."""
+        stack = self.cfg.stack
+        url = (
+            stack.taskserver_url.rstrip("/") + "/"
+            if stack.taskserver_url
+            else f"http://{stack.bind}:{stack.taskserver_port}/"
+        )
+        if _reachable(url):
+            return url
+        from collectors.taskserver import serve
 
-    def __init__(self, agent: Any, groups_per_version: float, poll_s: float = 0.25):
-        self.agent, self.gpv, self.poll_s = agent, float(groups_per_version), poll_s
-        self.v0: int | None = None
-        self.started = 0
-        self.waits = 0
+        self.server, _, base_url = serve(stack.bind, 0)
+        log.info("task server not running at %s; started one at %s", url, base_url)
+        return base_url
 
-    def allowed(self, version: int) -> int:
-        if self.v0 is None:
-            self.v0 = version
-        return max(1, math.floor(self.gpv * (version - self.v0 + 1) + 1e-9))
+    async def start(self, base_url: str | None, browser: Browser | None) -> None:
+        self.base_url = base_url if base_url is not None else self._task_server()
+        self.own_browser = browser is None
+        if browser is None:
+            browser = Browser(
+                headless=bool(self.cc.headless),
+                allowed_origins=[self.base_url],
+                on_block=self.on_block,
+            )
+            await browser.start()
+        else:
+            browser.on_block = browser.on_block or self.on_block
+        self.browser = browser
+        self.acting = _Acting(
+            self.agent,
+            int(self.cc.contexts),
+            float(self.cc.max_steps_per_s),
+        )
 
-    async def turn(self, stop: asyncio.Event, starts_group: Callable[[], bool]) -> bool:
-        """Wait until the next episode may start; False if stopped while waiting.  Nothing awaits
-        between a True return and the caller's ``schedule.next()``, so the check is atomic."""
-        refresh = getattr(self.agent, "refresh", None)
-        while not stop.is_set():
-            if not starts_group():
-                return True
-            v = int(getattr(self.agent, "policy_version", 0) or 0)
-            if v >= 0 and self.started < self.allowed(v):
-                self.started += 1
-                return True
-            self.waits += 1
-            if refresh is not None:
-                r = refresh()
-                if inspect.isawaitable(r):
-                    await r
-            if not starts_group():
-                continue
+    def on_block(self, kind: str, url: str) -> None:
+        self.stats.blocked_requests += 1
+        _call(self.metrics, "on_blocked", kind)
+
+    # --- running --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The contexts and the heartbeat until stopped (or the schedule ends), then clean up."""
+        hb = asyncio.ensure_future(self.heartbeat())
+        try:
+            slots = [asyncio.ensure_future(self.slot(i)) for i in range(int(self.cc.contexts))]
             try:
-                await asyncio.wait_for(stop.wait(), self.poll_s)
+                await asyncio.gather(*slots)
+            finally:
+                for s in slots:
+                    s.cancel()
+        finally:
+            hb.cancel()
+            self.acting.close()
+            if self.own_browser:
+                await self.browser.close()
+            if self.server is not None:
+                self.server.shutdown()
+                self.server.server_close()
+
+    async def _next_job(self, i: int) -> tuple[TaskSpec, int, str] | None:
+        """(task, seed, group id) of context ``i``'s next episode; None: stop this context.  Nothing
+        awaits between the pacer's go and ``schedule.next()`` (see ``_Pacer.turn``)."""
+        if self.pacer is not None and not await self.pacer.turn(
+            self.stop, self.schedule.starts_group
+        ):
+            return None
+        job = self.schedule.next(i)
+        if job is None:
+            return None
+        spec, seed = job
+        return spec, seed, self.schedule.group_id
+
+    async def slot(self, i: int) -> None:
+        """Context ``i``: its own ``WebEnv``, episodes until stopped or the schedule runs out."""
+        env = WebEnv(
+            self.browser, self.base_url, self.cc, reload_each_episode=self.reload_each_episode
+        )
+        failures = 0
+        try:
+            await env.open()
+            while not self.stop.is_set():
+                job = await self._next_job(i)
+                if job is None:
+                    return
+                spec, seed, group_id = job
+                try:
+                    obs, _info = await env.reset(spec, seed)
+                    failures = 0
+                except Exception as e:  # noqa: BLE001 - one bad page must not stop the collector
+                    self.stats.reset_errors += 1
+                    failures += 1
+                    log.warning(
+                        "[%s/%d] reset %s seed %s failed: %s",
+                        self.collector_id,
+                        i,
+                        spec.name,
+                        seed,
+                        e,
+                    )
+                    if failures >= 5:
+                        raise
+                    await self._restart(env)
+                    continue
+                if not await self._episode(env, _Episode(spec, seed, group_id), obs):
+                    return  # stopped mid-episode: the stream side times it out
+        finally:
+            await env.close()
+
+    async def _episode(self, env: WebEnv, ep: _Episode, obs: Observation) -> bool:
+        """Act and step until the episode ends, publishing every step; False when stopped first."""
+        reward, term, trunc, info = 0.0, False, False, {}
+        while not self.stop.is_set():
+            t_act = time.perf_counter()
+            acted = await self.acting.act(obs, ep.history, ep.spec.name)
+            self.stats.act_latency_s.append(time.perf_counter() - t_act)
+            t0 = time.perf_counter()
+            nobs, reward, term, trunc, info = await env.step(acted[0])
+            dt = time.perf_counter() - t0
+            self._count_step(dt, info)
+            rec = self._transition(ep, obs, acted, nobs, reward, term, trunc, info)
+            self.publish(rec, ep.group_id or ep.episode_id)  # a group's episodes: one stream worker
+            _call(self.metrics, "on_step", ep.spec.name, dt, self.source)
+            ep.history.append((obs, acted[0]))
+            obs = nobs
+            ep.step += 1
+            if term or trunc:
+                break
+        if not (term or trunc):
+            return False
+        self._count_episode(ep, reward, term, trunc, info)
+        if info.get("crashed") or env.crashed:
+            self.stats.crashes += 1
+            await self._restart(env)
+        return True
+
+    def _transition(
+        self,
+        ep: _Episode,
+        obs: Observation,
+        acted: tuple,
+        nobs: Observation,
+        reward: float,
+        term: bool,
+        trunc: bool,
+        info: dict,
+    ) -> Transition:
+        """The record of one step (``acted``: ``_Acting.act``'s answer)."""
+        action, logp, ntok, pv, wv, pinfo = acted
+        rec = Transition(
+            run_id=self.run_id,
+            episode_id=ep.episode_id,
+            step=ep.step,
+            task=ep.spec.name,
+            seed=int(ep.seed),
+            source=self.source,
+            policy_version=pv,
+            world_model_version=wv,
+            obs=obs.to_dict(),
+            action=action.to_text(),
+            next_obs=nobs.to_dict(),
+            reward=float(reward),
+            done=bool(term),
+            truncated=bool(trunc),
+            producer_id=self.collector_id,
+            group_id=ep.group_id,
+            behaviour_logprob=logp,
+            action_tokens=int(ntok),
+            candidates_hash=str(pinfo.get("candidates_hash") or ""),
+            info={k: info[k] for k in _INFO_KEYS if info.get(k)},
+        )
+        if pinfo.get("temperature") is not None:  # the T of behaviour_logprob = log pi_T
+            rec.info["temperature"] = float(pinfo["temperature"])
+        return rec
+
+    def publish(self, rec: Any, key: str) -> None:
+        if self.publisher is None:
+            return
+        self.publisher.send(self.topic, rec, key=key)
+        self.stats.published += 1
+
+    def _count_step(self, dt: float, info: dict) -> None:
+        stats = self.stats
+        stats.step_latency_s.append(dt)
+        stats.steps += 1
+        stats.last_step_at = time.time()
+        if info.get("error"):
+            stats.action_errors += 1
+
+    def _count_episode(
+        self, ep: _Episode, reward: float, term: bool, trunc: bool, info: dict
+    ) -> None:
+        stats, task = self.stats, ep.spec.name
+        stats.episodes += 1
+        stats.episodes_per_task[task] += 1
+        ok = term and reward > 0
+        if ok:
+            stats.successes += 1
+            stats.successes_per_task[task] += 1
+        if trunc:
+            stats.truncated += 1
+        if info.get("timeout"):
+            stats.timeouts += 1
+            _call(self.metrics, "on_timeout", task)
+        _call(self.metrics, "on_episode", task, bool(ok), float(reward), ep.step, bool(trunc))
+
+    async def _restart(self, env: WebEnv) -> None:
+        """A new context for ``env`` (relaunching Chromium when that fails)."""
+        browser = self.browser
+        launches = browser.launches
+        try:
+            await env.restart()
+        except Exception as e:  # noqa: BLE001
+            log.error("restarting the browser context failed: %s; relaunching Chromium", e)
+            await browser.restart()
+            await env.open()
+        if browser.launches != launches:
+            self.stats.browser_restarts += 1
+        _call(self.metrics, "on_restart")
+
+    async def heartbeat(self) -> None:
+        """A ``heartbeat`` Control (the stats snapshot) on ``topics.collectors`` every period."""
+        key = getattr(self.topics, "collectors", None) if self.topics is not None else None
+        period = float(self.cc.heartbeat_s or 2.0)
+        while not self.stop.is_set():
+            if self.publisher is not None and key:
+                self._send_heartbeat(key)
+            try:
+                await asyncio.wait_for(self.stop.wait(), period)
             except TimeoutError:
                 pass
-        return False
+
+    def _send_heartbeat(self, key: str) -> None:
+        stats = self.stats
+        info = stats.snapshot()
+        info.pop("per_task", None)
+        info.update(
+            tasks=[t.name for t in self.tasks], contexts=int(self.cc.contexts), source=self.source
+        )
+        try:
+            self.publisher.send(
+                key,
+                Control(
+                    run_id=self.run_id,
+                    kind="heartbeat",
+                    sender=self.collector_id,
+                    value=float(stats.steps),
+                    info=info,
+                ),
+                key=self.collector_id,
+            )
+        except Exception as e:  # noqa: BLE001
+            log.warning("heartbeat failed: %s", e)
 
 
 async def run_collector(
-    cfg: Any,
+    cfg: Config,
     publisher: Any,
     topics: Any,
     agent_factory: Callable | None,
@@ -449,259 +503,23 @@ async def run_collector(
     defaults to the configured task server (``stack.bind``/``stack.taskserver_port``);
     when that is not reachable an in-process task server is started.
     """
-    cc = cfg.collector
     collector_id = collector_id or f"collector-{socket.gethostname()}-{new_id()[:6]}"
     stats = stats if stats is not None else CollectorStats()
     stats.collector_id = collector_id
-    factory = agent_factory or default_agent_factory
-    agent = factory(cfg) if _arity(factory) else factory()
-    source = "expert" if getattr(agent, "source", "real") == "expert" else "real"
-    topic = topics.expert if source == "expert" else topics.real
-    tasks = resolve_tasks(list(cc.tasks))
-    if isinstance(agent, ExpertAgent):
-        missing = [t.name for t in tasks if not agent.supports(t.name)]
-        if missing:
-            log.warning("no expert for %s: left out of this expert collector", ", ".join(missing))
-        tasks = [t for t in tasks if agent.supports(t.name)]
-    if not tasks:
-        raise ValueError("no tasks to collect on (collector.tasks is empty or has no experts)")
-    if seed_offset is None and int(getattr(cc, "seed_offset", -1)) >= 0:
-        seed_offset = int(cc.seed_offset)
-    offset = seed_offset if seed_offset is not None else zlib.crc32(collector_id.encode())
-    group = collector_group_size(cfg, source, agent)
-    run_length = int(run_length or cc.run_length)  # the default lives in CollectorConfig
-    schedule = _Schedule(
-        tasks,
-        int(cc.seed_start),
-        int(cc.seed_stop),
-        offset,
-        int(cc.max_episodes or 0),
-        run_length,
-        group,
-        group_prefix=f"{collector_id}:{new_id()[:6]}",
+    agent = make_agent(cfg, agent_factory)
+    run = _Collector(
+        cfg,
+        publisher,
+        topics,
+        agent,
+        stop_event,
+        metrics,
+        collector_id,
+        stats,
+        seed_offset=seed_offset,
+        run_length=run_length,
+        reload_each_episode=reload_each_episode,
     )
-    gpv = float(getattr(cc, "groups_per_version", 0.0) or 0.0)
-    pacer = _Pacer(agent, gpv) if gpv > 0 else None
-
-    server = None
-    if base_url is None:
-        url = (
-            cfg.stack.taskserver_url.rstrip("/") + "/"
-            if cfg.stack.taskserver_url
-            else f"http://{cfg.stack.bind}:{cfg.stack.taskserver_port}/"
-        )
-        if _reachable(url):
-            base_url = url
-        else:
-            from collectors.taskserver import serve
-
-            server, _, base_url = serve(cfg.stack.bind, 0)
-            log.info("task server not running at %s; started one at %s", url, base_url)
-
-    def on_block(kind: str, url: str) -> None:
-        stats.blocked_requests += 1
-        _call(metrics, "on_blocked", kind)
-
-    own_browser = browser is None
-    if browser is None:
-        browser = Browser(headless=bool(cc.headless), allowed_origins=[base_url], on_block=on_block)
-        await browser.start()
-    else:
-        browser.on_block = browser.on_block or on_block
-    acting = _Acting(agent, int(cc.contexts), float(getattr(cc, "max_steps_per_s", 0.0) or 0.0))
-    run_id = cfg.run_id
-
-    def publish(rec: Any, key: str) -> None:
-        if publisher is None:
-            return
-        publisher.send(topic, rec, key=key)
-        stats.published += 1
-
-    async def slot(i: int) -> None:
-        env = WebEnv(browser, base_url, cc, reload_each_episode=reload_each_episode)
-        failures = 0
-        try:
-            await env.open()
-            while not stop_event.is_set():
-                if pacer is not None and not await pacer.turn(stop_event, schedule.starts_group):
-                    return
-                job = schedule.next(i)
-                if job is None:
-                    return
-                spec, seed = job
-                group_id = schedule.group_id
-                try:
-                    obs, _info = await env.reset(spec, seed)
-                    failures = 0
-                except Exception as e:  # noqa: BLE001 - one bad page must not stop the collector
-                    stats.reset_errors += 1
-                    failures += 1
-                    log.warning(
-                        "[%s/%d] reset %s seed %s failed: %s", collector_id, i, spec.name, seed, e
-                    )
-                    if failures >= 5:
-                        raise
-                    await _restart(env)
-                    continue
-                episode_id = new_id()
-                history: list = []
-                step = 0
-                reward, term, trunc = 0.0, False, False
-                while not stop_event.is_set():
-                    t_act = time.perf_counter()
-                    action, logp, ntok, pv, wv, pinfo = await acting.act(obs, history, spec.name)
-                    stats.act_latency_s.append(time.perf_counter() - t_act)
-                    t0 = time.perf_counter()
-                    nobs, reward, term, trunc, info = await env.step(action)
-                    dt = time.perf_counter() - t0
-                    stats.step_latency_s.append(dt)
-                    stats.steps += 1
-                    stats.last_step_at = time.time()
-                    if info.get("error"):
-                        stats.action_errors += 1
-                    rec = Transition(
-                        run_id=run_id,
-                        episode_id=episode_id,
-                        step=step,
-                        task=spec.name,
-                        seed=int(seed),
-                        source=source,
-                        policy_version=pv,
-                        world_model_version=wv,
-                        obs=obs.to_dict(),
-                        action=action.to_text(),
-                        next_obs=nobs.to_dict(),
-                        reward=float(reward),
-                        done=bool(term),
-                        truncated=bool(trunc),
-                        producer_id=collector_id,
-                        group_id=group_id,
-                        behaviour_logprob=logp,
-                        action_tokens=int(ntok),
-                        candidates_hash=str(pinfo.get("candidates_hash") or ""),
-                        info={
-                            k: info[k]
-                            for k in (
-                                "reason",
-                                "error",
-                                "timeout",
-                                "crashed",
-                                "max_steps",
-                                "stopped",
-                            )
-                            if info.get(k)
-                        },
-                    )
-                    if (
-                        pinfo.get("temperature") is not None
-                    ):  # the T of behaviour_logprob = log pi_T
-                        rec.info["temperature"] = float(pinfo["temperature"])
-                    publish(
-                        rec, group_id or episode_id
-                    )  # a group's episodes reach one stream worker
-                    _call(metrics, "on_step", spec.name, dt, source)
-                    history.append((obs, action))
-                    obs = nobs
-                    step += 1
-                    if term or trunc:
-                        break
-                if not (term or trunc):
-                    return  # stopped mid-episode: the stream side times it out
-                stats.episodes += 1
-                stats.episodes_per_task[spec.name] += 1
-                ok = term and reward > 0
-                if ok:
-                    stats.successes += 1
-                    stats.successes_per_task[spec.name] += 1
-                if trunc:
-                    stats.truncated += 1
-                if info.get("timeout"):
-                    stats.timeouts += 1
-                    _call(metrics, "on_timeout", spec.name)
-                _call(metrics, "on_episode", spec.name, bool(ok), float(reward), step, bool(trunc))
-                if info.get("crashed") or env.crashed:
-                    stats.crashes += 1
-                    await _restart(env)
-        finally:
-            await env.close()
-
-    async def _restart(env: WebEnv) -> None:
-        launches = browser.launches
-        try:
-            await env.restart()
-        except Exception as e:  # noqa: BLE001
-            log.error("restarting the browser context failed: %s; relaunching Chromium", e)
-            await browser.restart()
-            await env.open()
-        if browser.launches != launches:
-            stats.browser_restarts += 1
-        _call(metrics, "on_restart")
-
-    async def heartbeat() -> None:
-        key = getattr(topics, "collectors", None) if topics is not None else None
-        period = float(getattr(cc, "heartbeat_s", 2.0) or 2.0)
-        while not stop_event.is_set():
-            if publisher is not None and key:
-                info = stats.snapshot()
-                info.pop("per_task", None)
-                info.update(tasks=[t.name for t in tasks], contexts=int(cc.contexts), source=source)
-                try:
-                    publisher.send(
-                        key,
-                        Control(
-                            run_id=run_id,
-                            kind="heartbeat",
-                            sender=collector_id,
-                            value=float(stats.steps),
-                            info=info,
-                        ),
-                        key=collector_id,
-                    )
-                except Exception as e:  # noqa: BLE001
-                    log.warning("heartbeat failed: %s", e)
-            try:
-                await asyncio.wait_for(stop_event.wait(), period)
-            except TimeoutError:
-                pass
-
-    hb = asyncio.ensure_future(heartbeat())
-    try:
-        slots = [asyncio.ensure_future(slot(i)) for i in range(int(cc.contexts))]
-        try:
-            await asyncio.gather(*slots)
-        finally:
-            for s in slots:
-                s.cancel()
-    finally:
-        hb.cancel()
-        acting.close()
-        if own_browser:
-            await browser.close()
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+    await run.start(base_url, browser)
+    await run.run()
     return stats
-
-
-def collector_group_size(cfg: Any, source: str, agent: Any) -> int:
-    """G for this collector: ``collector.group_size``, or with 0 (auto) ``stream.group_size`` for an agent
-    that samples from a policy (it has a ``policy_version`` that loads checkpoints: ``latest``) and 1
-    for experts and the random policy, whose episodes never reach the GSPO loss."""
-    g = int(cfg.collector.group_size)
-    if g > 0:
-        return g
-    samples = source != "expert" and not isinstance(agent, RandomAgent)
-    return max(1, int(cfg.stream.group_size)) if samples else 1
-
-
-def _arity(fn: Callable) -> int:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return 0
-    return sum(
-        1
-        for p in sig.parameters.values()
-        if p.default is inspect.Parameter.empty
-        and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    )

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.config import Config
 from streams import records
 from streams.records import SCHEMA, RecordError, Transition
 
@@ -153,7 +154,7 @@ def read_file(path: str | Path, run_id: str) -> Parsed:
 
 
 def import_file(
-    cfg: Any, path: str | Path, *, skip_invalid: bool = False, publisher: Any = None
+    cfg: Config, path: str | Path, *, skip_invalid: bool = False, publisher: Any = None
 ) -> dict:
     """Validate ``path`` and publish its transitions onto the run's expert topic (flushed)."""
     from streams.kafka import Publisher, ensure_topics, make_producer
@@ -183,7 +184,7 @@ def import_file(
     }
 
 
-def read_expert_topic(cfg: Any, timeout: float = 60.0) -> tuple[list[Transition], dict]:
+def read_expert_topic(cfg: Config, timeout: float = 60.0) -> tuple[list[Transition], dict]:
     """Every expert transition of the run (deduplicated, in export order) and counts."""
     from streams.kafka import ensure_topics, is_control, read_until_sentinel
 
@@ -220,7 +221,7 @@ def to_line(t: Transition) -> str:
     return json.dumps(asdict(t), ensure_ascii=False, separators=(",", ":"))
 
 
-def export_file(cfg: Any, path: str | Path, timeout: float = 60.0) -> dict:
+def export_file(cfg: Config, path: str | Path, timeout: float = 60.0) -> dict:
     ts, counts = read_expert_topic(cfg, timeout=timeout)
     p = Path(path)
     tmp = p.with_name(p.name + ".part")
@@ -236,7 +237,7 @@ def export_file(cfg: Any, path: str | Path, timeout: float = 60.0) -> dict:
     }
 
 
-def main(args: Any, cfg: Any) -> int:
+def main(args: Any, cfg: Config) -> int:
     """``dynaweb demos import|export FILE``."""
     if args.action == "import":
         res = import_file(cfg, args.file, skip_invalid=bool(getattr(args, "skip_invalid", False)))

@@ -33,11 +33,12 @@ focus + select the field, then ``keyboard.insert_text`` (what ``locator.fill`` d
 ``fill`` itself for date/colour inputs and fields not yet editable), select ->
 ``select_option`` by label then value (on a multi-select list it toggles that one
 option), press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
-``page.go_back``); no code string is ever built from an action.  The element is
-found by our id in the page's main world, in the same evaluate that computes the
-click point (a Playwright locator would cost four round trips more).  A failed
-action (unknown id, hidden element, time-out) does not raise: it is reported
-as ``last_action_error`` in the next observation and in ``info["error"]``.
+``page.go_back``; the element actions: ``collectors.page_actions``); no code string is
+ever built from an action.  The element is found by our id in the page's main world,
+in the same evaluate that computes the click point (a Playwright locator would cost
+four round trips more).  A failed action (unknown id, hidden element, time-out) does
+not raise: it is reported as ``last_action_error`` in the next observation and in
+``info["error"]``.
 
 Settling (``collector.settle_ms``, default 30; 0 turns it off): the observation
 after an action waits until the page has rendered a frame and its DOM has not
@@ -57,14 +58,21 @@ from typing import Any
 
 from collectors.browser import Browser, close_quietly
 from collectors.observation import (
-    ATTR,
     DEFAULT_BUDGET,
     OBSERVE_JS,
     ObservationBuilder,
     PageState,
     locator_for,
 )
+from collectors.page_actions import (
+    click_element,
+    fill_element,
+    is_crash,
+    select_option,
+    short_error,
+)
 from collectors.tasks import TaskSpec, get_task
+from core.config import CollectorConfig
 from core.spaces import Action, ActionParseError, Observation, parse_action, precheck_error
 
 log = logging.getLogger(__name__)
@@ -104,101 +112,6 @@ START_OBSERVE_JS = (
     " return (" + OBSERVE_JS.strip() + ")(args); }"
 )
 
-# Fixed helpers evaluated on an element (never built from action text).
-# A point of the element that is not covered by another one (None: let Playwright decide).
-VISIBLE_POINT_JS = r"""
-(el) => {
-  const r = el.getBoundingClientRect();
-  if (!r.width || !r.height) return null;
-  const hit = (x, y) => { const h = document.elementFromPoint(x, y); return !!h && (h === el || el.contains(h)); };
-  const cx = r.left + r.width / 2, cy = r.top + r.height / 2;
-  if (cx < 0 || cy < 0 || cx >= innerWidth || cy >= innerHeight) return null;
-  if (hit(cx, cy)) return 'center';
-  for (const fy of [0.5, 0.25, 0.75, 0.1, 0.9]) for (const fx of [0.5, 0.25, 0.75, 0.1, 0.9]) {
-    const x = r.left + r.width * fx, y = r.top + r.height * fy;
-    if (x >= 0 && y >= 0 && x < innerWidth && y < innerHeight && hit(x, y)) return {x: x - r.left, y: y - r.top};
-  }
-  return null;
-}
-"""
-# The same, as viewport coordinates for ``page.mouse.click`` (one evaluate, then
-# the trusted input events: ~14 ms instead of ~45 ms for ``locator.click``,
-# whose actionability checks wait for animation frames).  ``null`` (not in the
-# viewport, covered, zero-sized, disabled, or a link that may navigate): the
-# caller falls back to ``locator.click``, which scrolls, waits and reports.
-CLICK_POINT_JS = r"""
-(el) => {
-  if (el.disabled) return null;
-  const a = el.closest('a[href]');
-  if (a) { const h = a.getAttribute('href') || ''; if (h && h !== '#' && !h.startsWith('#') && !/^javascript:/i.test(h)) return null; }
-  const r = el.getBoundingClientRect();
-  if (!r.width || !r.height) return null;
-  const hit = (x, y) => { const h = document.elementFromPoint(x, y); return !!h && (h === el || el.contains(h)); };
-  for (const fy of [0.5, 0.25, 0.75, 0.1, 0.9]) for (const fx of [0.5, 0.25, 0.75, 0.1, 0.9]) {
-    const x = r.left + r.width * fx, y = r.top + r.height * fy;
-    if (x >= 0 && y >= 0 && x < innerWidth && y < innerHeight && hit(x, y)) return {x, y};
-  }
-  return null;
-}
-"""
-# Prepare ``fill``: focus a text-like field and select its content, as Playwright's own fill does
-# before it inserts the text; 'ok', or null when the element needs Playwright's full path (a
-# date/colour/range input, not yet visible or editable: that path waits and reports).
-FILL_PREP_JS = r"""
-(el) => {
-  const TYPE_INTO = {'': 1, email: 1, number: 1, password: 1, search: 1, tel: 1, text: 1, url: 1};
-  if (el.disabled || el.readOnly || el.getAttribute('aria-disabled') === 'true') return null;
-  const r = el.getBoundingClientRect();
-  if (!r.width || !r.height || getComputedStyle(el).visibility !== 'visible') return null;
-  if (el.tagName === 'INPUT') {
-    if (!TYPE_INTO[(el.type || '').toLowerCase()]) return null;
-    el.select(); el.focus();
-  } else if (el.tagName === 'TEXTAREA') {
-    el.selectionStart = 0; el.selectionEnd = el.value.length; el.focus();
-  } else if (el.isContentEditable) {
-    const range = document.createRange(); range.selectNodeContents(el);
-    const sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range); el.focus();
-  } else return null;
-  return document.activeElement === el ? 'ok' : null;
-}
-"""
-
-
-def _by_id(fn: str) -> str:
-    """``fn(element)`` applied to the one element carrying our id ``id`` (a number argument), in the
-    page's main world: one round trip, where a Playwright locator costs four.  null when the id is
-    missing or not unique (the caller then takes the locator path, which reports why)."""
-    return (
-        "(id) => { const els = document.querySelectorAll('[" + ATTR + "=\"' + (id | 0) + '\"]');"
-        " if (els.length !== 1) return null; return (" + fn.strip() + ")(els[0]); }"
-    )
-
-
-SELECTED_JS = "(el) => (el.tagName === 'SELECT' && el.multiple) ? Array.from(el.selectedOptions).map(o => o.label) : null"
-
-CLICK_BY_ID_JS = _by_id(CLICK_POINT_JS)
-FILL_BY_ID_JS = _by_id(FILL_PREP_JS)
-
-_CRASH_MARKERS = (
-    "crash",
-    "target closed",
-    "has been closed",
-    "browser has been closed",
-    "target page, context or browser has been closed",
-    "connection closed",
-)
-
-
-def _is_crash(exc: BaseException) -> bool:
-    msg = str(exc).lower()
-    return any(m in msg for m in _CRASH_MARKERS)
-
-
-def _short(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()
-    first = msg[0] if msg else type(exc).__name__
-    return first[:200]
-
 
 class EpisodeOver(RuntimeError):
     pass
@@ -224,7 +137,7 @@ class WebEnv:
         self,
         browser: Browser,
         base_url: str,
-        cfg: Any = None,
+        cfg: CollectorConfig | None = None,
         *,
         max_steps: int | None = None,
         time_limit_ms: int | None = None,
@@ -244,8 +157,8 @@ class WebEnv:
             s.time_limit_ms = int(cfg.episode_time_limit_ms)
             s.budget = int(cfg.obs_token_budget) if cfg.obs_token_budget else None
             s.extra_origins = tuple(cfg.allowed_origins or ())
-            s.settle_ms = float(getattr(cfg, "settle_ms", s.settle_ms))
-            s.settle_max_ms = float(getattr(cfg, "settle_max_ms", s.settle_max_ms))
+            s.settle_ms = float(cfg.settle_ms)
+            s.settle_max_ms = float(cfg.settle_max_ms)
         if settle_ms is not None:
             s.settle_ms = float(settle_ms)
         if settle_max_ms is not None:
@@ -339,7 +252,7 @@ class WebEnv:
         try:
             obs, st = await self._start(spec, int(seed))
         except Exception as e:
-            if not (_is_crash(e) or self.crashed):
+            if not (is_crash(e) or self.crashed):
                 raise
             await self.restart()
             obs, st = await self._start(spec, int(seed))
@@ -398,77 +311,19 @@ class WebEnv:
             "seed": self.seed,
             "step": self.steps,
         }
-        error = ""
-        if isinstance(action, str):
-            try:
-                action = parse_action(action)
-            except ActionParseError as e:
-                error = f"invalid action: {e}"
-                action = None
+        action, error = _parsed(action)
         crashed = False
         if action is not None and not self.crashed:
-            try:
-                error = await self._perform(action)
-            except Exception as e:  # noqa: BLE001 - a browser failure must not kill the loop
-                if _is_crash(e) or self.crashed:
-                    crashed = True
-                else:
-                    error = _short(e)
+            crashed, error = await self._try_perform(action)
         obs, st = None, None
         if not crashed and not self.crashed:
-            try:
-                obs, st = await self.builder.observe(self.page, error=error, settle=self._settle)
-            except Exception as e:  # noqa: BLE001
-                if _is_crash(e) or self.crashed:
-                    crashed = True
-                elif "execution context was destroyed" in str(e).lower():
-                    # the action started a navigation: observe once it has loaded
-                    try:
-                        await self.page.wait_for_load_state("load", timeout=5000)
-                        obs, st = await self.builder.observe(self.page, error=error)
-                    except Exception as e2:  # noqa: BLE001
-                        crashed = _is_crash(e2) or self.crashed
-                        if not crashed:
-                            raise
-                else:
-                    raise
+            obs, st, crashed = await self._observe_after(error)
         crashed = crashed or self.crashed
         info["elapsed_ms"] = (time.monotonic() - self._t0) * 1000.0
         if crashed:
-            self.crashed = True
-            self.done = True
-            prev = self.obs
-            obs = Observation(
-                prev.instruction,
-                prev.url,
-                prev.tree,
-                prev.focused,
-                "the page crashed",
-                prev.next_id,
-                list(prev.element_ids),
-            )
-            self.obs = obs
-            info.update(
-                crashed=True, error="the page crashed", timeout=False, raw_reward=0.0, reason=None
-            )
-            return obs, 0.0, False, True, info
+            return self._crashed_step(info)
         self.obs, self.state = obs, st
-        terminated = truncated = False
-        reward = 0.0
-        timeout = False
-        if st.done:
-            if st.reason == "timed out":
-                timeout, truncated = True, True
-            else:
-                terminated, reward = True, float(st.raw_reward)
-        elif action is not None and action.kind == "stop":
-            terminated = True
-            info["stopped"] = True
-        elif info["elapsed_ms"] > self.settings.time_limit_ms + 2000:
-            timeout, truncated = True, True  # the page's own clock did not fire
-        if not (terminated or truncated) and self.steps >= self.settings.max_steps:
-            truncated = True
-            info["max_steps"] = True
+        reward, terminated, truncated, timeout = self._outcome(st, action, info)
         if timeout:
             self.timeouts += 1
         self.done = terminated or truncated
@@ -485,6 +340,83 @@ class WebEnv:
         )
         return obs, reward, terminated, truncated, info
 
+    async def _try_perform(self, action: Action) -> tuple[bool, str]:
+        """(crashed, error text) of performing ``action``; a browser failure does not raise."""
+        try:
+            return False, await self._perform(action)
+        except Exception as e:  # noqa: BLE001 - a browser failure must not kill the loop
+            if is_crash(e) or self.crashed:
+                return True, ""
+            return False, short_error(e)
+
+    async def _observe_after(self, error: str) -> tuple[Observation | None, PageState | None, bool]:
+        """(observation, page state, crashed) after an action, once the page settled."""
+        try:
+            obs, st = await self.builder.observe(self.page, error=error, settle=self._settle)
+        except Exception as e:  # noqa: BLE001
+            if is_crash(e) or self.crashed:
+                return None, None, True
+            if "execution context was destroyed" in str(e).lower():
+                return await self._observe_after_navigation(error)
+            raise
+        return obs, st, False
+
+    async def _observe_after_navigation(
+        self, error: str
+    ) -> tuple[Observation | None, PageState | None, bool]:
+        """The action started a navigation: observe once it has loaded."""
+        try:
+            await self.page.wait_for_load_state("load", timeout=5000)
+            obs, st = await self.builder.observe(self.page, error=error)
+        except Exception as e2:  # noqa: BLE001
+            if not (is_crash(e2) or self.crashed):
+                raise
+            return None, None, True
+        return obs, st, False
+
+    def _crashed_step(self, info: dict) -> tuple[Observation, float, bool, bool, dict]:
+        """The page crashed: the episode ends truncated, on the last observation with the error."""
+        self.crashed = True
+        self.done = True
+        prev = self.obs
+        obs = Observation(
+            prev.instruction,
+            prev.url,
+            prev.tree,
+            prev.focused,
+            "the page crashed",
+            prev.next_id,
+            list(prev.element_ids),
+        )
+        self.obs = obs
+        info.update(
+            crashed=True, error="the page crashed", timeout=False, raw_reward=0.0, reason=None
+        )
+        return obs, 0.0, False, True, info
+
+    def _outcome(
+        self, st: PageState, action: Action | None, info: dict
+    ) -> tuple[float, bool, bool, bool]:
+        """(reward, terminated, truncated, timeout) of a step (see the module docstring); notes
+        ``stopped`` / ``max_steps`` in ``info``."""
+        terminated = truncated = False
+        reward = 0.0
+        timeout = False
+        if st.done:
+            if st.reason == "timed out":
+                timeout, truncated = True, True
+            else:
+                terminated, reward = True, float(st.raw_reward)
+        elif action is not None and action.kind == "stop":
+            terminated = True
+            info["stopped"] = True
+        elif info["elapsed_ms"] > self.settings.time_limit_ms + 2000:
+            timeout, truncated = True, True  # the page's own clock did not fire
+        if not (terminated or truncated) and self.steps >= self.settings.max_steps:
+            truncated = True
+            info["max_steps"] = True
+        return reward, terminated, truncated, timeout
+
     @property
     def _settle(self) -> tuple[float, float] | None:
         s = self.settings
@@ -500,53 +432,7 @@ class WebEnv:
         if err:
             return err
         if a.kind in ("click", "type", "select"):
-            loc = locator_for(page, a.element)
-            try:
-                if a.kind == "click":
-                    # click where the element is not covered (MiniWoB places elements at random)
-                    point = await page.evaluate(CLICK_BY_ID_JS, a.element)
-                    if point is not None:
-                        await page.mouse.click(point["x"], point["y"])
-                    else:
-                        point = await loc.evaluate(VISIBLE_POINT_JS, timeout=t)
-                        pos = (
-                            {"x": point["x"], "y": point["y"]} if isinstance(point, dict) else None
-                        )
-                        await loc.click(timeout=t, **({"position": pos} if pos else {}))
-                elif a.kind == "type":
-                    # Playwright's fill in two calls: focus + select (by id), then trusted text input
-                    if await page.evaluate(FILL_BY_ID_JS, a.element) == "ok":
-                        if a.text:
-                            await page.keyboard.insert_text(a.text)
-                        else:
-                            await page.keyboard.press("Delete")
-                    else:
-                        await loc.fill(a.text, timeout=t)
-                else:
-                    # a multi-select list: select toggles one option and keeps the others
-                    current = await loc.evaluate(SELECTED_JS, timeout=t)
-                    if current is not None:
-                        want = (
-                            [x for x in current if x != a.text]
-                            if a.text in current
-                            else current + [a.text]
-                        )
-                        await loc.select_option(label=want, timeout=t)
-                    else:
-                        try:
-                            await loc.select_option(label=a.text, timeout=t)
-                        except Exception as e:  # noqa: BLE001
-                            if _is_crash(e):
-                                raise
-                            await loc.select_option(value=a.text, timeout=t)
-            except Exception as e:  # noqa: BLE001
-                if _is_crash(e) or self.crashed:
-                    raise
-                name = type(e).__name__
-                if name == "TimeoutError":
-                    return f"{a.kind} on [{a.element}] failed: element not visible, enabled or reachable"
-                return f"{a.kind} on [{a.element}] failed: {_short(e)}"
-            return ""
+            return await self._on_element(page, a, t)
         if a.kind == "press":
             await page.keyboard.press(a.text or "")
             return ""
@@ -557,8 +443,39 @@ class WebEnv:
             try:
                 r = await page.go_back(timeout=t * 2, wait_until="load")
             except Exception as e:  # noqa: BLE001
-                if _is_crash(e):
+                if is_crash(e):
                     raise
-                return f"go_back failed: {_short(e)}"
+                return f"go_back failed: {short_error(e)}"
             return "" if r is not None else "there is no previous page"
         return ""  # stop
+
+    async def _on_element(self, page: Any, a: Action, t: int) -> str:
+        """click / type / select on element ``a.element``; the error text ('' when it worked)."""
+        loc = locator_for(page, a.element)
+        try:
+            if a.kind == "click":
+                await click_element(page, loc, a, t)
+            elif a.kind == "type":
+                await fill_element(page, loc, a, t)
+            else:
+                await select_option(loc, a, t)
+        except Exception as e:  # noqa: BLE001
+            if is_crash(e) or self.crashed:
+                raise
+            name = type(e).__name__
+            if name == "TimeoutError":
+                return (
+                    f"{a.kind} on [{a.element}] failed: element not visible, enabled or reachable"
+                )
+            return f"{a.kind} on [{a.element}] failed: {short_error(e)}"
+        return ""
+
+
+def _parsed(action: Action | str) -> tuple[Action | None, str]:
+    """(action, error text): action text is parsed; text that does not parse is no action."""
+    if isinstance(action, str):
+        try:
+            return parse_action(action), ""
+        except ActionParseError as e:
+            return None, f"invalid action: {e}"
+    return action, ""

@@ -1,8 +1,9 @@
 """The ``latest`` collector policy: the newest policy checkpoint, hot-reloaded.
 
-A background thread watches the checkpoint topic; on an announcement the agent
-re-reads ``LATEST`` in S3 (verifying sha256) and swaps the model between two
-``act`` calls, never in the middle of one.  The trainer publishes version 0
+A background thread watches the checkpoint topic (the topic's one watcher,
+``streams.checkpoints.CheckpointWatcher``); on a policy announcement the agent
+re-reads ``LATEST`` in S3, verifying sha256 (``models.checkpoint.ModelSlot``),
+and swaps the model between two ``act`` calls, never in the middle of one.  The trainer publishes version 0
 before its first step, so ``act`` only waits at the very start of a run.
 """
 
@@ -15,15 +16,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kafka import TopicPartition
-
 from core.config import Config
 from core.s3 import make_client
 from core.spaces import Observation
-from models.checkpoint import CheckpointStore
-from models.dreamer import ModelSlot
-from streams import records
-from streams.kafka import make_consumer
+from models.checkpoint import CheckpointStore, ModelSlot
+from streams.checkpoints import CheckpointWatcher
+from streams.topics import Topics
 
 log = logging.getLogger(__name__)
 
@@ -45,34 +43,23 @@ class LatestPolicyAgent:
         self._dirty.set()
         self._runner: Any = None
         self._lock = threading.Lock()
-        self._watcher = threading.Thread(target=self._watch, name="checkpoint-watch", daemon=True)
-        self._watcher.start()
+        # from the beginning: the newest announcement before this agent started counts too
+        self._watcher = CheckpointWatcher(
+            cfg.kafka,
+            [Topics(cfg.run_id, cfg.kafka.partitions).checkpoints],
+            on_announcement=lambda _rec: self._dirty.set(),
+            kinds=("policy",),
+            partitions=(0,),
+            poll_ms=1000,
+            connect_in_thread=True,
+            stop=self.stop,
+        ).start()
 
     @property
     def policy_version(self) -> int:
         return -1 if self.slot.version is None else int(self.slot.version)
 
     world_model_version = 0
-
-    def _watch(self) -> None:
-        from streams.topics import Topics
-
-        topic = Topics(self.cfg.run_id, self.cfg.kafka.partitions).checkpoints
-        consumer = make_consumer(self.cfg.kafka)
-        try:
-            consumer.assign([TopicPartition(topic, 0)])
-            consumer.seek_to_beginning()
-            while not self.stop.is_set():
-                for msgs in consumer.poll(timeout_ms=1000).values():
-                    for m in msgs:
-                        try:
-                            rec = records.decode(m.value, expect="checkpoint")
-                        except records.RecordError:
-                            continue
-                        if rec.kind == "policy":
-                            self._dirty.set()
-        finally:
-            consumer.close()
 
     def _refresh(self) -> None:
         if not self._dirty.is_set() and self._runner is not None:

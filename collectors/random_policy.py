@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import re
 
-from collectors.experts import TEXTBOX, parse_tree
 from collectors.observation import ACTIONABLE_ROLES
+from core.pagetree import TEXTBOX, parse_tree
 from core.spaces import KEYS, Action, Observation
 
 _WORDS = ("hello", "test", "yes", "no", "1", "42", "Submit")

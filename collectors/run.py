@@ -88,7 +88,7 @@ class LatestAgentAdapter:
 
 
 def agent_factory(cfg: Config) -> Any:
-    from collectors.collector import default_agent_factory
+    from collectors.agents import default_agent_factory
 
     if cfg.collector.policy == "latest":
         return LatestAgentAdapter(cfg)

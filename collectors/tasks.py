@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from collectors.experts import EXPERTS
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -131,10 +133,6 @@ def register_suite(suite: Suite, replace_existing: bool = False) -> list[TaskSpe
 
 
 def _mark_experts() -> None:
-    try:
-        from collectors.experts import EXPERTS
-    except ImportError:  # during a partial import cycle
-        return
     for name, spec in list(_REGISTRY.items()):
         has = name in EXPERTS
         if spec.has_expert != has:

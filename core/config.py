@@ -16,18 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+from core.config_studies import ExperimentConfig, WorldModelStudyConfig
+from core.fields import _f, check_choice
 
 
 @dataclass
 class KafkaConfig:
     bootstrap: str = _f("127.0.0.1:9092", "Kafka bootstrap servers (comma separated).")
-    security_protocol: str = _f("PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")
-    sasl_mechanism: str = _f("", "SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = _f(
+        "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
+    )
+    sasl_mechanism: Literal["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = _f(
+        "", "SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)."
+    )
     sasl_username: str = _f("", "SASL user name.")
     sasl_password: str = _f("", "SASL password (prefer the env variable).")
     ssl_cafile: str = _f("", "CA bundle for TLS to the brokers.")
@@ -58,7 +59,9 @@ class S3Config:
 
 @dataclass
 class StackConfig:
-    broker_storage: str = _f("s3", "Embedded broker storage: 's3' (survives restarts) or 'memory'.")
+    broker_storage: Literal["s3", "memory"] = _f(
+        "s3", "Embedded broker storage: 's3' (survives restarts) or 'memory'."
+    )
     s3_port: int = _f(9000, "Embedded S3 port.")
     broker_port: int = _f(9092, "Embedded broker port.")
     prometheus_port: int = _f(9090, "Prometheus port.")
@@ -79,7 +82,7 @@ class CollectorConfig:
     tasks: list = _f(
         ["miniwob/click-button", "miniwob/click-link", "miniwob/enter-text"], "Tasks to collect on."
     )
-    policy: str = _f("expert", "expert, latest or random.")
+    policy: Literal["expert", "latest", "random"] = _f("expert", "expert, latest or random.")
     contexts: int = _f(2, "Browser contexts (one page each) run concurrently.")
     seed_start: int = _f(0, "First training seed.")
     seed_stop: int = _f(
@@ -319,10 +322,12 @@ class GateConfig:
         "Probes run on the candidate and on LATEST: world_model "
         "(fidelity on held-out real transitions), policy (a short live evaluation).",
     )
-    wm_metric: str = _f(
-        "change_f1",
-        "World-model probe score: exact_match, change_f1, reward_bal_acc, "
-        "done_bal_acc or ok_rate (higher is better).",
+    wm_metric: Literal["exact_match", "change_f1", "reward_bal_acc", "done_bal_acc", "ok_rate"] = (
+        _f(
+            "change_f1",
+            "World-model probe score: exact_match, change_f1, reward_bal_acc, "
+            "done_bal_acc or ok_rate (higher is better).",
+        )
     )
     wm_margin: float = _f(
         0.05, "Reject when the candidate's world-model score is below LATEST's minus this."
@@ -351,114 +356,6 @@ class GateConfig:
     )
 
 
-@dataclass
-class ExperimentConfig:
-    """``dynaweb experiment sample-efficiency`` (docs/experiment.md); ``--quick`` scales it down.
-
-    Frozen: these defaults are the study's configuration, fixed before it is run (not tuned
-    after the fact): G = 8 rollouts per GSPO group, the five tasks below, sampling temperature
-    1.0 for live and dreamed rollouts, binary reward for RL (1 if MiniWoB's raw reward > 0,
-    else 0, for live and dreamed groups: ``models.losses.task_success_reward``, not a setting),
-    the same number of policy optimizer steps (``online_policy_steps``) and of expert samples
-    per step in ``real_only``, ``dynaweb`` and the matched imitation control
-    ``imitation_matched``.  Changing any field
-    makes another experiment (its id is a hash of this section).  ``--quick`` only checks the
-    plumbing with scaled-down values.
-
-    Wall time: 48 min was measured on the 2-core machine for the earlier 3-arm study (3 seeds,
-    4,050 evaluation episodes); these 4-arm defaults have not been timed yet. ``--quick``: a few
-    minutes."""
-
-    tasks: list = _f(
-        [
-            "miniwob/click-collapsible",
-            "miniwob/choose-list",
-            "miniwob/enter-text",
-            "miniwob/enter-password",
-            "miniwob/login-user",
-        ],
-        "Tasks (scripted experts, more than one step each). Frozen.",
-    )
-    demos_per_task: int = _f(
-        10, "K: expert demonstrations per task, from training seeds (scarce on purpose)."
-    )
-    seeds: list = _f(
-        [0, 1, 2],
-        "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.",
-    )
-    arms: list = _f(
-        ["imitation", "imitation_matched", "real_only", "dynaweb"],
-        "Arms to run: imitation (BC on the demos), imitation_matched (BC with the online arms' "
-        "policy steps and expert samples per step), real_only (live GSPO), dynaweb (dreamed GSPO).",
-    )
-    budget: list = _f(
-        [200, 350, 500],
-        "Real-step budget points (demonstrations count): each online cell is read "
-        "out at the newest checkpoint within each point, then at its final checkpoint.",
-    )
-    imitation_steps: int = _f(
-        60,
-        "Arm imitation: behaviour-cloning steps on the demonstrations (its checkpoint is "
-        "where every other arm starts).",
-    )
-    online_policy_steps: int = _f(
-        20,
-        "Policy optimizer steps of real_only, dynaweb and imitation_matched (the "
-        "cell's trainer.max_steps; one checkpoint per step), the same in each. Frozen.",
-    )
-    group_size: int = _f(
-        8,
-        "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state). "
-        "Frozen.",
-    )
-    temperature: float = _f(
-        1.0,
-        "Policy sampling temperature of live and dreamed training rollouts "
-        "(dream.temperature, used by the collectors and the dream generator; evaluation is "
-        "greedy). Frozen.",
-    )
-    batch_trajectories: int = _f(
-        16,
-        "Trajectories per training batch of the online arms (the expert share is "
-        "expert_fraction; imitation_matched trains on batch_trajectories * expert_fraction "
-        "experts per step, the same expert samples).",
-    )
-    expert_fraction: float = _f(
-        0.5, "Expert share of every training batch, the same in real_only and dynaweb."
-    )
-    dream_real_share: float = _f(
-        0.25, "Arm dynaweb: real on-policy groups per policy version (the rest are dreams)."
-    )
-    dream_horizon: int = _f(5, "Arm dynaweb: dream length in steps.")
-    max_steps: int = _f(
-        6, "Episode step limit (live training and evaluation; the experts need 2-3)."
-    )
-    episode_time_limit_ms: int = _f(
-        60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted)."
-    )
-    eval_seeds_per_task: int = _f(30, "Evaluation episodes per task and point.")
-    eval_seed_start: int = _f(
-        1_000_000, "First evaluation seed (training seeds lie below collector.seed_stop)."
-    )
-    contexts: int = _f(2, "Browser contexts of each live collector and of the evaluation.")
-    layers: int = _f(2, "Model layers (policy and world model, the same in every arm).")
-    d_model: int = _f(128, "Model hidden size.")
-    heads: int = _f(4, "Attention heads.")
-    wm_steps_per_policy_step: float = _f(
-        2.0,
-        "World-model steps per policy step in arms imitation and dynaweb "
-        "(fixed, so runs are reproducible whatever the machine's speed).",
-    )
-    parallel_arms: bool = _f(
-        True,
-        "Run real_only and dynaweb of a seed at the same time (they only share the "
-        "imitation checkpoint).",
-    )
-    cell_timeout_s: float = _f(
-        3600.0, "A cell (one arm, one seed) that has not finished after this fails."
-    )
-
-
 SECRETS = (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password"))
 
 
@@ -478,6 +375,7 @@ class Config:
     dream: DreamConfig = field(default_factory=DreamConfig)
     up: UpConfig = field(default_factory=UpConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    wm_study: WorldModelStudyConfig = field(default_factory=WorldModelStudyConfig)
     gate: GateConfig = field(default_factory=GateConfig)
 
     @property
@@ -537,6 +435,7 @@ def _set(obj: Any, name: str, value: Any, path: str) -> None:
     current = getattr(obj, name)
     if isinstance(value, str) and not isinstance(current, str):
         value = _coerce(value, type(current), current)
+    check_choice(obj, name, value, path)
     setattr(obj, name, value)
 
 

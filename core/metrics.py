@@ -3,7 +3,10 @@
 Each process serves its metrics on 127.0.0.1 (a free port unless configured)
 and writes ``HOME/prometheus/targets/<component>-<pid>.json`` so the
 Prometheus started by ``dynaweb infra up`` scrapes it without manual edits;
-the file is removed when the process exits.
+the file is removed when the process exits.  ``scrape_targets`` reads those
+files back and scrapes every registered endpoint of a run directly (``dynaweb
+up``'s progress line and the sample-efficiency study's diagnostics work without
+Prometheus).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import socket
 import time
+import urllib.request
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
@@ -73,3 +77,22 @@ class MetricsEndpoint:
             server, self.server = self.server, None
             server.shutdown()
             server.server_close()
+
+
+def scrape_targets(cfg: Config) -> list[tuple[dict, str]]:
+    """(labels, metrics text) of every registered component of this run."""
+    out = []
+    tdir = cfg.home_path / "prometheus" / "targets"
+    for f in sorted(tdir.glob("*.json")) if tdir.exists() else []:
+        try:
+            entry = json.loads(f.read_text())[0]
+        except (ValueError, IndexError, OSError):
+            continue
+        if entry["labels"].get("run") != cfg.run_id:
+            continue
+        try:
+            with urllib.request.urlopen(f"http://{entry['targets'][0]}/metrics", timeout=2) as r:
+                out.append((entry["labels"], r.read().decode()))
+        except OSError:
+            continue
+    return out

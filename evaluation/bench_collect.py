@@ -3,7 +3,8 @@
 Both runs use the same tasks, one Chromium, an in-process task server and the
 real publish path: every transition goes through ``streams.kafka.Publisher``
 (batched, asynchronous) to a private Tansu broker (memory storage, a free
-port, stopped at the end); after each run the producer is flushed and every
+port, stopped at the end; ``infra.stack.PrivateBroker``, passed in by the
+command); after each run the producer is flushed and every
 send must have been acknowledged.  Printed: steps/s and episodes/s for 1 and
 4 contexts (measured after a short warm-up, so the first page loads do not
 count), the 4/1 ratio, and the peak memory: RSS of this process plus every
@@ -21,14 +22,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from core.config import Config
+from evaluation.operations import BrokerFactory
 
 DEFAULT_TASKS = [
     "miniwob/login-user",
@@ -39,61 +41,6 @@ DEFAULT_TASKS = [
 ]
 TARGET_STEPS_4 = 60.0
 TARGET_RATIO = 2.5
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PrivateBroker:
-    """A Tansu broker with memory storage on a free loopback port."""
-
-    def __init__(self, home: Path):
-        self.home = home
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def start(self, timeout: float = 20.0) -> str:
-        from infra.stack import port_open, tansu_binary
-
-        self.port = _free_port()
-        url = f"tcp://127.0.0.1:{self.port}"
-        self._log = open(self.home / "tansu.log", "wb")
-        self.proc = subprocess.Popen(
-            [
-                tansu_binary(),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.time() + timeout
-        while not port_open("127.0.0.1", self.port):
-            if self.proc.poll() is not None or time.time() > deadline:
-                self.stop()
-                tail = (self.home / "tansu.log").read_text(errors="replace")[-1500:]
-                raise RuntimeError(f"the bench broker did not open port {self.port}: {tail}")
-            time.sleep(0.05)
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "_log", None):
-            self._log.close()
 
 
 class MemorySampler:
@@ -205,7 +152,7 @@ def _proc_rss_mb(root: int, exclude: set[int]) -> float:
 
 
 async def _phase(
-    cfg: Any,
+    cfg: Config,
     contexts: int,
     seconds: float,
     browser: Any,
@@ -215,7 +162,8 @@ async def _phase(
     warmup: float,
     settle_ms: float,
 ) -> dict:
-    from collectors.collector import CollectorStats, ExpertAgent, run_collector
+    from collectors.agents import ExpertAgent
+    from collectors.collector import CollectorStats, run_collector
 
     cfg.collector.contexts = contexts
     cfg.collector.settle_ms = settle_ms
@@ -281,7 +229,11 @@ def run_bench(
     contexts: tuple[int, ...] = (1, 4),
     warmup: float | None = None,
     settle_ms: float | None = None,
+    *,
+    start_broker: BrokerFactory,
 ) -> dict:
+    """The runs of ``contexts`` (each with the settle wait, then again without it) against the
+    broker ``start_broker(home)`` makes (``infra.stack.PrivateBroker``); their summary."""
     from collectors.browser import Browser
     from collectors.taskserver import serve
     from core.config import load_config
@@ -290,7 +242,7 @@ def run_bench(
     tasks = list(tasks or DEFAULT_TASKS)
     warmup = min(2.0, 0.25 * seconds) if warmup is None else warmup
     with tempfile.TemporaryDirectory(prefix="dynaweb-bench-collect-") as tmp:
-        broker = PrivateBroker(Path(tmp))
+        broker = start_broker(Path(tmp))
         bootstrap = broker.start()
         server = None
         try:
@@ -341,10 +293,22 @@ def run_bench(
                 server.shutdown()
                 server.server_close()
             broker.stop()
+    publish = {"published": sent, "acked": acked, "publish_errors": errors}
+    summary = summarize(res, plan, settle, publish, tasks, seconds)
+    if acked != sent or errors:
+        raise RuntimeError(f"publish incomplete: {acked}/{sent} acknowledged, {errors} errors")
+    return summary
+
+
+def summarize(
+    res: dict, plan: list, settle: float, publish: dict, tasks: list[str], seconds: float
+) -> dict:
+    """The bench's summary from the runs (``res``: (contexts, settle ms) -> figures, and
+    ``peak_rss_mb``) and the producer's counts (``publish``)."""
     one, four = res.get((1, settle), {}), res.get((4, settle), {})
     ratio = _ratio(four, one)
     raw1, raw4 = res.get((1, 0.0), {}), res.get((4, 0.0), {})
-    summary = {
+    return {
         "steps_per_s_1": one.get("steps_per_s"),
         "steps_per_s_4": four.get("steps_per_s"),
         "episodes_per_s_1": one.get("episodes_per_s"),
@@ -364,9 +328,7 @@ def run_bench(
         }
         if settle > 0
         else None,
-        "published": sent,
-        "acked": acked,
-        "publish_errors": errors,
+        **publish,
         "tasks": tasks,
         "seconds": seconds,
         "cpus": os.cpu_count(),
@@ -377,9 +339,6 @@ def run_bench(
         ),
         "runs": [res[k] for k in plan],
     }
-    if acked != sent or errors:
-        raise RuntimeError(f"publish incomplete: {acked}/{sent} acknowledged, {errors} errors")
-    return summary
 
 
 def _ratio(a: dict, b: dict) -> float | None:
@@ -415,13 +374,18 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def main(args: Any, cfg: Any = None) -> int:  # noqa: ARG001 - the bench makes its own broker and config
+def main(args: Any, cfg: Config | None = None, *, start_broker: BrokerFactory) -> int:  # noqa: ARG001 - the bench makes its own broker and config
     raw = getattr(args, "tasks", None) or []
     raw = [raw] if isinstance(raw, str) else raw
     tasks = [t.strip() for x in raw for t in x.split(",") if t.strip()] or None
     seconds = float(getattr(args, "seconds", None) or 10.0)
     settle = getattr(args, "settle_ms", None)
-    s = run_bench(tasks, seconds, settle_ms=None if settle is None else float(settle))
+    s = run_bench(
+        tasks,
+        seconds,
+        settle_ms=None if settle is None else float(settle),
+        start_broker=start_broker,
+    )
     if not getattr(args, "json", False):
         print(format_summary(s))
     print(json.dumps(s))

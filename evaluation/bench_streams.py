@@ -16,8 +16,9 @@ broker of its own.
    transition of its trajectories being produced to the batch being emitted
    (the batch record's timestamp).
 
-The broker: Tansu with memory storage, or with s3 storage on a private
-SeaweedFS (``infra.stack.Stack`` in a temporary home on free ports); both are
+The broker: Tansu with memory storage (``infra.stack.PrivateBroker``), or with
+s3 storage on a private SeaweedFS (``infra.stack.Stack`` in a temporary home on
+free ports); both are passed in by the command (``evaluation.operations``) and
 stopped at the end. The JSON summary is the last line of the output.
 """
 
@@ -28,7 +29,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,8 +37,9 @@ import uuid
 from pathlib import Path
 
 from core.config import Config, load_config
+from core.net import free_port_block
 from core.waiting import wait_until
-from infra.stack import free_port_block, port_open
+from evaluation.operations import BrokerFactory, StackFactory
 from streams import kafka as sk
 from streams import records
 from streams.records import Transition
@@ -49,52 +50,23 @@ STEPS, G = 5, 8
 MIX = {"expert": 0.2, "real": 0.2, "dream": 0.6}
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 class Broker:
-    """A private broker: Tansu (memory) or Stack(s3 + broker with s3 storage)."""
+    """A private broker: Tansu (memory) or a Stack (s3 + broker with s3 storage) on free ports."""
 
-    def __init__(self, storage: str, home: Path):
+    def __init__(
+        self, storage: str, home: Path, start_broker: BrokerFactory, stack_factory: StackFactory
+    ):
         self.storage, self.home = storage, home
-        self.proc = self.stack = None
+        self.start_broker, self.stack_factory = start_broker, stack_factory
+        self.tansu = self.stack = None
 
     def start(self) -> Config:
         if self.storage == "memory":
-            from infra.stack import tansu_binary
-
-            (port,) = _free_ports(1)
-            url = f"tcp://127.0.0.1:{port}"
-            log = open(self.home / "tansu.log", "wb")
-            self.proc = subprocess.Popen(
-                [
-                    tansu_binary(),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
+            self.tansu = self.start_broker(self.home)
+            bootstrap = self.tansu.start()
+            return load_config(
+                env={}, overrides={"home": str(self.home), "kafka.bootstrap": bootstrap}
             )
-            cfg = load_config(
-                env={}, overrides={"home": str(self.home), "kafka.bootstrap": f"127.0.0.1:{port}"}
-            )
-            wait_until(lambda: port_open("127.0.0.1", port), 20, "the broker port")
-            return cfg
-        from infra.stack import Stack
-
         s3, broker, prom, task = free_port_block(4)
         aux = free_port_block(5)[0]  # SeaweedFS also binds each of these + 10000 (gRPC)
         cfg = load_config(
@@ -111,17 +83,13 @@ class Broker:
                 "stack.s3_aux_port_base": aux,
             },
         )
-        self.stack = Stack(cfg)
+        self.stack = self.stack_factory(cfg)
         self.stack.up(["s3", "broker"])
         return cfg
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.tansu is not None:
+            self.tansu.stop()
         if self.stack is not None:
             self.stack.down()
 
@@ -326,9 +294,14 @@ def run_bench(
     obs_bytes: int = 1024,
     latency_s: float = 10.0,
     log=print,
+    *,
+    start_broker: BrokerFactory,
+    stack_factory: StackFactory,
 ) -> dict:
+    """The measurements against a broker of its own: ``start_broker(home)`` for memory storage
+    (``infra.stack.PrivateBroker``), ``stack_factory(cfg)`` for s3 (``infra.stack.Stack``)."""
     home = Path(tempfile.mkdtemp(prefix="dynaweb-bench-"))
-    broker = Broker(storage, home)
+    broker = Broker(storage, home, start_broker, stack_factory)
     worker = None
     try:
         cfg = broker.start()
@@ -411,7 +384,12 @@ def run_bench(
         shutil.rmtree(home, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    start_broker: BrokerFactory,
+    stack_factory: StackFactory,
+) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="dynaweb bench streams", description=__doc__.split("\n\n")[0])
@@ -420,10 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
     ap.add_argument("--json", action="store_true", help="only the JSON summary")
     a = ap.parse_args(argv)
-    res = run_bench(a.storage, a.n, a.obs_bytes, log=(lambda *_: None) if a.json else print)
+    res = run_bench(
+        a.storage,
+        a.n,
+        a.obs_bytes,
+        log=(lambda *_: None) if a.json else print,
+        start_broker=start_broker,
+        stack_factory=stack_factory,
+    )
     print(json.dumps(res))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -69,6 +69,7 @@ from typing import Any
 
 import torch
 
+from core.config import Config
 from core.spaces import Observation
 
 
@@ -87,7 +88,7 @@ def _peak_rss_mib() -> float:
 
 
 def live_start_states(
-    cfg: Any, tasks: list[str] | None = None, seed: int | None = None
+    cfg: Config, tasks: list[str] | None = None, seed: int | None = None
 ) -> list[dict]:
     """First observation (at ``reset``) of each task, from the live browser env."""
     import asyncio
@@ -121,7 +122,7 @@ def live_start_states(
         server.server_close()
 
 
-def start_states(cfg: Any, path: str | None = None) -> list[dict]:
+def start_states(cfg: Config, path: str | None = None) -> list[dict]:
     """``[{task, seed, obs}]`` from ``path`` (JSONL), else the cached live start pages."""
     if path:
         rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
@@ -154,7 +155,7 @@ class FixedLengthWM:
             r.max_change_tokens, r.ignore_eos = old
 
 
-def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int = 1) -> dict:
+def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: int = 1) -> dict:
     from models.dream_env import dream_rollouts
     from models.policy import PolicyRunner, make_policy
     from models.prompts import policy_prompt_ids
@@ -188,7 +189,7 @@ def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int =
     steps, secs = run(16, 3, n_starts=16, group=1)
     distinct = steps / secs
     # policy alone: 16 distinct pages, first step
-    from models.policy import candidate_actions
+    from models.candidates import candidate_actions
     from models.prompts import action_ids
 
     pages = [obs[i % len(obs)] for i in range(16)]
@@ -226,9 +227,9 @@ def bench_dream(cfg: Any, starts: list[dict], wm_tokens: int = 48, rounds: int =
 # --- train ---------------------------------------------------------------------
 
 
-def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, list]:
+def _synthetic_batch(cfg: Config, obs: list[Observation], k: int) -> tuple[list, list]:
     """(trajectories, world-model transitions) shaped like the stream worker's."""
-    from models.policy import candidate_actions
+    from models.candidates import candidate_actions
     from streams.records import Trajectory, Transition
 
     n = cfg.stream.batch_trajectories
@@ -282,10 +283,10 @@ def _synthetic_batch(cfg: Any, obs: list[Observation], k: int) -> tuple[list, li
     return trajs, trans[: cfg.trainer.wm_batch]
 
 
-def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Any) -> None:
+def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Config) -> None:
     """Forward + backward of each step's chosen action tokens only (the policy objective before it
     became pi_T over the candidate set), in the trainer's micro-batches; gradients dropped."""
-    from models.learner import action_logprobs, trajectory_rows
+    from models.policy_loss import action_logprobs, trajectory_rows
 
     rows = [r for t in trajs for r in trajectory_rows(tok, t.steps(), cfg.model.max_positions)]
     n = max(1, cfg.trainer.chunk_rows or len(rows))
@@ -295,7 +296,7 @@ def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Any) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
+def bench_train(cfg: Config, starts: list[dict], steps: int = 3) -> dict:
     from evaluation.bench_collect import MemorySampler
     from models.engine import trainer_engine
     from models.learner import policy_update, world_model_update
@@ -385,13 +386,14 @@ def bench_train(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
     }
 
 
-def tokens_per_transition(cfg: Any, tok: Any, obs: list[Observation], steps: int = 3) -> dict:
+def tokens_per_transition(cfg: Config, tok: Any, obs: list[Observation], steps: int = 3) -> dict:
     """Mean tokens per transition of ``bench_train``'s batches with ``tok``: the policy's rows (prompt
     fitted to ``max_positions`` + action + eos, ``trajectory_rows``) and the world model's (prompt +
     change target + eos, ``_wm_rows``), as trained; ``*_full``: the same texts before any fitting."""
-    from models.learner import _wm_rows, trajectory_rows
+    from models.policy_loss import trajectory_rows
     from models.prompts import policy_prompt, world_model_prompt
     from models.tokenizer import encode
+    from models.wm_loss import _wm_rows
     from models.world_model import change_target
 
     mp = cfg.model.max_positions
@@ -435,7 +437,7 @@ TOKENIZER_KEYS = (
 )  # per run (the peak RSS is the process's)
 
 
-def bench_train_tokenizers(cfg: Any, starts: list[dict], steps: int = 3) -> dict:
+def bench_train_tokenizers(cfg: Config, starts: list[dict], steps: int = 3) -> dict:
     """``bench_train`` with the configured tokenizer (its figures stay the top-level keys), then with
     the other one, in the same process on the same batches: ``tokenizers: {bpe: {...}, byte: {...}}``
     (tokens per transition and throughput each) and ``tokens_per_transition_ratio`` (byte / bpe)."""
@@ -485,7 +487,7 @@ def _print(res: dict, as_json: bool, title: str) -> None:
     print(json.dumps(res))
 
 
-def main(args: Any, cfg: Any) -> int:
+def main(args: Any, cfg: Config) -> int:
     """``dynaweb bench dream|train`` (``args``: the CLI namespace; options read with defaults)."""
     starts = start_states(cfg, getattr(args, "starts", None))
     if not starts:

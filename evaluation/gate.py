@@ -10,11 +10,11 @@ current ``LATEST``:
 ``world_model``
     fidelity (``gate.wm_metric``, default change F1) on the newest
     ``gate.wm_transitions`` held-out real transitions of the run's
-    ``eval.world_model`` topic (``evaluation.evaluate.world_model_fidelity``); the
+    ``eval.world_model`` topic (``evaluation.wm_fidelity.world_model_fidelity``); the
     candidate and ``LATEST`` are scored on the same transitions.
 ``policy``
     a short live evaluation: greedy success rate on ``gate.tasks`` x
-    ``gate.seeds`` in Chromium (``evaluation.evaluate.run_live_policy``), seeds
+    ``gate.seeds`` in Chromium (``evaluation.live_eval.run_live_policy``), seeds
     outside the training range.
 
 ``decide`` promotes unless a probe's candidate score is below the baseline's
@@ -128,7 +128,7 @@ def decide(
 
 
 def probe_seeds(cfg: Config) -> list[int]:
-    from evaluation.evaluate import check_eval_seeds, parse_seed_range
+    from evaluation.live_eval import check_eval_seeds, parse_seed_range
 
     g = cfg.gate
     base = cfg.collector.seed_stop + 100_000
@@ -151,7 +151,7 @@ class Probes:
         self._cache: dict[tuple, dict] = {}
 
     def heldout(self) -> list:
-        from evaluation.evaluate import read_topic
+        from evaluation.sources import read_topic
         from streams.topics import Topics
 
         topic = Topics(self.cfg.run_id, self.cfg.kafka.partitions).world_model_eval
@@ -164,7 +164,8 @@ class Probes:
         return uniq[-n:] if n else uniq
 
     def world_model(self, version: int, data: list) -> dict:
-        from evaluation.evaluate import load_checkpoint, world_model_fidelity
+        from evaluation.sources import load_checkpoint
+        from evaluation.wm_fidelity import world_model_fidelity
         from models.world_model import WorldModelRunner
 
         if not data:
@@ -192,7 +193,8 @@ class Probes:
         return self._cache[key]
 
     def policy(self, version: int) -> dict:
-        from evaluation.evaluate import load_checkpoint, run_live_policy
+        from evaluation.live_eval import run_live_policy
+        from evaluation.sources import load_checkpoint
         from models.policy import PolicyRunner
 
         tasks, seeds = probe_tasks(self.cfg), probe_seeds(self.cfg)

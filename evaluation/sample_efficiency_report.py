@@ -360,6 +360,19 @@ def _share(x: dict | None) -> str:
 
 
 def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | None = None) -> str:
+    """``results.md``: the run, the headline table and its reading, every point, the final success
+    per task and the diagnostics (the last two when ``meta`` has them)."""
+    arms = arms or {}
+    lines = _md_run(meta) + _md_headline(head, arms) + _md_points(agg) + _md_per_task(meta)
+    diag = meta.get("diagnostics") or {}
+    if diag:
+        lines += ["", "## Diagnostics (per arm, mean over seeds)", ""]
+        for arm, d in diag.items():
+            lines.append(f"- {arm}: " + ", ".join(f"{k} {v}" for k, v in d.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _md_run(meta: dict) -> list[str]:
     lines = [
         f"# Sample efficiency: {meta.get('experiment_id', '')}",
         "",
@@ -372,12 +385,6 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | No
         "Policy steps: optimizer steps of the arm's own run (after the imitation checkpoint it starts from); "
         "nonzero-advantage share: GSPO groups that reached the trainer's loss with a nonzero advantage, "
         "from the trainer's counters (- where no group reached it).",
-        "",
-        "## Headline",
-        "",
-        "| arm | final success | 95% interval | policy steps | real steps used | real steps to reach real-only's "
-        "final | nonzero-advantage groups (live / dream) |",
-        "|---|---|---|---|---|---|---|",
     ]
     fz = meta.get("frozen") or {}
     if fz:
@@ -386,8 +393,19 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | No
             f"{fz.get('reward')}; {fz.get('online_policy_steps')} policy steps in every arm after imitation, "
             f"{fz.get('expert_samples_per_step')} demonstration samples per step.  "
         ]
+    return lines
+
+
+def _md_headline(head: dict, arms: dict) -> list[str]:
+    lines = [
+        "",
+        "## Headline",
+        "",
+        "| arm | final success | 95% interval | policy steps | real steps used | real steps to reach real-only's "
+        "final | nonzero-advantage groups (live / dream) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     tgt = head.get("target")
-    arms = arms or {}
     for arm in ARMS:
         a = head["arms"].get(arm)
         if a is None:
@@ -423,7 +441,11 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | No
             f"per step, behaviour cloning alone reaches {_pct(m['final_success'])} against DynaWeb's "
             f"{_pct(d['final_success'])}."
         )
-    lines += [
+    return lines
+
+
+def _md_points(agg: dict[str, list[dict]]) -> list[str]:
+    lines = [
         "",
         "## All points",
         "",
@@ -444,24 +466,24 @@ def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | No
                 f"{'-' if ps is None else f'{ps:.0f}'} | {p['real_steps']:.0f} | {_pct(p['success'])} | "
                 f"{_ci(p)} | {p['episodes']} | {p['timeouts']} |"
             )
+    return lines
+
+
+def _md_per_task(meta: dict) -> list[str]:
     per_task = meta.get("per_task") or {}
-    if per_task:
-        tasks = sorted({t for d in per_task.values() for t in d})
-        lines += [
-            "",
-            "## Final success per task (mean over seeds)",
-            "",
-            "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " |",
-            "|---|" + "---|" * len(tasks),
-        ]
-        for arm, d in per_task.items():
-            lines.append(f"| {arm} | " + " | ".join(_pct(d.get(t)) for t in tasks) + " |")
-    diag = meta.get("diagnostics") or {}
-    if diag:
-        lines += ["", "## Diagnostics (per arm, mean over seeds)", ""]
-        for arm, d in diag.items():
-            lines.append(f"- {arm}: " + ", ".join(f"{k} {v}" for k, v in d.items()))
-    return "\n".join(lines) + "\n"
+    if not per_task:
+        return []
+    tasks = sorted({t for d in per_task.values() for t in d})
+    lines = [
+        "",
+        "## Final success per task (mean over seeds)",
+        "",
+        "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " |",
+        "|---|" + "---|" * len(tasks),
+    ]
+    for arm, d in per_task.items():
+        lines.append(f"| {arm} | " + " | ".join(_pct(d.get(t)) for t in tasks) + " |")
+    return lines
 
 
 def write_all(cells: list[dict], out: Path, meta: dict) -> dict:

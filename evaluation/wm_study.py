@@ -11,10 +11,10 @@ changes" baseline, on *held-out real transitions split by episode*:
    (``source = real``; most of its episodes fail or run out of steps) on several
    MiniWoB tasks;
 2. **split by episode** with the stream worker's own rule
-   (``streams.state.heldout(episode_id, heldout_fraction)``): the held-out
+   (``streams.records.heldout(episode_id, heldout_fraction)``): the held-out
    episodes are never trained on;
 3. **train** a world model from config on the training episodes with the
-   trainer's loss (``models.learner.world_model_batch_loss``: change-text
+   trainer's loss (``models.wm_loss.world_model_batch_loss``: change-text
    likelihood + ``infonce_weight`` x InfoNCE against the frozen MiniLM page
    embedding + ``head_weight`` x the class-balanced reward/done head
    cross-entropies), AdamW with linear warm-up and cosine decay, gradient clipping,
@@ -22,7 +22,7 @@ changes" baseline, on *held-out real transitions split by episode*:
    model is saved as a Hugging Face directory ``OUT/world_model`` (what
    ``load_world_model`` and ``--checkpoint DIR`` read);
 4. **evaluate** with the code of ``dynaweb eval world-model``
-   (``evaluation.evaluate.eval_world_model``, greedy decoding, held-out split of
+   (``evaluation.wm_fidelity.eval_world_model``, greedy decoding, held-out split of
    the same JSONL file), printing the model's figures next to the baseline's,
    and the exact command that recomputes them.
 
@@ -44,86 +44,17 @@ import os
 import random
 import shlex
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from core.config import Config, ModelConfig
+from core.config_studies import WM_STUDY_TASKS, WorldModelStudyConfig
+
 METRICS = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc")
 
-DEFAULT_TASKS = [
-    "miniwob/click-button",
-    "miniwob/click-link",
-    "miniwob/enter-text",
-    "miniwob/click-checkboxes",
-    "miniwob/focus-text",
-    "miniwob/click-dialog",
-    "miniwob/login-user",
-    "miniwob/choose-list",
-    "miniwob/click-tab",
-    "miniwob/enter-password",
-]
-
-
-@dataclass
-class WMExperimentConfig:
-    """Everything the experiment varies (the rest comes from the run's ``Config``)."""
-
-    quick: bool = False
-    tasks: list = field(default_factory=lambda: list(DEFAULT_TASKS))
-    expert_episodes: int = 240
-    random_episodes: int = 360
-    max_steps: int = 8  # per episode (random episodes mostly run out of them)
-    contexts: int = 2
-    heldout_fraction: float = 0.2
-    seed_start: int = 0  # collection seeds (training seeds of the run's collector range)
-    # model (GPT-Neo from config, the default tokenizer: model.tokenizer = "bpe")
-    layers: int = 2
-    d_model: int = 128
-    heads: int = 4
-    max_positions: int = 640
-    # optimisation
-    steps: int = 5000
-    time_budget_s: float = 840.0
-    batch: int = 8
-    chunk_rows: int = (
-        8  # micro-batch of the chunked backward (same gradient, less memory and padding)
-    )
-    lr: float = 2e-3
-    warmup: int = 30
-    min_lr_fraction: float = 0.05
-    grad_clip: float = 1.0
-    infonce_weight: float = 0.1
-    head_weight: float = (
-        1.0  # trainer.wm_head_weight: the reward/done heads (reward and done in the eval)
-    )
-    max_change_tokens: int = 160
-    seed: int = 0
-    threads: int = 2
-    log_every: int = 50
-    decode: str = "rerank"  # the headline decoding; the greedy figures are reported next to it
-
-    @classmethod
-    def make_quick(cls) -> WMExperimentConfig:
-        return cls(
-            quick=True,
-            tasks=DEFAULT_TASKS[:4],
-            expert_episodes=16,
-            random_episodes=24,
-            max_steps=5,
-            heldout_fraction=0.25,
-            layers=2,
-            d_model=64,
-            heads=2,
-            max_positions=512,
-            steps=40,
-            time_budget_s=45.0,
-            batch=8,
-            lr=2e-3,
-            warmup=5,
-            log_every=10,
-        )
+DEFAULT_TASKS = WM_STUDY_TASKS  # the study's task list (core.config_studies)
 
 
 # --- pure helpers ------------------------------------------------------------------
@@ -131,7 +62,7 @@ class WMExperimentConfig:
 
 def split_by_episode(transitions: list, fraction: float) -> tuple[list, list]:
     """(train, held-out) with the stream worker's per-episode rule: no episode on both sides."""
-    from streams.state import heldout
+    from streams.records import heldout
 
     train, held = [], []
     for t in transitions:
@@ -200,25 +131,11 @@ def eval_command(out: Path, fraction: float, decode: str = "rerank") -> str:
 # --- 1. collect ------------------------------------------------------------------------
 
 
-class _ListSink:
-    """A publisher that keeps the transitions (no broker)."""
-
-    def __init__(self) -> None:
-        self.transitions: list = []
-
-    def send(self, topic: str, rec: Any, key: str | None = None) -> None:
-        from streams.records import Transition
-
-        if isinstance(rec, Transition):
-            self.transitions.append(rec)
-
-    def flush(self, *a: Any) -> None:
-        pass
-
-
-def collect(cfg: Any, x: WMExperimentConfig) -> tuple[list, dict]:
+def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
     """Expert and random transitions from the live browser; (transitions, counts)."""
-    from collectors.collector import ExpertAgent, RandomAgent, run_collector
+    from collectors.agents import ExpertAgent, RandomAgent
+    from collectors.collector import run_collector
+    from collectors.corpus import ListSink
     from streams.topics import Topics
 
     c = dataclasses.replace(
@@ -238,7 +155,7 @@ def collect(cfg: Any, x: WMExperimentConfig) -> tuple[list, dict]:
 
     async def one(policy: str, n: int, offset: int) -> None:
         cc = dataclasses.replace(c, collector=dataclasses.replace(c.collector, max_episodes=n))
-        sink = _ListSink()
+        sink = ListSink()
         agent = (
             (lambda: ExpertAgent())
             if policy == "expert"
@@ -286,9 +203,7 @@ def write_jsonl(path: Path, transitions: list) -> None:
 # --- 2. train --------------------------------------------------------------------------
 
 
-def model_config(x: WMExperimentConfig) -> Any:
-    from core.config import ModelConfig
-
+def model_config(x: WorldModelStudyConfig) -> ModelConfig:
     return ModelConfig(
         layers=x.layers,
         d_model=x.d_model,
@@ -299,11 +214,15 @@ def model_config(x: WMExperimentConfig) -> Any:
 
 
 def train_world_model(
-    transitions: list, x: WMExperimentConfig, out_dir: Path, embedder: Any = None, log: Any = print
+    transitions: list,
+    x: WorldModelStudyConfig,
+    out_dir: Path,
+    embedder: Any = None,
+    log: Any = print,
 ) -> dict:
     """Offline training on ``transitions`` with ``world_model_batch_loss``; saves ``out_dir``."""
     from core.config import TrainerConfig
-    from models.learner import world_model_batch_loss
+    from models.wm_loss import world_model_batch_loss
     from models.world_model import make_world_model
 
     torch.manual_seed(x.seed)
@@ -355,35 +274,9 @@ def train_world_model(
         seen += len(batch)
         ema = st["lm_loss"] if ema is None else 0.95 * ema + 0.05 * st["lm_loss"]
         if step % x.log_every == 0 or step == 1:
-            row = {
-                "step": step,
-                "s": round(time.time() - t0, 1),
-                "lm_loss": round(st["lm_loss"], 4),
-                "lm_loss_ema": round(ema, 4),
-                "infonce": round(st["infonce"], 4),
-                "grad_norm": round(gn, 3),
-                "lr": round(opt.param_groups[0]["lr"], 6),
-                **{
-                    k: round(st[k], 4)
-                    for k in (
-                        "reward_head_loss",
-                        "reward_head_acc",
-                        "done_head_loss",
-                        "done_head_acc",
-                    )
-                    if k in st
-                },
-            }
+            row = history_row(step, time.time() - t0, st, ema, gn, opt.param_groups[0]["lr"])
             hist.append(row)
-            log(
-                f"  step {row['step']:5d}  {row['s']:7.1f}s  lm {row['lm_loss']:.4f} (ema {row['lm_loss_ema']:.4f})  "
-                f"infonce {row['infonce']:.3f}  |g| {row['grad_norm']:.2f}  lr {row['lr']:.2e}"
-                + (
-                    f"  heads r {row['reward_head_acc']:.2f} d {row['done_head_acc']:.2f}"
-                    if "reward_head_acc" in row
-                    else ""
-                )
-            )
+            log(format_history_row(row))
     secs = time.time() - t0
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
@@ -399,19 +292,44 @@ def train_world_model(
     }
 
 
+def history_row(step: int, secs: float, st: dict, ema: float, grad_norm: float, lr: float) -> dict:
+    """One logged training step (``train_history.json``): losses, gradient norm, learning rate and
+    the reward/done heads' figures when the loss reported them."""
+    heads = ("reward_head_loss", "reward_head_acc", "done_head_loss", "done_head_acc")
+    return {
+        "step": step,
+        "s": round(secs, 1),
+        "lm_loss": round(st["lm_loss"], 4),
+        "lm_loss_ema": round(ema, 4),
+        "infonce": round(st["infonce"], 4),
+        "grad_norm": round(grad_norm, 3),
+        "lr": round(lr, 6),
+        **{k: round(st[k], 4) for k in heads if k in st},
+    }
+
+
+def format_history_row(row: dict) -> str:
+    return (
+        f"  step {row['step']:5d}  {row['s']:7.1f}s  lm {row['lm_loss']:.4f} (ema {row['lm_loss_ema']:.4f})  "
+        f"infonce {row['infonce']:.3f}  |g| {row['grad_norm']:.2f}  lr {row['lr']:.2e}"
+        + (
+            f"  heads r {row['reward_head_acc']:.2f} d {row['done_head_acc']:.2f}"
+            if "reward_head_acc" in row
+            else ""
+        )
+    )
+
+
 # --- 3. the whole experiment ---------------------------------------------------------------
 
 
-def run_experiment(
-    cfg: Any, x: WMExperimentConfig, out: Path, data: str | None = None, log: Any = print
-) -> dict:
-    from evaluation.evaluate import eval_world_model, read_jsonl
+def load_or_collect(
+    cfg: Config, x: WorldModelStudyConfig, path: Path, data: str | None, log: Any = print
+) -> tuple[list, dict]:
+    """The transitions of ``data`` (a JSONL file) or, without it, collected now; both kept at
+    ``path``.  Returns (transitions, counts)."""
+    from evaluation.sources import read_jsonl
 
-    out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(max(1, int(x.threads)))
-    t_all = time.time()
-    t0 = time.time()
-    path = out / "transitions.jsonl"
     counts: dict = {}
     if data:
         trans = read_jsonl(data)
@@ -424,15 +342,12 @@ def run_experiment(
         )
         trans, counts = collect(cfg, x)
         write_jsonl(path, trans)
-    t_collect = time.time() - t0
-    trans = [t for t in trans if t.source != "dream"]
-    train, held = split_by_episode(trans, x.heldout_fraction)
-    if not train or not held:
-        raise ValueError(
-            f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
-            "collect more episodes or change the held-out fraction"
-        )
-    data_stats = {
+    return trans, counts
+
+
+def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
+    """The result's ``data``: sizes of the episode split and what the training side holds."""
+    return {
         "transitions": len(trans),
         "episodes": len({t.episode_id for t in trans}),
         "train_transitions": len(train),
@@ -444,6 +359,28 @@ def run_experiment(
         "tasks": sorted({t.task for t in trans}),
         "collected": counts,
     }
+
+
+def run_experiment(
+    cfg: Config, x: WorldModelStudyConfig, out: Path, data: str | None = None, log: Any = print
+) -> dict:
+    from evaluation.wm_fidelity import eval_world_model
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, int(x.threads)))
+    t_all = time.time()
+    t0 = time.time()
+    path = out / "transitions.jsonl"
+    trans, counts = load_or_collect(cfg, x, path, data, log)
+    t_collect = time.time() - t0
+    trans = [t for t in trans if t.source != "dream"]
+    train, held = split_by_episode(trans, x.heldout_fraction)
+    if not train or not held:
+        raise ValueError(
+            f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
+            "collect more episodes or change the held-out fraction"
+        )
+    data_stats = data_summary(trans, train, held, counts)
     log(
         f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "
         f"{data_stats['train_failed_share']:.0%} from failed/unfinished episodes), "
@@ -541,9 +478,11 @@ def format_result(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(args: Any, cfg: Any) -> int:
+def main(args: Any, cfg: Config) -> int:
     """``dynaweb experiment world-model [--quick] --out DIR [--data FILE] [--steps N] [--json]``."""
-    x = WMExperimentConfig.make_quick() if getattr(args, "quick", False) else WMExperimentConfig()
+    # the run's ``wm_study`` section (config file, DYNAWEB_WM_STUDY__*, --set wm_study.*), or the
+    # scaled-down plumbing check; the command's own options win
+    x = WorldModelStudyConfig.make_quick() if getattr(args, "quick", False) else cfg.wm_study
     for name in (
         "steps",
         "time_budget_s",

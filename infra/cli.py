@@ -2,16 +2,19 @@
 
 Global options (before or after the command): ``--config FILE``, ``--run-id``,
 ``--home``, ``--threads``, ``--set section.field=value`` (repeatable).
+
+Each command family registers its sub-commands in a function of its own (``FAMILIES``,
+in the order ``dynaweb --help`` lists them); the implementations are in ``infra.commands``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
+from collections.abc import Callable
 
-from core.config import Config, describe, load_config
+from core.config import Config, load_config
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -33,16 +36,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default=argparse.SUPPRESS, help="logging level (default INFO)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dynaweb", description=__doc__.splitlines()[0])
-    _common(ap)
-    sub = ap.add_subparsers(dest="command", required=True)
+# ``add(name, help)``: a new sub-command parser with the global options
+AddCommand = Callable[[str, str], argparse.ArgumentParser]
 
-    def add(name: str, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        _common(p)
-        return p
 
+def _stack_commands(add: AddCommand) -> None:
+    """``infra`` and ``up``: the embedded stack, alone or with one of each component."""
     p = add(
         "infra", "start, stop or inspect the embedded stack (S3, broker, task server, Prometheus)"
     )
@@ -59,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print a JSON summary on the last line at exit"
     )
 
+
+def _component_commands(add: AddCommand) -> None:
+    """``collect``, ``stream-worker``, ``train``, ``dream``: the long-running components."""
     p = add("collect", "run a Playwright collector (joins a running system)")
     p.add_argument("--tasks", help="comma separated task names (default: config)")
     p.add_argument("--policy", choices=["expert", "latest", "random"], help="who acts")
@@ -81,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("dream", "run a dream generator (policy rolled out in the world model)")
 
+
+def _task_commands(add: AddCommand) -> None:
+    """``tasks``, ``experts``, ``check-behaviour``: the web tasks, their scripted experts, and
+    the before/after check of what the page readers decide."""
     p = add("tasks", "list the registered web tasks")
     p.add_argument("--json", action="store_true")
 
@@ -88,8 +94,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", help="comma separated (default: every task with an expert)")
     p.add_argument("--seeds", default="0:100", help="A:B seed range")
     p.add_argument("--contexts", type=int, default=4)
+    p.add_argument("--base-url", help="task server to use (default: start one in-process)")
     p.add_argument("--json", action="store_true")
 
+    p = add(
+        "check-behaviour",
+        "before/after check of a refactor: capture every task's start page (real browser), "
+        "snapshot what the experts, the random policy and the policy's candidates make of them, "
+        "compare two snapshots (exit 1 on any difference)",
+    )
+    p.add_argument("action", choices=["capture", "snapshot", "compare"])
+    p.add_argument("files", nargs="*", help="snapshot: OBS.json; compare: A.json B.json")
+    p.add_argument("--out", help="capture / snapshot: the file to write")
+    p.add_argument("--seed", type=int, default=0, help="capture: the seed of every task")
+    p.add_argument("--tasks", help="capture: comma separated (default: every registered task)")
+    p.add_argument("--timeout", type=float, default=90.0, help="capture: per-task reset limit (s)")
+    p.add_argument("--show", type=int, default=5, help="compare: differences shown per kind")
+
+
+def _checkpoint_commands(add: AddCommand) -> None:
+    """``checkpoint`` and ``gate``: the checkpoints in S3 and which of them becomes LATEST."""
     p = add("checkpoint", "list, promote or roll back checkpoints in S3")
     p.add_argument("action", choices=["list", "promote", "rollback"])
     p.add_argument("version", nargs="?", type=int)
@@ -107,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", dest="gate_id", help="gate id (default host-pid)")
     p.add_argument("--json", action="store_true", help="--once: print the decision as JSON")
 
+
+def _inspection_commands(add: AddCommand) -> None:
+    """``config``, ``status``, ``report``: the resolved configuration and a run's Prometheus data."""
     p = add("config", "print the resolved configuration (or the reference with --describe)")
     p.add_argument("--describe", action="store_true")
 
@@ -122,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="report", help="output directory (default ./report)")
     p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
 
+
+def _bench_command(add: AddCommand) -> None:
+    """``bench``: throughput and latency on a broker of its own (evaluation.bench_*)."""
     p = add(
         "bench",
         "benchmarks on a broker of their own (collect: expert steps/s for 1 and 4 contexts; "
@@ -156,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="only the JSON summary (always the last line)"
     )
 
+
+def _eval_command(add: AddCommand) -> None:
+    """``eval``: a checkpoint's world-model fidelity or its policy's success (evaluation.wm_fidelity, evaluation.live_eval)."""
     p = add(
         "eval",
         "evaluate a checkpoint: world-model fidelity on held-out real transitions, or the policy "
@@ -210,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--json", action="store_true", help="only the JSON summary (always the last line)"
     )
+
+
+def _experiment_command(add: AddCommand) -> None:
+    """``experiment``: the reproducible studies (evaluation.sample_efficiency, evaluation.wm_study)."""
     p = add(
         "experiment",
         "reproducible studies through the real system; sample-efficiency: imitation vs "
@@ -235,6 +272,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     _experiment_world_model_args(p)
+
+
+def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
+    """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.wm_study.WorldModelStudyConfig``)."""
+    g = p.add_argument_group("world-model")
+    g.add_argument("--data", help="world-model: JSONL of transitions to use instead of collecting")
+    g.add_argument("--steps", type=int, help="world-model: training steps (upper bound)")
+    g.add_argument(
+        "--time-budget",
+        dest="time_budget_s",
+        type=float,
+        help="world-model: training seconds (upper bound)",
+    )
+    g.add_argument("--batch", type=int, help="world-model: transitions per step")
+    g.add_argument("--lr", type=float, help="world-model: peak learning rate")
+    g.add_argument("--expert-episodes", type=int, help="world-model: expert episodes to collect")
+    g.add_argument(
+        "--random-episodes", type=int, help="world-model: random-policy episodes to collect"
+    )
+    g.add_argument("--heldout-fraction", type=float, help="world-model: share of episodes held out")
+    g.add_argument("--seed", type=int, help="world-model: seed of the model and the batch order")
+
+
+def _data_commands(add: AddCommand) -> None:
+    """``tokenizer`` and ``demos``: the BPE tokenizer's corpus and the demonstration files."""
     p = add(
         "tokenizer",
         "the project's BPE tokenizer (models/tokenizer_train.py): collect its corpus in the live "
@@ -279,28 +341,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=60.0, help="export: seconds to read the topic")
     p.add_argument("--json", action="store_true")
+
+
+FAMILIES: tuple[Callable[[AddCommand], None], ...] = (
+    _stack_commands,
+    _component_commands,
+    _task_commands,
+    _checkpoint_commands,
+    _inspection_commands,
+    _bench_command,
+    _eval_command,
+    _experiment_command,
+    _data_commands,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dynaweb", description=__doc__.splitlines()[0])
+    _common(ap)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        _common(p)
+        return p
+
+    for register in FAMILIES:
+        register(add)
     return ap
-
-
-def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
-    """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.wm_study.WMExperimentConfig``)."""
-    g = p.add_argument_group("world-model")
-    g.add_argument("--data", help="world-model: JSONL of transitions to use instead of collecting")
-    g.add_argument("--steps", type=int, help="world-model: training steps (upper bound)")
-    g.add_argument(
-        "--time-budget",
-        dest="time_budget_s",
-        type=float,
-        help="world-model: training seconds (upper bound)",
-    )
-    g.add_argument("--batch", type=int, help="world-model: transitions per step")
-    g.add_argument("--lr", type=float, help="world-model: peak learning rate")
-    g.add_argument("--expert-episodes", type=int, help="world-model: expert episodes to collect")
-    g.add_argument(
-        "--random-episodes", type=int, help="world-model: random-policy episodes to collect"
-    )
-    g.add_argument("--heldout-fraction", type=float, help="world-model: share of episodes held out")
-    g.add_argument("--seed", type=int, help="world-model: seed of the model and the batch order")
 
 
 def resolve(args: argparse.Namespace) -> Config:
@@ -339,18 +407,6 @@ def main(argv: list[str] | None = None) -> int:
     except commands.USER_ERRORS as e:
         print(f"dynaweb {args.command}: error: {e}", file=sys.stderr)
         return 2
-
-
-def print_json(obj: object) -> None:
-    print(json.dumps(obj, default=str))
-
-
-def print_config(cfg: Config, describe_only: bool) -> None:
-    if describe_only:
-        for key, default, help in describe():
-            print(f"{key:38s} {json.dumps(default):>24s}  {help}")
-    else:
-        print(json.dumps(cfg.to_dict(), indent=2))
 
 
 if __name__ == "__main__":

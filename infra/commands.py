@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 
-from core.config import Config
+from core.config import Config, describe
 from core.s3 import S3Unavailable
 from infra.stack import StackError
 from streams.kafka import ServiceUnavailable
@@ -20,8 +20,19 @@ def default_id(component: str) -> str:
     return f"{component}-{socket.gethostname()}-{os.getpid()}"
 
 
+def print_json(obj: object) -> None:
+    print(json.dumps(obj, default=str))
+
+
+def print_config(cfg: Config, describe_only: bool) -> None:
+    if describe_only:
+        for key, default, help in describe():
+            print(f"{key:38s} {json.dumps(default):>24s}  {help}")
+    else:
+        print(json.dumps(cfg.to_dict(), indent=2))
+
+
 def cmd_infra(args: argparse.Namespace, cfg: Config) -> int:
-    from infra.cli import print_json
     from infra.stack import Stack
 
     stack = Stack(cfg)
@@ -116,19 +127,19 @@ def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_experts(args: argparse.Namespace, cfg: Config) -> int:
-    from collectors.experts import main as experts_main
+    from evaluation.expert_table import main
 
-    argv = ["--seeds", args.seeds, "--contexts", str(args.contexts)]
-    if args.tasks:
-        argv += ["--tasks", args.tasks]
-    if args.json:
-        argv.append("--json")
-    return experts_main(argv) or 0
+    return main(args, cfg)
+
+
+def cmd_check_behaviour(args: argparse.Namespace, cfg: Config) -> int:
+    from evaluation.behaviour import main
+
+    return main(args, cfg)
 
 
 def cmd_checkpoint(args: argparse.Namespace, cfg: Config) -> int:
     from core.s3 import make_client
-    from infra.cli import print_json
     from models.checkpoint import CheckpointStore
 
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
@@ -201,7 +212,6 @@ def _announce_latest(cfg: Config, store, kind: str, version: int) -> None:
 
 def cmd_gate(args: argparse.Namespace, cfg: Config) -> int:
     from evaluation.gate import run_gate
-    from infra.cli import print_json
 
     done = run_gate(cfg, args.gate_id or default_id("gate"), once=args.once)
     if args.once:
@@ -218,8 +228,6 @@ def cmd_gate(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
-    from infra.cli import print_config
-
     print_config(cfg, args.describe)
     return 0
 
@@ -227,7 +235,8 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     import sys
 
-    from infra.status import PrometheusUnavailable, status
+    from core.prom import PrometheusUnavailable
+    from infra.status import status
 
     run = cfg.run_id if (getattr(args, "run_id", None) or cfg.run_id != "default") else None
     try:
@@ -240,8 +249,8 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
     import sys
 
+    from core.prom import Prom, PrometheusUnavailable, prometheus_url
     from infra.report import write_report
-    from infra.status import Prom, PrometheusUnavailable, prometheus_url
 
     try:
         res = write_report(
@@ -272,15 +281,24 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
             raise ValueError(
                 f"`bench {args.target}` is not available yet ({module} does not exist)"
             ) from None
-        return mod.main(args, cfg) or 0
+        from infra.stack import PrivateBroker
+
+        # a bench with a broker of its own is given the operations that start it
+        extra = {"start_broker": PrivateBroker} if args.target == "collect" else {}
+        return mod.main(args, cfg, **extra) or 0
     from evaluation.bench_streams import main
+    from infra.stack import PrivateBroker, Stack
 
     argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]
-    return main(argv + (["--json"] if args.json else []))
+    argv += ["--json"] if args.json else []
+    return main(argv, start_broker=PrivateBroker, stack_factory=Stack)
 
 
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
-    from evaluation.evaluate import main
+    if args.target == "world-model":
+        from evaluation.wm_fidelity import main
+    else:
+        from evaluation.live_eval import main
 
     return main(args, cfg) or 0
 
@@ -291,8 +309,9 @@ def cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
 
         return wm_main(args, cfg) or 0
     from evaluation.sample_efficiency import main
+    from infra.stack import Stack
 
-    return main(args, cfg)
+    return main(args, cfg, stack_factory=Stack)
 
 
 def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
@@ -304,7 +323,9 @@ def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
     if args.action == "corpus":
         if not args.out:
             raise ValueError("tokenizer corpus needs --out FILE (.jsonl.gz)")
-        res = tt.collect_corpus(
+        from collectors.corpus import collect_corpus
+
+        res = collect_corpus(
             cfg,
             Path(args.out),
             args.expert_episodes,
@@ -353,6 +374,7 @@ COMMANDS = {
     "up": cmd_up,
     "tasks": cmd_tasks,
     "experts": cmd_experts,
+    "check-behaviour": cmd_check_behaviour,
     "checkpoint": cmd_checkpoint,
     "config": cmd_config,
     "status": cmd_status,

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
-from infra.status import Prom
+from core.prom import Prom
 
 PLOTS = ("success_vs_real.png", "dream_vs_real.png", "losses.png", "fidelity.png", "staleness.png")
 
@@ -80,161 +81,60 @@ def _at(ts: list, vs: list, t: float) -> float | None:
     return best
 
 
-def write_report(
-    prom: Prom, run: str, out_dir: str | Path, start: float | None = None, end: float | None = None
-) -> dict:
+@dataclass
+class _Window:
+    """The run and the time grid every plot of one report reads."""
+
+    prom: Prom
+    run: str
+    start: float
+    end: float
+    step: float
+
+    @property
+    def R(self) -> str:
+        """The run's label matcher: ``run="<id>"``."""
+        return f'run="{self.run}"'
+
+    def minutes(self, ts: list) -> list[float]:
+        """Minutes since the start."""
+        return [(t - self.start) / 60 for t in ts]
+
+    def series(self, expr: str, by: str = "") -> dict[str, tuple[list, list]]:
+        return series(self.prom, expr, self.start, self.end, self.step, by=by)
+
+    def cumulative(self, selector: str, by: str = "") -> dict[str, tuple]:
+        return cumulative(self.prom, selector, self.start, self.end, self.step, by=by)
+
+
+def _subplots(*args, **kw):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(*args, **kw)
+
+
+def write_report(
+    prom: Prom, run: str, out_dir: str | Path, start: float | None = None, end: float | None = None
+) -> dict:
+    """The five ``PLOTS`` and ``summary.md`` of ``run`` in ``out_dir`` (the time span defaults
+    to the run's own); returns the run, the span, the files written and the summary."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if start is None or end is None:
         s0, e0 = run_span(prom, run)
         start, end = start or s0, end or e0
-    step = _grid(start, end)
-    R = f'run="{run}"'
-    rel = lambda ts: [(t - start) / 60 for t in ts]  # noqa: E731 - minutes since the start
-    files = []
-
-    # 1. success rate over real interactions (per policy), x = that policy's cumulative live steps
-    steps = cumulative(prom, f"dynaweb_collector_steps_total{{{R}}}", start, end, step, by="policy")
-    succ = series(
-        prom,
-        f"avg by (policy) (dynaweb_collector_success_rate{{{R}}})",
-        start,
-        end,
-        step,
-        by="policy",
-    )
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for pol, (ts, vs) in sorted(succ.items()):
-        g, cum = steps.get(pol, ([], []))
-        xs = [_at(g, cum, t) or 0.0 for t in ts]
-        ax.plot(xs, vs, label=f"{pol} policy", marker="." if len(vs) < 50 else None)
-    ax.set(
-        xlabel="real interactions (live browser steps of that policy)",
-        ylabel="success rate (last 50 episodes)",
-        title=f"Success over real interactions - run {run}",
-        ylim=(-0.02, 1.02),
-    )
-    ax.grid(alpha=0.3)
-    ax.legend()
-    files.append(_save(fig, out / PLOTS[0]))
-
-    # 2. dream vs real steps
-    dream = cumulative(prom, f"dynaweb_dream_steps_total{{{R}}}", start, end, step)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for pol, (g, cum) in sorted(steps.items()):
-        ax.plot(rel(g), cum, label=f"real ({pol})")
-    for _k, (g, cum) in dream.items():
-        ax.plot(rel(g), cum, label="dream", linestyle="--")
-    ax.set(
-        xlabel="minutes since start",
-        ylabel="cumulative steps",
-        title=f"Dreamed vs real steps - run {run}",
-    )
-    ax.grid(alpha=0.3)
-    ax.legend()
-    files.append(_save(fig, out / PLOTS[1]))
-
-    # 3. losses
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    losses = {}
-    for ax, model in zip(axes, ("policy", "world_model"), strict=True):
-        ls = series(
-            prom,
-            f'max by (term) (dynaweb_trainer_loss{{{R}, model="{model}"}})',
-            start,
-            end,
-            step,
-            by="term",
-        )
-        losses[model] = {k: v[1][-1] for k, v in ls.items() if v[1]}
-        for term, (ts, vs) in sorted(ls.items()):
-            ax.plot(rel(ts), vs, label=term)
-        ax.set(xlabel="minutes since start", ylabel="loss", title=f"{model} loss")
-        ax.grid(alpha=0.3)
-        if ls:
-            ax.legend(fontsize=8)
-    fig.suptitle(f"Trainer losses - run {run}")
-    files.append(_save(fig, out / PLOTS[2]))
-
-    # 4. fidelity
-    fid = series(
-        prom,
-        f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})',
-        start,
-        end,
-        step,
-        by="metric",
-    )
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for m, (ts, vs) in sorted(fid.items()):
-        ax.plot(rel(ts), vs, label=m, linestyle=":" if m.startswith("baseline") else "-")
-    ax.set(
-        xlabel="minutes since start",
-        ylabel="score on held-out real transitions",
-        ylim=(-0.02, 1.02),
-        title=f"World-model fidelity - run {run}",
-    )
-    ax.grid(alpha=0.3)
-    if fid:
-        ax.legend(fontsize=8, ncol=2)
-    else:
-        ax.text(0.5, 0.5, "no fidelity reported yet", ha="center", transform=ax.transAxes)
-    files.append(_save(fig, out / PLOTS[3]))
-
-    # 5. staleness: version gaps and the stale-drop share
-    ck = series(
-        prom, f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})', start, end, step
-    )
-    dv = series(prom, f'min(dynaweb_dream_model_version{{{R}, kind="policy"}})', start, end, step)
-    cv = series(
-        prom,
-        f'min(dynaweb_collector_policy_version{{{R}, collector!~".*expert.*"}})',
-        start,
-        end,
-        step,
-    )
-    w = f"{max(60, int(5 * step))}s"
-    share = series(
-        prom,
-        f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[{w}])) / "
-        f'sum(increase(dynaweb_stream_trajectories_total{{{R}, source!="expert"}}[{w}]))',
-        start,
-        end,
-        step,
-    )
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, other in (("dream generators", dv), ("latest-policy collectors", cv)):
-        if "" in ck and "" in other:
-            ts, vs = other[""]
-            gap = [
-                (_at(*ck[""], t) - v)
-                for t, v in zip(ts, vs, strict=True)
-                if _at(*ck[""], t) is not None
-            ]
-            a1.step(rel(ts[len(ts) - len(gap) :]), gap, where="post", label=name)
-    a1.set(
-        xlabel="minutes since start",
-        ylabel="versions behind the trainer",
-        title="Policy version gap",
-    )
-    a1.grid(alpha=0.3)
-    a1.legend(fontsize=8)
-    for _k, (ts, vs) in share.items():
-        a2.plot(rel(ts), vs)
-    a2.set(
-        xlabel="minutes since start",
-        ylabel=f"stale share ({w} window)",
-        ylim=(-0.02, 1.02),
-        title="Dream/on-policy trajectories dropped as stale",
-    )
-    a2.grid(alpha=0.3)
-    fig.suptitle(f"Staleness - run {run}")
-    files.append(_save(fig, out / PLOTS[4]))
+    w = _Window(prom, run, start, end, _grid(start, end))
+    steps = w.cumulative(f"dynaweb_collector_steps_total{{{w.R}}}", by="policy")
+    _plot_success(w, steps, out / PLOTS[0])
+    dream = w.cumulative(f"dynaweb_dream_steps_total{{{w.R}}}")
+    _plot_dream_vs_real(w, steps, dream, out / PLOTS[1])
+    losses = _plot_losses(w, out / PLOTS[2])
+    fid = _plot_fidelity(w, out / PLOTS[3])
+    _plot_staleness(w, out / PLOTS[4])
+    files = [out / name for name in PLOTS]
 
     summary = _summary(prom, run, start, end, steps, dream, losses, fid)
     md = out / "summary.md"
@@ -246,6 +146,125 @@ def write_report(
         "files": [str(f) for f in files] + [str(md)],
         "summary": summary,
     }
+
+
+def _plot_success(w: _Window, steps: dict, path: Path) -> None:
+    """Success rate over real interactions (per policy), x = that policy's cumulative live steps."""
+    succ = w.series(f"avg by (policy) (dynaweb_collector_success_rate{{{w.R}}})", by="policy")
+    fig, ax = _subplots(figsize=(7, 4))
+    for pol, (ts, vs) in sorted(succ.items()):
+        g, cum = steps.get(pol, ([], []))
+        xs = [_at(g, cum, t) or 0.0 for t in ts]
+        ax.plot(xs, vs, label=f"{pol} policy", marker="." if len(vs) < 50 else None)
+    ax.set(
+        xlabel="real interactions (live browser steps of that policy)",
+        ylabel="success rate (last 50 episodes)",
+        title=f"Success over real interactions - run {w.run}",
+        ylim=(-0.02, 1.02),
+    )
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+
+
+def _plot_dream_vs_real(w: _Window, steps: dict, dream: dict, path: Path) -> None:
+    """Cumulative dreamed and real steps over time."""
+    fig, ax = _subplots(figsize=(7, 4))
+    for pol, (g, cum) in sorted(steps.items()):
+        ax.plot(w.minutes(g), cum, label=f"real ({pol})")
+    for _k, (g, cum) in dream.items():
+        ax.plot(w.minutes(g), cum, label="dream", linestyle="--")
+    ax.set(
+        xlabel="minutes since start",
+        ylabel="cumulative steps",
+        title=f"Dreamed vs real steps - run {w.run}",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+
+
+def _plot_losses(w: _Window, path: Path) -> dict:
+    """The trainer's loss terms per model; returns the last value of each {model: {term: loss}}."""
+    fig, axes = _subplots(1, 2, figsize=(10, 4))
+    losses = {}
+    for ax, model in zip(axes, ("policy", "world_model"), strict=True):
+        ls = w.series(f'max by (term) (dynaweb_trainer_loss{{{w.R}, model="{model}"}})', by="term")
+        losses[model] = {k: v[1][-1] for k, v in ls.items() if v[1]}
+        for term, (ts, vs) in sorted(ls.items()):
+            ax.plot(w.minutes(ts), vs, label=term)
+        ax.set(xlabel="minutes since start", ylabel="loss", title=f"{model} loss")
+        ax.grid(alpha=0.3)
+        if ls:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"Trainer losses - run {w.run}")
+    _save(fig, path)
+    return losses
+
+
+def _plot_fidelity(w: _Window, path: Path) -> dict:
+    """World-model fidelity on held-out real transitions; returns the series by metric."""
+    fid = w.series(
+        f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{w.R}, metric!="n"}})',
+        by="metric",
+    )
+    fig, ax = _subplots(figsize=(7, 4))
+    for m, (ts, vs) in sorted(fid.items()):
+        ax.plot(w.minutes(ts), vs, label=m, linestyle=":" if m.startswith("baseline") else "-")
+    ax.set(
+        xlabel="minutes since start",
+        ylabel="score on held-out real transitions",
+        ylim=(-0.02, 1.02),
+        title=f"World-model fidelity - run {w.run}",
+    )
+    ax.grid(alpha=0.3)
+    if fid:
+        ax.legend(fontsize=8, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no fidelity reported yet", ha="center", transform=ax.transAxes)
+    _save(fig, path)
+    return fid
+
+
+def _plot_staleness(w: _Window, path: Path) -> None:
+    """Staleness: the policy version gaps behind the trainer and the stale-drop share."""
+    R = w.R
+    ck = w.series(f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})')
+    dv = w.series(f'min(dynaweb_dream_model_version{{{R}, kind="policy"}})')
+    cv = w.series(f'min(dynaweb_collector_policy_version{{{R}, collector!~".*expert.*"}})')
+    win = f"{max(60, int(5 * w.step))}s"
+    share = w.series(
+        f"sum(increase(dynaweb_stream_stale_dropped_trajectories_total{{{R}}}[{win}])) / "
+        f'sum(increase(dynaweb_stream_trajectories_total{{{R}, source!="expert"}}[{win}]))'
+    )
+    fig, (a1, a2) = _subplots(1, 2, figsize=(10, 4))
+    for name, other in (("dream generators", dv), ("latest-policy collectors", cv)):
+        if "" in ck and "" in other:
+            ts, vs = other[""]
+            gap = [
+                (_at(*ck[""], t) - v)
+                for t, v in zip(ts, vs, strict=True)
+                if _at(*ck[""], t) is not None
+            ]
+            a1.step(w.minutes(ts[len(ts) - len(gap) :]), gap, where="post", label=name)
+    a1.set(
+        xlabel="minutes since start",
+        ylabel="versions behind the trainer",
+        title="Policy version gap",
+    )
+    a1.grid(alpha=0.3)
+    a1.legend(fontsize=8)
+    for _k, (ts, vs) in share.items():
+        a2.plot(w.minutes(ts), vs)
+    a2.set(
+        xlabel="minutes since start",
+        ylabel=f"stale share ({win} window)",
+        ylim=(-0.02, 1.02),
+        title="Dream/on-policy trajectories dropped as stale",
+    )
+    a2.grid(alpha=0.3)
+    fig.suptitle(f"Staleness - run {w.run}")
+    _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

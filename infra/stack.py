@@ -3,27 +3,26 @@
 ``up`` is idempotent (a healthy service started earlier is reused), every
 server binds 127.0.0.1 by default, state lives under ``cfg.home`` and ``down``
 stops only the processes this stack started, by pid (checked against the
-process's command line so a recycled pid is never signalled).
+process's command line so a recycled pid is never signalled).  ``PrivateBroker``
+is a Tansu broker of a bench's own (memory storage, a free loopback port), next
+to the stack and independent of it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.config import Config
+from core.net import free_ports, http_status, port_open
 from core.s3 import credentials_path, ensure_credentials
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,48 +62,6 @@ def prometheus_binary() -> str:
             "prometheus not found; install it with `apt-get install -y --no-install-recommends prometheus`"
         )
     return found
-
-
-def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def port_bindable(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def free_port_block(n: int, lo: int = 20000, hi: int = 29000) -> list[int]:
-    """``n`` consecutive ports that nothing listens on and that can be bound, also at +10000 (where
-    SeaweedFS puts its gRPC ports), for a private stack next to the default one."""
-    for _ in range(200):
-        base = random.randint(lo, hi)
-        block = [base + i for i in range(n)]
-        if all(
-            not port_open("127.0.0.1", q, 0.2) and port_bindable(q)
-            for p in block
-            for q in (p, p + 10000)
-        ):
-            return block
-    raise RuntimeError(f"no block of {n} free ports found in {lo}-{hi}")
-
-
-def http_status(url: str, timeout: float = 1.0) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except (urllib.error.URLError, OSError):
-        return None
 
 
 @dataclass
@@ -430,6 +387,54 @@ class Stack:
                 **svc.extra,
             }
         return out
+
+
+class PrivateBroker:
+    """A Tansu broker with memory storage on a free loopback port (log: ``home/tansu.log``)."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self, timeout: float = 20.0) -> str:
+        """Start it and wait for its port; returns the bootstrap address ``127.0.0.1:PORT``."""
+        (self.port,) = free_ports(1)
+        url = f"tcp://127.0.0.1:{self.port}"
+        self._log = open(self.home / "tansu.log", "wb")
+        self.proc = subprocess.Popen(
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + timeout
+        while not port_open("127.0.0.1", self.port):
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                tail = (self.home / "tansu.log").read_text(errors="replace")[-1500:]
+                raise RuntimeError(f"the bench broker did not open port {self.port}: {tail}")
+            time.sleep(0.05)
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if getattr(self, "_log", None):
+            self._log.close()
 
 
 def _dur(seconds: float) -> str:

@@ -17,6 +17,12 @@ moves ``LATEST`` (and announces) only when the candidate passes its probes.  Rea
 (against the announcement or ``LATEST``) and every file's sha256 before
 loading; a mismatch raises ``CorruptCheckpoint`` and the caller keeps the
 weights it has.
+
+``ModelSlot`` is the reader's side: the loaded version of one kind, hot-reloaded
+from ``LATEST`` when a checkpoint announcement arrives (the dream generator and
+the ``latest`` collector policy; the announcement itself and the one watcher of
+the checkpoints topic are ``streams.checkpoints``).  ``announce`` tells every
+reader that a version already written here is ``LATEST``.
 """
 
 from __future__ import annotations
@@ -24,14 +30,22 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from minio import Minio
 from minio.error import S3Error
+
+from core.config import Config
+from models import metrics as M
+from streams.kafka import Publisher
+
+log = logging.getLogger(__name__)
 
 KINDS = ("policy", "world_model")
 GATE_FILE = "gate.json"
@@ -292,21 +306,67 @@ class CheckpointStore:
         return removed
 
 
-def announce(cfg, store: CheckpointStore, kind: str, version: int, publisher=None) -> None:
+def announce(
+    cfg: Config, store: CheckpointStore, kind: str, version: int, publisher: Publisher | None = None
+) -> None:
     """Tell every generator that ``kind`` has a new LATEST (``version``); they re-read LATEST in S3."""
-    from streams.kafka import Publisher, ensure_topics, make_producer
-    from streams.records import CheckpointAnnouncement
+    from streams.checkpoints import send_announcement
+    from streams.kafka import ensure_topics, make_producer
     from streams.topics import Topics
 
     topics = Topics(cfg.run_id, cfg.kafka.partitions) if publisher else ensure_topics(cfg)
     _, digest = store.manifest(kind, version)
     pub = publisher or Publisher(make_producer(cfg.kafka))
     try:
-        pub.send(
-            topics.checkpoints,
-            CheckpointAnnouncement(cfg.run_id, kind, version, store.uri(kind, version), digest),
+        send_announcement(
+            pub, topics.checkpoints, cfg.run_id, kind, version, store.uri(kind, version), digest
         )
         pub.flush()
     finally:
         if publisher is None:
             pub.close()
+
+
+class ModelSlot:
+    """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST."""
+
+    def __init__(self, store: CheckpointStore, kind: str, work: Path, run: str):
+        self.store, self.kind, self.work, self.run = store, kind, work, run
+        self.version: int | None = None
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.refused: set[int] = set()
+
+    def refresh(self) -> bool:
+        """Load LATEST if it differs from what is loaded; True if a new model was loaded."""
+        lat = self.store.latest(self.kind)
+        if lat is None or lat["version"] == self.version or lat["version"] in self.refused:
+            return False
+        return self.load(lat["version"], lat["manifest_sha256"])
+
+    def load(self, version: int, manifest_sha256: str | None) -> bool:
+        t0 = time.time()
+        dest = self.work / f"{self.kind}-{version}"
+        try:
+            self.store.download(self.kind, version, dest, manifest_sha256)
+        except CorruptCheckpoint as e:
+            log.error("refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version)
+            M.DREAM_RELOADS.labels(self.run, self.kind, "refused").inc()
+            self.refused.add(version)
+            shutil.rmtree(dest, ignore_errors=True)
+            return False
+        if self.kind == "policy":
+            from models.policy import load_policy as loader
+        else:
+            from models.world_model import load_world_model as loader
+        model, tok = loader(str(dest / "hf"))
+        model.eval()
+        old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
+        self.model, self.tokenizer, self.version = model, tok, version
+        if old is not None and old != dest:
+            shutil.rmtree(old, ignore_errors=True)
+        M.DREAM_RELOADS.labels(self.run, self.kind, "loaded").inc()
+        M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(time.time() - t0)
+        M.DREAM_VERSION.labels(self.run, self.kind).set(version)
+        log.info("loaded %s v%d in %.2fs", self.kind, version, time.time() - t0)
+        return True

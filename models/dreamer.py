@@ -1,10 +1,12 @@
 """The dream generator: the current policy rolled out inside the world model.
 
 It follows ``LATEST`` in S3 for both model kinds: on every checkpoint
-announcement (and at start) it downloads the new version, verifies every
-sha256 and swaps the models in place without restarting; a checkpoint that
-fails verification is refused and the loaded weights stay.  Start states are
-real first observations (step 0) read from the real and expert topics.
+announcement (``streams.checkpoints.CheckpointWatcher``) and at start it
+downloads the new version, verifies every sha256 and swaps the models in place
+between two rounds without restarting (``models.checkpoint.ModelSlot``); a
+checkpoint that fails verification is refused and the loaded weights stay.
+Start states are real first observations (step 0) read from the real and
+expert topics.
 Dreamed transitions carry both model versions, the group id (one GSPO group
 per start state) and the behaviour log-probabilities.  Back-pressure messages
 from the stream worker scale the dream rate.
@@ -14,14 +16,12 @@ from __future__ import annotations
 
 import logging
 import random
-import shutil
 import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from kafka import TopicPartition
@@ -31,8 +31,10 @@ from core.process import start_component
 from core.s3 import make_client
 from core.spaces import Observation
 from models import metrics as M
-from models.checkpoint import CheckpointStore, CorruptCheckpoint
+from models.checkpoint import CheckpointStore, ModelSlot
+from models.component import close_component
 from streams import records
+from streams.checkpoints import CheckpointWatcher
 from streams.kafka import Publisher, ensure_topics, make_consumer, make_producer
 
 log = logging.getLogger(__name__)
@@ -43,51 +45,6 @@ class StartState:
     obs: Observation
     task: str
     seed: int
-
-
-class ModelSlot:
-    """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST."""
-
-    def __init__(self, store: CheckpointStore, kind: str, work: Path, run: str):
-        self.store, self.kind, self.work, self.run = store, kind, work, run
-        self.version: int | None = None
-        self.model: Any = None
-        self.tokenizer: Any = None
-        self.refused: set[int] = set()
-
-    def refresh(self) -> bool:
-        """Load LATEST if it differs from what is loaded; True if a new model was loaded."""
-        lat = self.store.latest(self.kind)
-        if lat is None or lat["version"] == self.version or lat["version"] in self.refused:
-            return False
-        return self.load(lat["version"], lat["manifest_sha256"])
-
-    def load(self, version: int, manifest_sha256: str | None) -> bool:
-        t0 = time.time()
-        dest = self.work / f"{self.kind}-{version}"
-        try:
-            self.store.download(self.kind, version, dest, manifest_sha256)
-        except CorruptCheckpoint as e:
-            log.error("refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version)
-            M.DREAM_RELOADS.labels(self.run, self.kind, "refused").inc()
-            self.refused.add(version)
-            shutil.rmtree(dest, ignore_errors=True)
-            return False
-        if self.kind == "policy":
-            from models.policy import load_policy as loader
-        else:
-            from models.world_model import load_world_model as loader
-        model, tok = loader(str(dest / "hf"))
-        model.eval()
-        old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
-        self.model, self.tokenizer, self.version = model, tok, version
-        if old is not None and old != dest:
-            shutil.rmtree(old, ignore_errors=True)
-        M.DREAM_RELOADS.labels(self.run, self.kind, "loaded").inc()
-        M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(time.time() - t0)
-        M.DREAM_VERSION.labels(self.run, self.kind).set(version)
-        log.info("loaded %s v%d in %.2fs", self.kind, version, time.time() - t0)
-        return True
 
 
 class Dreamer:
@@ -113,20 +70,25 @@ class Dreamer:
 
         self.generator = sampler_generator(cfg.run_id, self.producer_id)
         self._runners: tuple | None = None
+        self.consumer = None
+        self._announced = threading.Event()  # set by the watcher's thread, taken by poll()
+        self.watcher = CheckpointWatcher(
+            cfg.kafka,
+            [self.topics.checkpoints],
+            on_announcement=lambda _rec: self._announced.set(),
+            partitions=(0,),
+            poll_ms=500,
+        )
 
     def setup(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
         tps = []
-        for t in (
-            self.topics.checkpoints,
-            self.topics.control,
-            self.topics.real,
-            self.topics.expert,
-        ):
+        for t in (self.topics.control, self.topics.real, self.topics.expert):
             parts = self.consumer.partitions_for_topic(t) or {0}
             tps += [TopicPartition(t, p) for p in sorted(parts)]
         self.consumer.assign(tps)
         self.consumer.seek_to_beginning(*tps)
+        self.watcher.start()
         self.refresh_models()
 
     def refresh_models(self) -> None:
@@ -152,7 +114,8 @@ class Dreamer:
         return self._runners
 
     def poll(self, timeout_ms: int) -> None:
-        announced = False
+        """Back-pressure and start states from the consumer; reload on an announcement seen since
+        the last poll (any kind: both slots re-read LATEST)."""
         for _tp, msgs in self.consumer.poll(timeout_ms=timeout_ms).items():
             for m in msgs:
                 if m.value is None:
@@ -161,9 +124,7 @@ class Dreamer:
                     rec = records.decode(m.value)
                 except records.RecordError:
                     continue  # the stream worker dead-letters bad transitions; nothing to do here
-                if isinstance(rec, records.CheckpointAnnouncement):
-                    announced = True
-                elif isinstance(rec, records.Control) and rec.kind == "backpressure":
+                if isinstance(rec, records.Control) and rec.kind == "backpressure":
                     self.rate_factor = max(0.01, min(1.0, float(rec.value)))
                     M.DREAM_RATE_FACTOR.labels(self.run).set(self.rate_factor)
                 elif isinstance(rec, records.Transition) and rec.step == 0:
@@ -171,7 +132,8 @@ class Dreamer:
                         StartState(Observation.from_dict(rec.obs), rec.task, rec.seed)
                     )
         M.DREAM_START_STATES.labels(self.run).set(len(self.starts))
-        if announced:
+        if self._announced.is_set():
+            self._announced.clear()
             self.refresh_models()
 
     def dream_once(self) -> int:
@@ -257,14 +219,11 @@ class Dreamer:
             if self.ready and self.starts:
                 self.dream_once()
             self.pub.check()
+            self.watcher.check()
 
     def close(self) -> None:
-        try:
-            if hasattr(self, "consumer"):  # setup may have failed before opening it
-                self.consumer.close()
-        finally:
-            self.pub.close()
-            shutil.rmtree(self.work, ignore_errors=True)
+        self.watcher.stop()
+        close_component(self.consumer, self.pub, self.work)
 
 
 def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = None) -> Dreamer:

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from core.config import TrainerConfig
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -115,7 +117,7 @@ def make_engine(
     return engine
 
 
-def trainer_engine(model: torch.nn.Module, tc: Any, kind: str = "policy") -> Any:
+def trainer_engine(model: torch.nn.Module, tc: TrainerConfig, kind: str = "policy") -> Any:
     """``make_engine`` with ``TrainerConfig``: peak ``tc.lr`` (policy) or ``tc.wm_lr`` (world model), one
     schedule shape for both (``warmup_steps``, ``decay_steps``, ``min_lr_ratio``; each model counts its own
     optimizer steps)."""
@@ -124,9 +126,9 @@ def trainer_engine(model: torch.nn.Module, tc: Any, kind: str = "policy") -> Any
         tc.wm_lr if kind == "world_model" else tc.lr,
         tc.zero_stage,
         tc.grad_clip,
-        getattr(tc, "warmup_steps", 0),
-        getattr(tc, "decay_steps", 0),
-        getattr(tc, "min_lr_ratio", 0.0),
+        tc.warmup_steps,
+        tc.decay_steps,
+        tc.min_lr_ratio,
     )
 
 

@@ -1,19 +1,20 @@
 """The project's BPE tokenizer: its corpus, its (deterministic) training, its measurement.
 
 ``dynaweb tokenizer corpus --out FILE``
-    Collects the corpus in the live browser (own task server, no broker): the
-    scripted experts on every task that has one (67; 8 episodes each, seeds 0-7)
-    and the random policy on all 130 MiniWoB tasks (6 episodes each, at most 8
-    steps), with ``collectors.collector.run_collector`` as ``dynaweb experiment
-    world-model`` does.  One transition per line (episode, step, task, source,
-    obs, action, next_obs, reward, done), gzipped.  The committed corpus,
+    Collects the corpus in the live browser (``collectors.corpus.collect_corpus``:
+    own task server, no broker): the scripted experts on every task that has one
+    (67; 8 episodes each, seeds 0-7) and the random policy on all 130 MiniWoB tasks
+    (6 episodes each, at most 8 steps), with ``collectors.collector.run_collector``
+    as ``dynaweb experiment world-model`` does.  One transition per line (episode,
+    step, task, source, obs, action, next_obs, reward, done), gzipped; this module
+    reads it (``read_corpus``).  The committed corpus,
     ``models/assets/tokenizer-corpus.jsonl.gz`` (4,389 transitions, 213 kB), was
     made so (~11 min on 2 cores); a new collection is the same recipe, not the
     same bytes (page timing varies).
 
 ``dynaweb tokenizer train --out DIR [--corpus FILE] [--vocab-size N]``
     Renders every *training* transition of the corpus (episodes outside
-    ``streams.state.heldout(episode_id, HELDOUT)``) into exactly the texts the
+    ``streams.records.heldout(episode_id, HELDOUT)``) into exactly the texts the
     models read and write -- the policy prompt (``models.prompts.policy_prompt``:
     task, page tree, focus, error, history) + the action text, and the
     world-model prompt + its target (``models.world_model.change_target``: why
@@ -37,8 +38,6 @@ BPE trainer breaks ties between equally frequent pairs by the pair itself
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import gzip
 import json
 import time
@@ -49,107 +48,14 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 CORPUS = ASSETS / "tokenizer-corpus.jsonl.gz"
 BPE_DIR = ASSETS / "tokenizer-bpe"
 VOCAB_SIZE = 2048
-HELDOUT = 0.2  # share of the corpus's episodes kept out of training (streams.state.heldout)
+HELDOUT = 0.2  # share of the corpus's episodes kept out of training (streams.records.heldout)
 SPECIALS = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2: the same as the byte tokenizer's
 PRE_TOKENIZER = (
     r"\p{N}| ?[^\s\p{N}]+|\s+(?!\S)|\s+"  # a digit | a chunk up to white space | white space
 )
-_OBS_KEYS = ("instruction", "url", "tree", "focused", "last_action_error", "next_id")
 
 
-# --- corpus --------------------------------------------------------------------------
-
-
-def _row(t: Any) -> dict:
-    return {
-        "episode_id": t.episode_id,
-        "step": t.step,
-        "task": t.task,
-        "source": t.source,
-        "obs": {k: t.obs.get(k) for k in _OBS_KEYS},
-        "action": t.action,
-        "next_obs": {k: t.next_obs.get(k) for k in _OBS_KEYS},
-        "reward": t.reward,
-        "done": t.done,
-    }
-
-
-def collect_corpus(
-    cfg: Any,
-    out: Path,
-    expert_per_task: int = 8,
-    random_per_task: int = 6,
-    max_steps: int = 8,
-    contexts: int = 2,
-    log: Any = print,
-) -> dict:
-    """Expert episodes on every expert task and random-policy episodes on every task, written to
-    ``out`` (gzipped JSONL, episodes in collection order); returns counts."""
-    from collectors.collector import ExpertAgent, RandomAgent, run_collector
-    from collectors.tasks import list_tasks
-    from collectors.taskserver import serve
-    from evaluation.wm_study import _ListSink
-    from streams.topics import Topics
-
-    all_tasks = [t.name for t in list_tasks()]
-    expert_tasks = [t for t in all_tasks if ExpertAgent().supports(t)]
-    rows: list[dict] = []
-    counts: dict = {}
-    server, _, base = serve()
-
-    async def one(policy: str, tasks: list[str], per_task: int, offset: int) -> None:
-        # run_length 1: every context walks through the task list, context i starting at task i
-        n = per_task * len(tasks)
-        cc = dataclasses.replace(
-            cfg,
-            collector=dataclasses.replace(
-                cfg.collector,
-                tasks=tasks,
-                contexts=contexts,
-                max_steps=max_steps,
-                seed_start=0,
-                max_episodes=n,
-            ),
-        )
-        sink = _ListSink()
-        agent = (lambda: ExpertAgent()) if policy == "expert" else (lambda: RandomAgent(seed=1))
-        t0 = time.time()
-        st = await run_collector(
-            cc,
-            sink,
-            Topics(cc.run_id),
-            agent,
-            asyncio.Event(),
-            base_url=base,
-            collector_id=f"tokenizer-corpus-{policy}",
-            seed_offset=offset,
-            run_length=1,
-        )
-        first: dict[str, float] = {}
-        for t in sink.transitions:
-            first[t.episode_id] = min(first.get(t.episode_id, t.created_at), t.created_at)
-        ts = sorted(sink.transitions, key=lambda t: (first[t.episode_id], t.episode_id, t.step))
-        rows.extend(_row(t) for t in ts)
-        counts[policy] = {
-            "tasks": len(tasks),
-            "episodes": st.episodes,
-            "transitions": len(ts),
-            "seconds": round(time.time() - t0, 1),
-        }
-        log(f"{policy}: {counts[policy]}")
-
-    try:
-        asyncio.run(one("expert", expert_tasks, expert_per_task, 0))
-        asyncio.run(one("random", all_tasks, random_per_task, 500_000))
-    finally:
-        server.shutdown()
-        server.server_close()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode()
-    out.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-    counts["transitions"] = len(rows)
-    counts["bytes_gz"] = out.stat().st_size
-    return counts
+# --- corpus (collected by collectors.corpus) -------------------------------------------
 
 
 def read_corpus(path: Path | str = CORPUS) -> list[dict]:
@@ -159,7 +65,7 @@ def read_corpus(path: Path | str = CORPUS) -> list[dict]:
 
 def split_corpus(rows: list[dict], fraction: float = HELDOUT) -> tuple[list[dict], list[dict]]:
     """(train, held-out) by episode with the stream worker's rule."""
-    from streams.state import heldout
+    from streams.records import heldout
 
     train, held = [], []
     for r in rows:

@@ -24,19 +24,21 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from core.bounded import BoundedSet
 from core.config import Config
 from core.process import start_component
 from core.s3 import make_client
 from models import metrics as M
 from models.checkpoint import KINDS, CheckpointStore
+from models.component import close_component
 from models.engine import current_lr, trainer_engine
 from streams import records
+from streams.checkpoints import send_announcement
 from streams.kafka import (
     Publisher,
     assignable,
@@ -48,21 +50,6 @@ from streams.kafka import (
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
-
-
-class BoundedSet:
-    def __init__(self, size: int = 100_000):
-        self._d: OrderedDict = OrderedDict()
-        self.size = size
-
-    def add(self, key: Any) -> bool:
-        """True if new."""
-        if key in self._d:
-            return False
-        self._d[key] = None
-        if len(self._d) > self.size:
-            self._d.popitem(last=False)
-        return True
 
 
 def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | None = None) -> dict:
@@ -87,6 +74,7 @@ class Trainer:
         self.policy_steps = 0
         self.wm_steps = 0
         self.offsets: dict[str, dict[int, int]] = {}
+        self.consumer = None  # opened by setup()
         self.seen_batches = BoundedSet()
         self.seen_wm = BoundedSet(500_000)
         self.wm_buffer: deque = deque(maxlen=20_000)
@@ -220,11 +208,14 @@ class Trainer:
                 kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish
             )
             if publish:
-                self.pub.send(
+                send_announcement(
+                    self.pub,
                     self.topics.checkpoints,
-                    records.CheckpointAnnouncement(
-                        self.run, kind, self.version, saved.uri, saved.manifest_sha256
-                    ),
+                    self.run,
+                    kind,
+                    self.version,
+                    saved.uri,
+                    saved.manifest_sha256,
                 )
                 if gated:
                     self.store.write_decision(
@@ -477,16 +468,11 @@ class Trainer:
         return r <= 0 or self.wm_steps < r * max(1, self.policy_steps)
 
     def close(self) -> None:
-        try:
-            if hasattr(self, "consumer"):  # setup may have failed before opening it
-                self.consumer.close()
-        finally:
-            self.pub.close()
-            shutil.rmtree(self.work, ignore_errors=True)
+        close_component(self.consumer, self.pub, self.work)
 
 
 def export_source_stats(run: str, stats: dict) -> None:
-    """What the policy loss learned from, per source (``models.learner.source_stats``): running totals
+    """What the policy loss learned from, per source (``models.policy_loss.source_stats``): running totals
     and the last batch's nonzero-advantage share; trajectories without a group are counted only."""
     groups = nonzero = 0
     for src, s in stats.get("by_source", {}).items():
@@ -507,7 +493,7 @@ def export_source_stats(run: str, stats: dict) -> None:
 
 
 def _export_stats(run: str, stats: dict) -> None:
-    """Map ``models.learner.policy_batch_loss`` stats onto the declared trainer metrics."""
+    """Map ``models.policy_loss.policy_batch_loss`` stats onto the declared trainer metrics."""
     for k, v in stats.items():
         if not isinstance(v, int | float) or isinstance(v, bool):
             continue

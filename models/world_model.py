@@ -24,7 +24,7 @@ representation of (page, action): the last layer's hidden state at the last
 prompt token, the position that predicts the first change token.
 ``reward_head``: task success (raw reward > 0, ``models.losses.task_success_reward``,
 the reward RL trains on) vs not; ``done_head``: done vs not.  Trained with the
-change text by ``models.learner.world_model_batch_loss`` (class-balanced
+change text by ``models.wm_loss.world_model_batch_loss`` (class-balanced
 cross-entropy, ``trainer.wm_head_weight``), whether or not the text parses.
 ``WorldModelRunner.predict`` takes reward (1.0 if p(success) > 0.5 else 0.0) and
 done (p(done) > 0.5) from the heads, whatever the text's ``reward``/``done`` lines
@@ -55,6 +55,7 @@ from typing import Any
 
 import torch
 
+from core.config import Config, DreamConfig, ModelConfig
 from core.spaces import Action, Observation, ids_in_tree, parse_action
 from models.change import (
     apply_change,
@@ -65,9 +66,10 @@ from models.change import (
     parse_model_output,
 )
 from models.embedder import DIM
-from models.policy import load_causal_lm, make_causal_lm, prefix_groups
+from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
+from models.wm_decoding import generate_tokens
 
 
 def attach_page_head(model: Any, dim: int = DIM) -> Any:
@@ -124,7 +126,7 @@ def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     )
 
 
-def make_world_model(model_cfg: Any) -> tuple[Any, Any]:
+def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
     """(model, tokenizer) with ``page_head`` and the reward/done heads attached: from config
     (seed + 1; heads not trained yet) or the dir (``load_world_model``)."""
     if model_cfg.world_model_path:
@@ -201,88 +203,6 @@ def _try_parse(text: str) -> Action | None:
         return parse_action(text)
     except ValueError:
         return None
-
-
-class PreallocatedLayer:
-    """A KV-cache layer written in place into buffers of a fixed capacity (grows by doubling)."""
-
-    is_sliding = False
-    is_croppable = True
-    is_compileable = False
-
-    def __init__(self, capacity: int):
-        self.capacity = max(1, int(capacity))
-        self.n = 0
-        self.is_initialized = False
-        self.keys = self.values = None
-
-    def lazy_initialization(self, k: torch.Tensor, v: torch.Tensor, *args: Any) -> None:
-        shape = (k.shape[0], k.shape[1], max(self.capacity, k.shape[-2]), k.shape[-1])
-        self._k, self._v = k.new_empty(shape), v.new_empty((*shape[:3], v.shape[-1]))
-        self.dtype, self.device = k.dtype, k.device
-        self.is_initialized = True
-
-    def _views(self) -> None:
-        self.keys, self.values = self._k[..., : self.n, :], self._v[..., : self.n, :]
-
-    def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
-        if not self.is_initialized:
-            self.lazy_initialization(k, v)
-        t = k.shape[-2]
-        if self.n + t > self._k.shape[-2]:
-            cap = max(2 * self._k.shape[-2], self.n + t)
-            k2, v2 = (
-                self._k.new_empty((*self._k.shape[:2], cap, self._k.shape[-1])),
-                self._v.new_empty((*self._v.shape[:2], cap, self._v.shape[-1])),
-            )
-            k2[..., : self.n, :], v2[..., : self.n, :] = (
-                self._k[..., : self.n, :],
-                self._v[..., : self.n, :],
-            )
-            self._k, self._v = k2, v2
-        self._k[..., self.n : self.n + t, :] = k
-        self._v[..., self.n : self.n + t, :] = v
-        self.n += t
-        self._views()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.n
-
-    def get_max_length(self) -> int:
-        return -1
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.n + query_length, 0
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0:  # legacy: absolute length
-            tokens_to_remove = tokens_to_remove - self.n if tokens_to_remove < self.n else 0
-        self.n = max(0, self.n - abs(tokens_to_remove))
-        if self.is_initialized:
-            self._views()
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self._views()
-
-    def reset(self) -> None:
-        self.n = 0
-        if self.is_initialized:
-            self._views()
-
-
-def preallocated_cache(capacity: int) -> Any:
-    """A ``DynamicCache`` whose layers are ``PreallocatedLayer(capacity)``."""
-    import functools
-
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    cache.layers = []
-    cache.layer_class_to_replicate = functools.partial(PreallocatedLayer, capacity)
-    return cache
 
 
 _VALUE = re.compile(r' value="(?:[^"\\]|\\.)*"')
@@ -385,27 +305,27 @@ class WorldModelRunner:
         self,
         model: Any,
         tokenizer: Any,
-        cfg: Any = None,
+        cfg: Config | DreamConfig | None = None,
         max_positions: int | None = None,
         max_change_tokens: int | None = None,
         world_model_version: int = 0,
     ):
-        dream = getattr(cfg, "dream", cfg)
-        mcfg = getattr(cfg, "model", None)
+        if isinstance(cfg, Config):  # a whole Config (the gate, eval)
+            dream, cfg_positions = cfg.dream, cfg.model.max_positions
+        else:  # a DreamConfig (the dream generator, the trainer), or None: its defaults
+            dream, cfg_positions = (cfg if cfg is not None else DreamConfig()), 0
         self.model = model
         self.tokenizer = tokenizer
         self.max_positions = int(
-            max_positions
-            or getattr(mcfg, "max_positions", 0)
-            or model.config.max_position_embeddings
+            max_positions or cfg_positions or model.config.max_position_embeddings
         )
-        self.max_change_tokens = int(max_change_tokens or getattr(dream, "max_change_tokens", 160))
+        self.max_change_tokens = int(max_change_tokens or dream.max_change_tokens)
         self.world_model_version = world_model_version
         self.ignore_eos = False  # benchmarks only: always generate max_change_tokens
         # "greedy": the generated text; "rerank": the generated text and the proposals of
         # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept.
         # From ``DreamConfig.wm_decode`` (cfg: a DreamConfig or a whole Config); settable afterwards.
-        self.decode = str(getattr(dream, "wm_decode", None) or "greedy")
+        self.decode = str(dream.wm_decode or "greedy")
         if self.decode not in DECODES:
             raise ValueError(f"dream.wm_decode must be one of {DECODES}, got {self.decode!r}")
 
@@ -429,112 +349,24 @@ class WorldModelRunner:
         token; ``output_hidden_states`` on that one pass, no extra forward): the input of the
         reward/done heads.
 
-        A plain decoding loop instead of ``model.generate``: the KV cache is
-        preallocated (``preallocated_cache``: written in place, no copy of the whole
-        cache per token as ``DynamicCache``'s concatenation does); prompts that share a
-        prefix (``models.policy.prefix_groups``: the rollouts of a dream group on the
-        same page) prefill it once and copy its keys to their rows once, then only
-        their own tails run; the 4D mask is built from one boolean row mask, and rows that reached eos are dropped from
-        the batch once they are at least half of it.  Same model, same argmax.
+        Decoding: ``models.wm_decoding.generate_tokens`` (preallocated KV cache, shared prefixes
+        prefilled once, finished rows dropped); same model, same argmax as ``model.generate``.
         """
         self.model.eval()
-        B = len(prompts)
         pad, eos = pad_id(self.tokenizer), eos_id(self.tokenizer)
-        dev = next(self.model.parameters()).device
         new = max(1, min(self.max_change_tokens, self.max_positions - max(len(p) for p in prompts)))
-        neg = torch.finfo(torch.float32).min
-        # 1. the shared prefixes (one row per prefix group, left padded) into the cache
-        groups = prefix_groups(prompts)
-        Pp = max(L for L, _ in groups)
-        if (
-            Pp + max(len(p) - L for L, mem in groups for p in (prompts[b] for b in mem)) + new
-            > self.max_positions
-        ):
-            groups, Pp = (
-                [(0, [b]) for b in range(B)],
-                0,
-            )  # prefixes and tails of very unequal length: no sharing
-        gi = torch.zeros(B, dtype=torch.long)
-        plen_b = torch.zeros(B, dtype=torch.long)
-        for g, (L, mem) in enumerate(groups):
-            for b in mem:
-                gi[b], plen_b[b] = g, L
-        tails = [prompts[b][int(plen_b[b]) :] for b in range(B)]
-        S = max(len(t) for t in tails)
-        cache = preallocated_cache(Pp + S + new)
-        keep = torch.zeros(B, Pp + S + new, dtype=torch.bool)
-        if Pp:
-            ids = torch.full((len(groups), Pp), pad, dtype=torch.long)
-            kp = torch.zeros(len(groups), Pp, dtype=torch.bool)
-            for g, (L, mem) in enumerate(groups):
-                if L:
-                    ids[g, Pp - L :] = torch.tensor(prompts[mem[0]][:L])
-                    kp[g, Pp - L :] = True
-            causal = torch.ones(Pp, Pp, dtype=torch.bool).tril()
-            allowed = (causal[None] & kp[:, None, :]) | torch.eye(Pp, dtype=torch.bool)[None]
-            self.model(
-                input_ids=ids.to(dev),
-                attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-                position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache.batch_select_indices(gi.to(dev))  # one copy: prefix group -> its members' rows
-            keep[:, :Pp] = kp[gi]
-        # 2. every row's own tail (left padded inside its block), after its prefix
-        ids = torch.full((B, S), pad, dtype=torch.long)
-        pos = torch.zeros(B, S, dtype=torch.long)
-        for b, t in enumerate(tails):
-            ids[b, S - len(t) :] = torch.tensor(t)
-            keep[b, Pp + S - len(t) : Pp + S] = True
-            pos[b, S - len(t) :] = plen_b[b] + torch.arange(len(t))
-        causal = torch.ones(S, Pp + S, dtype=torch.bool).tril(diagonal=Pp)
-        allowed = causal[None] & keep[:, None, : Pp + S]
-        allowed[:, torch.arange(S), Pp + torch.arange(S)] = True  # pad rows see themselves: no NaN
-        out = self.model(
-            input_ids=ids.to(dev),
-            attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-            position_ids=pos.to(dev),
-            past_key_values=cache,
-            use_cache=True,
-            output_hidden_states=return_hidden,
+        gen, last_hidden = generate_tokens(
+            self.model,
+            prompts,
+            new,
+            pad,
+            eos,
+            self.max_positions,
+            sample=sample,
+            temperature=temperature,
+            return_hidden=return_hidden,
+            ignore_eos=self.ignore_eos,
         )
-        logits = out.logits[:, -1]
-        last_hidden = out.hidden_states[-1][:, -1] if return_hidden else None
-        plen = torch.tensor([len(p) for p in prompts])
-        P = Pp + S
-        rows = torch.arange(B)  # original row of each active batch row
-        gen: list[list[int]] = [[] for _ in range(B)]
-        done = torch.zeros(B, dtype=torch.bool)
-        for t in range(new):
-            if sample:
-                probs = torch.softmax(logits.float() / max(temperature, 1e-6), -1)
-                nxt = torch.multinomial(probs, 1)[:, 0].cpu()
-            else:
-                nxt = logits.argmax(-1).cpu()
-            for r, tok in zip(rows.tolist(), nxt.tolist(), strict=True):
-                if not done[r]:
-                    gen[r].append(tok)
-            if not self.ignore_eos:
-                done[rows[nxt == eos]] = True
-            if t == new - 1 or bool(done[rows].all()):
-                break
-            act = ~done[rows]
-            if int(act.sum()) * 2 <= len(rows) and new - t > 8:  # compact: drop finished rows
-                idx = act.nonzero()[:, 0]
-                cache.batch_select_indices(idx.to(dev))
-                rows, nxt = rows[idx], nxt[idx]
-            keep[rows, P + t] = True
-            L = P + t + 1
-            mask = torch.where(keep[rows, :L], 0.0, neg)[:, None, None, :]
-            out = self.model(
-                input_ids=nxt[:, None].to(dev),
-                attention_mask=mask.to(dev),
-                position_ids=(plen[rows] + t)[:, None].to(dev),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1]
         texts = []
         for row in gen:
             if eos in row and not self.ignore_eos:

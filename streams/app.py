@@ -1,6 +1,6 @@
 """Builds the Faust app of the stream worker (agents live in streams.agents).
 
-Settings chosen for the broker (see shared/docs/stack.md):
+Settings chosen for the broker (see docs/broker.md):
 - ``processing_guarantee="at_least_once"`` (Tansu transactions are broken);
   consumers downstream dedupe by ids.
 - ``broker_session_timeout=6.0`` (Tansu group joins take about half of it).

@@ -7,7 +7,7 @@ put and get and the stream's sensors. Profiling the worker showed that path,
 not the worker's logic, capped it at ~3,000 transitions/s on two cores.
 
 ``BulkConsumer`` is Faust's aiokafka ``Consumer`` with one change in its fetch
-loop (``_drain_messages``): the records of a partition of a *bulk* topic are
+loop (``_drain_messages``, run by ``_BulkDrain``): the records of a partition of a *bulk* topic are
 handed, as the list aiokafka fetched, to a synchronous handler
 (``handler.on_records(tp, records, generation_id)``); ``await
 handler.after()`` (emit, hand the output to the producer) runs after every
@@ -55,73 +55,9 @@ class BulkConsumer(drv.Consumer):
         handler: BulkHandler | None = getattr(self.app, "bulk_handler", None)
         if handler is None:
             return await drv.Consumer._drain_messages(self, fetcher)
-        bulk_topics = handler.bulk_topics
-        on_records = handler.on_records
-        chunk = max(1, int(getattr(handler, "bulk_max", 2000)))
-        callback = self.callback
-        consumer_should_stop = self._stopped.is_set
-        fetcher_should_stop = fetcher._stopped.is_set
-        get_read_offset = self._read_offset.__getitem__
-        set_read_offset = self._read_offset.__setitem__
-        set_flag, unset_flag = self.diag.set_flag, self.diag.unset_flag
-        app = self.app
+        drain = _BulkDrain(self, handler, fetcher)
         try:
-            while not (consumer_should_stop() or fetcher_should_stop()):
-                set_flag(CONSUMER_FETCHING)
-                records, active = await self._wait_next_records(1.0)
-                await self.sleep(0)
-                if records is None or self.should_stop:
-                    unset_flag(CONSUMER_FETCHING)
-                    continue
-                if not self.flow_active:
-                    # as Faust's getmany: fetched across a rebalance, seek back and drop them
-                    try:
-                        await self.perform_seek()
-                    except Exception as ex:  # noqa: BLE001
-                        log.warning("exception performing seek when flow not active: %s", ex)
-                    unset_flag(CONSUMER_FETCHING)
-                    continue
-                if not records:
-                    unset_flag(CONSUMER_FETCHING)
-                    continue
-                gen = app.consumer_generation_id
-                delivered = 0  # records handed to the handler since its last after()
-                for tp, recs in records.items():
-                    if not recs or not self.flow_active or app.consumer_generation_id != gen:
-                        continue
-                    if (
-                        active is not None
-                        and tp not in active
-                        and tp not in self._buffered_partitions
-                    ):
-                        continue
-                    r_offset = get_read_offset(tp)
-                    if r_offset is not None and recs[0].offset < r_offset:
-                        recs = [r for r in recs if r.offset >= r_offset]
-                        if not recs:
-                            continue
-                    if tp.topic in bulk_topics:
-                        for i in range(0, len(recs), chunk):
-                            if i and (not self.flow_active or app.consumer_generation_id != gen):
-                                break
-                            part = recs[i : i + chunk]
-                            on_records(tp, part, gen)
-                            set_read_offset(tp, part[-1].offset)
-                            delivered += len(part)
-                            if delivered >= chunk:  # bound the work between two outputs
-                                delivered = 0
-                                await handler.after()
-                        continue
-                    for rec in recs:  # any other topic: Faust's per-message path
-                        if not self.flow_active or app.consumer_generation_id != gen:
-                            break
-                        await self.wait_first(
-                            callback(self._to_message(tp, rec)), self.suspend_flow.wait()
-                        )
-                        set_read_offset(tp, rec.offset)
-                if delivered:
-                    await handler.after()
-                unset_flag(CONSUMER_FETCHING)
+            await drain.loop()
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 log.info("Broker stopped consumer, shutting down...")
@@ -135,7 +71,108 @@ class BulkConsumer(drv.Consumer):
             log.exception("bulk drain failed")
             raise
         finally:
-            unset_flag(CONSUMER_FETCHING)
+            drain.unset_flag(CONSUMER_FETCHING)
+
+
+class _BulkDrain:
+    """The fetch loop of one ``BulkConsumer._drain_messages`` run: fetch, then deliver each
+    partition's records (to the handler in chunks for a bulk topic, else one by one to Faust)."""
+
+    def __init__(self, consumer: Any, handler: BulkHandler, fetcher: Any):
+        self.consumer = consumer
+        self.app = consumer.app
+        self.handler = handler
+        self.bulk_topics = handler.bulk_topics
+        self.on_records = handler.on_records
+        self.chunk = max(1, int(getattr(handler, "bulk_max", 2000)))
+        self.callback = consumer.callback
+        self.consumer_should_stop = consumer._stopped.is_set
+        self.fetcher_should_stop = fetcher._stopped.is_set
+        self.get_read_offset = consumer._read_offset.__getitem__
+        self.set_read_offset = consumer._read_offset.__setitem__
+        self.set_flag, self.unset_flag = consumer.diag.set_flag, consumer.diag.unset_flag
+        self.delivered = 0  # records handed to the handler since its last after()
+
+    async def loop(self) -> None:
+        while not (self.consumer_should_stop() or self.fetcher_should_stop()):
+            self.set_flag(CONSUMER_FETCHING)
+            fetched = await self._fetch()
+            if fetched is not None:
+                await self._deliver(*fetched)
+            self.unset_flag(CONSUMER_FETCHING)
+
+    async def _fetch(self) -> tuple[dict, Any] | None:
+        """(records by partition, active partitions) of the next fetch; None when it has nothing
+        to deliver (none fetched, stopping, or fetched across a rebalance)."""
+        c = self.consumer
+        records, active = await c._wait_next_records(1.0)
+        await c.sleep(0)
+        if records is None or c.should_stop:
+            return None
+        if not c.flow_active:
+            # as Faust's getmany: fetched across a rebalance, seek back and drop them
+            try:
+                await c.perform_seek()
+            except Exception as ex:  # noqa: BLE001
+                log.warning("exception performing seek when flow not active: %s", ex)
+            return None
+        if not records:
+            return None
+        return records, active
+
+    def _current(self, gen: int) -> bool:
+        """Whether records fetched under assignment ``gen`` may still be delivered."""
+        return bool(self.consumer.flow_active) and self.app.consumer_generation_id == gen
+
+    async def _deliver(self, records: dict, active: Any) -> None:
+        gen = self.app.consumer_generation_id
+        self.delivered = 0
+        for tp, recs in records.items():
+            recs = self._unread(tp, recs, active, gen)
+            if not recs:
+                continue
+            if tp.topic in self.bulk_topics:
+                await self._bulk(tp, recs, gen)
+            else:
+                await self._per_message(tp, recs, gen)
+        if self.delivered:
+            await self.handler.after()
+
+    def _unread(self, tp: Any, recs: list, active: Any, gen: int) -> list:
+        """The records of ``tp`` to deliver: none while the flow is stopped, after a new
+        assignment or for a partition neither active nor buffered; none below its read offset."""
+        if not recs or not self._current(gen):
+            return []
+        if active is not None and tp not in active and tp not in self.consumer._buffered_partitions:
+            return []
+        r_offset = self.get_read_offset(tp)
+        if r_offset is not None and recs[0].offset < r_offset:
+            recs = [r for r in recs if r.offset >= r_offset]
+        return recs
+
+    async def _bulk(self, tp: Any, recs: list, gen: int) -> None:
+        """A bulk topic's records to the handler, ``chunk`` at a time, an ``after()`` whenever
+        ``chunk`` records were delivered since the last one."""
+        chunk = self.chunk
+        for i in range(0, len(recs), chunk):
+            if i and not self._current(gen):
+                break
+            part = recs[i : i + chunk]
+            self.on_records(tp, part, gen)
+            self.set_read_offset(tp, part[-1].offset)
+            self.delivered += len(part)
+            if self.delivered >= chunk:  # bound the work between two outputs
+                self.delivered = 0
+                await self.handler.after()
+
+    async def _per_message(self, tp: Any, recs: list, gen: int) -> None:
+        """Any other topic: Faust's per-message path."""
+        c = self.consumer
+        for rec in recs:
+            if not self._current(gen):
+                break
+            await c.wait_first(self.callback(c._to_message(tp, rec)), c.suspend_flow.wait())
+            self.set_read_offset(tp, rec.offset)
 
 
 class App(faust.App):

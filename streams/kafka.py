@@ -1,7 +1,7 @@
 """Kafka clients (plain Kafka protocol: Tansu here, Apache Kafka in production).
 
 Correctness never relies on broker high-water marks, compaction or
-transactions (see shared/docs/stack.md): catching up on a topic means reading
+transactions (see docs/broker.md): catching up on a topic means reading
 until a sentinel record we produced ourselves arrives.
 """
 

@@ -4,7 +4,7 @@ Names follow ``dynaweb_stream_<what>_<unit>``; every series carries the labels
 ``run`` and ``worker``. Consumer lag is measured in training batches
 (``lag_batches``: produced - consumed by the trainer) and in held source
 messages (``held_messages``); a lag in records would need the broker's
-high-water mark, which Tansu reports wrongly (stack.md, defect 1). Counters are exposed with the ``_total`` suffix that
+high-water mark, which Tansu reports wrongly (docs/broker.md, defect 1). Counters are exposed with the ``_total`` suffix that
 prometheus_client appends.
 """
 

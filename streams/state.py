@@ -43,8 +43,9 @@ from streams import metrics as M
 from streams import records
 from streams.app import worker_id as default_worker_id
 from streams.assembly import Deduper, EpisodeAssembler, GroupAssembler
+from streams.checkpoints import announcement_of
 from streams.mixer import HybridMixer
-from streams.records import Control, RecordError, Trajectory
+from streams.records import Control, RecordError, Trajectory, heldout
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -54,14 +55,6 @@ _NO_TRAINER_LAG = 64  # expert-only batches waiting, at most, before any trainer
 _REPORT_S = 1.0
 _WINDOW_S = 60.0
 _TOPIC_SOURCE = {"real": "real", "expert": "expert", "dream": "dream"}
-
-
-def heldout(episode_id: str, fraction: float) -> bool:
-    """Stable per-episode split: the same episode always lands on the same side."""
-    if fraction <= 0:
-        return False
-    h = int.from_bytes(hashlib.sha1(episode_id.encode()).digest()[:8], "big") / 2**64
-    return h < fraction
 
 
 class StreamState:
@@ -272,11 +265,8 @@ class StreamState:
             self.on_trajectory(traj, self.clock())
 
     def on_checkpoint(self, raw: bytes) -> None:
-        try:
-            c = records.decode(raw, expect="checkpoint")
-        except RecordError:
-            return
-        if c.kind == "policy" and c.run_id == self.run_id:
+        c = announcement_of(raw, ("policy",))
+        if c is not None and c.run_id == self.run_id:
             self.mixer.set_latest_version(c.version)
 
     def on_control(self, raw: bytes) -> None:

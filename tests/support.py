@@ -8,8 +8,8 @@ import uuid
 from collections.abc import Callable
 
 from core.config import Config, load_config
+from core.net import free_port_block
 from core.waiting import wait_until
-from infra.stack import free_port_block
 
 
 def stack_config(home: str) -> Config:

@@ -4,7 +4,8 @@
 ``dashboards/*.json`` (template variables expanded: given ones from
 ``variables``, the others as their "All" value, Grafana's ``$__rate_interval``
 and friends as fixed windows) and each expression of ``rules/*.yml``, runs them
-on ``/api/v1/query`` and returns a list of problems, empty when all is well:
+on ``/api/v1/query`` (``core.prom``'s client) and returns a list of problems, empty
+when all is well:
 
 - the query is invalid (Prometheus answers an error);
 - a panel query returns no series, only a scalar, or only NaN;
@@ -25,11 +26,11 @@ import math
 import re
 import sys
 import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import yaml
+
+from core.prom import Prom, PrometheusUnavailable, PromQueryError
 
 HERE = Path(__file__).resolve().parent
 DASHBOARDS = HERE / "dashboards"
@@ -188,28 +189,35 @@ def selectors(expr: str) -> list[str]:
         elif c.isdigit() or (c == "." and i + 1 < len(s) and s[i + 1].isdigit()):
             while i < len(s) and (s[i].isalnum() or s[i] in "._"):
                 i += 1
-        elif _IDENT.match(s, i):
-            m = _IDENT.match(s, i)
-            name, i = m.group(0), m.end()
-            j = i
-            while j < len(s) and s[j].isspace():
-                j += 1
-            if name in LIST_KEYWORDS:
-                if j < len(s) and s[j] == "(":
-                    i = _skip_balanced(s, j, "(", ")")
-            elif name in KEYWORDS or (j < len(s) and s[j] == "("):
-                continue  # keyword, function or aggregation
-            elif (nxt := _IDENT.match(s, j)) and nxt.group(0) in ("by", "without"):
-                continue  # aggregation with a leading clause: sum by (x) (...)
-            elif j < len(s) and s[j] == "{":
-                k = _skip_balanced(s, j, "{", "}")
-                out.append(name + s[j:k])
-                i = k
-            else:
-                out.append(name)
+        elif m := _IDENT.match(s, i):
+            i = _identifier(s, m, out)
         else:
             i += 1
     return out
+
+
+def _identifier(s: str, m: re.Match, out: list[str]) -> int:
+    """An identifier ``m`` of ``selectors``' scan: a metric name (its selector, with any
+    ``{matchers}``, is appended to ``out``) unless it is a keyword, a function, an
+    aggregation or a label list. Returns where the scan goes on."""
+    name, i = m.group(0), m.end()
+    j = i
+    while j < len(s) and s[j].isspace():
+        j += 1
+    if name in LIST_KEYWORDS:
+        if j < len(s) and s[j] == "(":
+            i = _skip_balanced(s, j, "(", ")")
+    elif name in KEYWORDS or (j < len(s) and s[j] == "("):
+        pass  # keyword, function or aggregation
+    elif (nxt := _IDENT.match(s, j)) and nxt.group(0) in ("by", "without"):
+        pass  # aggregation with a leading clause: sum by (x) (...)
+    elif j < len(s) and s[j] == "{":
+        k = _skip_balanced(s, j, "{", "}")
+        out.append(name + s[j:k])
+        i = k
+    else:
+        out.append(name)
+    return i
 
 
 def metric_name(selector: str) -> str | None:
@@ -228,32 +236,18 @@ def padded(expr: str) -> str | None:
 # --- live checks -----------------------------------------------------------------------
 
 
-class PromError(RuntimeError):
-    pass
+# a query Prometheus rejected, or no answer from it (through core.prom's client)
+PROM_ERRORS = (PromQueryError, PrometheusUnavailable)
 
 
-def query(prom_url: str, expr: str, at: float | None = None, timeout: float = 10.0) -> dict:
-    """``/api/v1/query`` -> the ``data`` object; PromError with Prometheus' message if invalid."""
-    params = {"query": expr}
-    if at is not None:
-        params["time"] = f"{at:.3f}"
-    url = prom_url.rstrip("/") + "/api/v1/query"
-    req = urllib.request.Request(
-        url,
-        data=urllib.parse.urlencode(params).encode(),
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            body = json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        try:
-            body = json.loads(e.read())
-        except ValueError:
-            raise PromError(f"HTTP {e.code}") from e
-    if body.get("status") != "success":
-        raise PromError(f"{body.get('errorType')}: {body.get('error')}")
-    return body["data"]
+def _reason(e: Exception) -> str:
+    """Why a query failed: Prometheus' own ``errorType: error``, else what the request failed
+    with (the URL error, or the HTTP error of an answer that is not the API's)."""
+    if isinstance(e, PromQueryError):
+        return f"{e.error_type}: {e.error}"
+    if isinstance(e.__cause__, urllib.error.HTTPError):
+        return f"HTTP {e.__cause__.code}"
+    return str(e.__cause__ or e)
 
 
 def _values(data: dict) -> list[float]:
@@ -265,16 +259,16 @@ def _values(data: dict) -> list[float]:
 
 
 def _check_one(
-    prom_url: str, where: str, expr: str, run: str | None, at: float | None, need_series: bool
+    prom: Prom, where: str, expr: str, run: str | None, at: float | None, need_series: bool
 ) -> list[str]:
     problems = []
     p = padded(expr)
     if p:
         problems.append(f"{where}: {p}: {expr}")
     try:
-        data = query(prom_url, expr, at)
-    except (PromError, OSError) as e:
-        return problems + [f"{where}: invalid query ({e}): {expr}"]
+        data = prom.instant(expr, at)
+    except PROM_ERRORS as e:
+        return problems + [f"{where}: invalid query ({_reason(e)}): {expr}"]
     if need_series:
         if data["resultType"] in ("scalar", "string"):
             problems.append(f"{where}: returns a {data['resultType']}, not series: {expr}")
@@ -284,9 +278,9 @@ def _check_one(
             problems.append(f"{where}: only NaN (no data in the window): {expr}")
     for sel in dict.fromkeys(selectors(expr)):
         try:
-            res = query(prom_url, sel, at)["result"]
-        except (PromError, OSError) as e:
-            problems.append(f"{where}: invalid selector {sel} ({e})")
+            res = prom.instant(sel, at)["result"]
+        except PROM_ERRORS as e:
+            problems.append(f"{where}: invalid selector {sel} ({_reason(e)})")
             continue
         if run is not None:
             res = [r for r in res if r["metric"].get("run") == run]
@@ -309,6 +303,7 @@ def check_queries(
     ``variables``: template variables, e.g. ``{"run": run_id}``; ``run`` also restricts the
     rule selectors to that run. ``at``: evaluation time (unix seconds, default now).
     """
+    prom = Prom(prom_url)
     run = variables.get("run")
     problems: list[str] = []
     for f in sorted(Path(dashboards_dir).glob("*.json")):
@@ -317,12 +312,12 @@ def check_queries(
         for where, selector, label in variable_queries(f):
             try:
                 sel = expand(selector, variables, defaults)
-                res = query(prom_url, f"count by ({label}) ({sel})", at)["result"]
+                res = prom.instant(f"count by ({label}) ({sel})", at)["result"]
             except KeyError as e:
                 problems.append(f"{where}: unknown template variable ${e.args[0]}")
                 continue
-            except (PromError, OSError) as e:
-                problems.append(f"{where}: invalid query ({e}): {selector}")
+            except PROM_ERRORS as e:
+                problems.append(f"{where}: invalid query ({_reason(e)}): {selector}")
                 continue
             vals = {r["metric"].get(label) for r in res}
             name = where.rsplit("$", 1)[1]
@@ -336,10 +331,10 @@ def check_queries(
             except KeyError as k:
                 problems.append(f"{where}: unknown template variable ${k.args[0]}: {expr}")
                 continue
-            problems += _check_one(prom_url, where, e, run, at, need_series=True)
+            problems += _check_one(prom, where, e, run, at, need_series=True)
     for where, expr in rule_expressions(rules_dir):
         problems += _check_one(
-            prom_url, where, expr, run, at, need_series=where.split(": ", 1)[1].startswith("record")
+            prom, where, expr, run, at, need_series=where.split(": ", 1)[1].startswith("record")
         )
     return problems
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from core.config import Config
 from core.s3 import make_client
-from evaluation.sample_efficiency import QUICK
+from evaluation.sample_efficiency_arms import QUICK
 from evaluation.sample_efficiency_report import ARMS
 from models.checkpoint import CheckpointStore
 from tests.support import env_for

@@ -93,7 +93,7 @@ def test_wrong_answer_gives_minus_one(bl) -> None:  # noqa: F811
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, _ = await env.reset("miniwob/click-button", 0)
             want = EXPERTS["miniwob/click-button"].act(obs, [])
-            from collectors.experts import find, parse_tree
+            from core.pagetree import find, parse_tree
 
             other = [n for n in find(parse_tree(obs.tree), role="button") if n.id != want.element]
             if not other:

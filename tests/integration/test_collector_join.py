@@ -24,8 +24,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from collectors.agents import ExpertAgent
 from collectors.browser import Browser
-from collectors.collector import CollectorStats, ExpertAgent, run_collector
+from collectors.collector import CollectorStats, run_collector
 from core.config import Config
 from streams import records
 from streams.kafka import is_control, read_until_sentinel

@@ -161,7 +161,7 @@ def test_live_policy_deadline_stops_starting_episodes_and_marks_the_rest() -> No
     import time
 
     from core.spaces import Action
-    from evaluation.evaluate import run_live_policy
+    from evaluation.live_eval import run_live_policy
 
     require_chromium()
 

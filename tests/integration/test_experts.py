@@ -7,13 +7,15 @@ import os
 
 import pytest
 
-from collectors.collector import CollectorStats, ExpertAgent, RandomAgent, run_collector
+from collectors.agents import ExpertAgent, RandomAgent
+from collectors.collector import CollectorStats, run_collector
 from collectors.env import WebEnv
-from collectors.experts import EXPERTS, run_episode
+from collectors.experts import EXPERTS
 from collectors.random_policy import RandomPolicy, valid_actions
 from collectors.tasks import get_task
 from core.config import Config
 from core.spaces import parse_action
+from evaluation.expert_table import run_episode
 from streams import records
 from streams.topics import Topics
 from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture

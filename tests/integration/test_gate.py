@@ -15,10 +15,9 @@ from core.s3 import make_client
 from core.spaces import Observation
 from evaluation.gate import GATE_DECISIONS, Gate
 from infra.cli import main
-from models.checkpoint import CheckpointStore
-from models.dreamer import ModelSlot
-from models.learner import world_model_batch_loss
+from models.checkpoint import CheckpointStore, ModelSlot
 from models.trainer import Trainer
+from models.wm_loss import world_model_batch_loss
 from models.world_model import make_world_model
 from streams import records
 from streams.kafka import Publisher, ensure_topics, is_control, make_producer, read_until_sentinel

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streams import records
-from streams.state import heldout
+from streams.records import heldout
 from tests.integration.conftest_collectors import require_chromium
 
 pytestmark = pytest.mark.integration

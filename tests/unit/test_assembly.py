@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from streams.assembly import BoundedSet, Deduper, EpisodeAssembler, GroupAssembler, check_group
+from core.bounded import BoundedSet
+from streams.assembly import Deduper, EpisodeAssembler, GroupAssembler, check_group
 from streams.records import Trajectory, Transition
 
 

@@ -193,7 +193,7 @@ def test_eval_policy_refuses_training_seeds(tmp_path, capsys):
 
 
 def test_wilson_and_dream_summary():
-    from evaluation.evaluate import dream_summary, wilson
+    from evaluation.live_eval import dream_summary, wilson
 
     lo, hi = wilson(8, 10)
     assert 0.49 < lo < 0.5 and 0.94 < hi < 0.95  # the textbook value (0.490, 0.943)

@@ -8,6 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from collectors import demos
+from core.config import Config
 from streams.records import Transition
 
 
@@ -103,9 +104,6 @@ def test_import_with_errors_publishes_nothing(tmp_path) -> None:
     f = tmp_path / "d.jsonl"
     f.write_text("\n".join(lines(tr("e1", 0, done=True), "nope")) + "\n")
 
-    class NoBroker:
-        run_id = "r1"
-
     with pytest.raises(demos.DemoFileError) as ei:
-        demos.import_file(NoBroker(), f)
+        demos.import_file(Config(run_id="r1"), f)
     assert ei.value.errors[0][0] == 2 and f"{f}:2:" in str(ei.value)

@@ -10,20 +10,20 @@ import math
 
 import pytest
 
-from collectors.collector import _Pacer, _Schedule
+from collectors.schedule import _Pacer, _Schedule
 from collectors.tasks import resolve_tasks
 from core.config import Config
-from evaluation.sample_efficiency import (
+from evaluation.sample_efficiency_arms import (
     QUICK,
     cell_config,
     experiment_id,
     expert_samples_per_step,
     matched_points,
     online_points,
-    parse_scrape,
     pick_versions,
     resolve_experiment,
 )
+from evaluation.sample_efficiency_diagnostics import parse_scrape
 from evaluation.sample_efficiency_report import (
     ARMS,
     aggregate,
@@ -274,7 +274,8 @@ def test_up_starts_the_gate_only_when_gating_is_on():
 
 
 def test_markdown_per_task_and_diagnostics_sections():
-    from evaluation.sample_efficiency import _diag_by_arm, _per_task
+    from evaluation.sample_efficiency_diagnostics import diag_by_arm as _diag_by_arm
+    from evaluation.sample_efficiency_diagnostics import per_task as _per_task
 
     cells = _cells()
     for c in cells:

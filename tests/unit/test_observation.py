@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collectors.experts import parse_tree
 from collectors.observation import (
     MAX_STRING,
     Line,
@@ -10,6 +9,7 @@ from collectors.observation import (
     render_lines,
     truncate_lines,
 )
+from core.pagetree import parse_tree
 from core.spaces import Observation, ids_in_tree
 
 

@@ -5,14 +5,9 @@ import torch
 
 from core.config import ModelConfig, TrainerConfig
 from core.spaces import Action, Observation, parse_action
-from models.learner import action_logprobs, policy_batch_loss
-from models.policy import (
-    PolicyRunner,
-    candidate_actions,
-    instruction_texts,
-    make_policy,
-    score_continuations,
-)
+from models.candidates import candidate_actions, instruction_texts
+from models.policy import PolicyRunner, make_policy, score_continuations
+from models.policy_loss import action_logprobs, policy_batch_loss
 from models.prompts import action_ids, fit_tree, policy_prompt_ids
 from models.tokenizer import build_tokenizer, decode, encode
 from streams.records import Trajectory, Transition

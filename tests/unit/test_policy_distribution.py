@@ -9,19 +9,13 @@ import math
 import pytest
 import torch
 
-from collectors.collector import _norm
+from collectors.agents import _norm
 from core.config import TrainerConfig
 from core.spaces import Action, Observation
+from models.candidates import candidate_logprobs, candidates_hash, policy_candidates
 from models.dream_env import dream_rollouts
-from models.learner import action_logprobs, policy_batch_loss, trajectory_decisions
-from models.policy import (
-    PolicyRunner,
-    candidate_logprobs,
-    candidates_hash,
-    make_policy,
-    policy_candidates,
-    score_continuations,
-)
+from models.policy import PolicyRunner, make_policy, score_continuations
+from models.policy_loss import action_logprobs, policy_batch_loss, trajectory_decisions
 from models.prompts import action_ids, policy_prompt_ids
 from models.world_model import Prediction
 from streams import records
@@ -328,7 +322,7 @@ def test_transition_candidates_hash_is_optional():
 
 
 def test_candidate_texts_cover_what_the_experts_type():
-    from models.policy import candidate_actions, instruction_texts, page_texts
+    from models.candidates import candidate_actions, instruction_texts, page_texts
 
     t = instruction_texts(
         "{'utterance': \"Forward Sherline's e-mail to Fernandina.\", 'fields': {'task': 'forward', "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from collectors.collector import ExpertAgent, RandomAgent, _Schedule, collector_group_size
+from collectors.agents import ExpertAgent, RandomAgent
+from collectors.schedule import _Schedule, collector_group_size
 from collectors.tasks import resolve_tasks
 from core.config import Config
 from core.spaces import Action, Observation, precheck_error

@@ -1,7 +1,7 @@
 """Topic retention (time and size) is applied at creation from the typed config.
 
 The embedded broker cannot report topic configs back (``describe_configs`` returns nothing,
-stack.md defect 6), so this checks the CreateTopics requests ensure_topics sends, with a
+docs/broker.md defect 6), so this checks the CreateTopics requests ensure_topics sends, with a
 stand-in admin client (unit test only); the real broker path is exercised by every
 integration test that creates topics."""
 

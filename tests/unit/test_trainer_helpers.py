@@ -6,11 +6,12 @@ from types import SimpleNamespace
 
 import torch
 
+from core.bounded import BoundedSet
 from core.config import Config
 from models import metrics as M
-from models.learner import source_stats
 from models.losses import group_advantages, task_success_reward
-from models.trainer import BoundedSet, Trainer, export_source_stats
+from models.policy_loss import source_stats
+from models.trainer import Trainer, export_source_stats
 from streams.records import Trajectory
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from evaluation.wm_study import (
     METRICS,
-    WMExperimentConfig,
+    WorldModelStudyConfig,
     batches,
     beats,
     episode_outcomes,
@@ -17,8 +17,7 @@ from evaluation.wm_study import (
     lr_at,
     split_by_episode,
 )
-from streams.records import Transition
-from streams.state import heldout
+from streams.records import Transition, heldout
 
 
 def _t(
@@ -111,7 +110,7 @@ def test_batches_cover_each_epoch_once():
 
 
 def test_quick_config_is_small_and_eval_command_is_the_eval_cli(tmp_path):
-    q, full = WMExperimentConfig.make_quick(), WMExperimentConfig()
+    q, full = WorldModelStudyConfig.make_quick(), WorldModelStudyConfig()
     assert q.quick and not full.quick
     assert (
         q.steps < full.steps

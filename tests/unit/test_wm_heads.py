@@ -8,7 +8,7 @@ import torch
 
 from core.config import Config, DreamConfig, TrainerConfig, describe, load_config
 from core.spaces import Observation
-from models.learner import world_model_batch_loss
+from models.wm_loss import world_model_batch_loss
 from models.world_model import (
     HEADS,
     WorldModelRunner,

@@ -4,8 +4,8 @@ from core.config import DreamConfig, ModelConfig, TrainerConfig
 from core.spaces import Action, Observation
 from models.change import apply_change
 from models.dream_env import DreamEnv, dream_rollouts
-from models.learner import world_model_batch_loss
 from models.policy import PolicyRunner, make_policy
+from models.wm_loss import world_model_batch_loss
 from models.world_model import (
     Prediction,
     WorldModelRunner,
@@ -168,7 +168,7 @@ def test_balanced_accuracy_and_fidelity_baseline():
 
 def test_decoding_loop_matches_hf_generate_and_cache_ops():
     from models.tokenizer import decode, eos_id
-    from models.world_model import PreallocatedLayer
+    from models.wm_decoding import PreallocatedLayer
 
     model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
     r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
@@ -212,6 +212,7 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
 
 
 def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
+    import models.wm_decoding as D
     import models.world_model as W
 
     model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
@@ -235,9 +236,9 @@ def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
     b = next(j for j in range(8) if j != a and ids[a][3] not in ids[j])
     monkeypatch.setattr(W, "eos_id", lambda _tok: ids[a][3])  # rows of prompt a stop after 3 tokens
     sizes = []
-    orig = W.PreallocatedLayer.batch_select_indices
+    orig = D.PreallocatedLayer.batch_select_indices
     monkeypatch.setattr(
-        W.PreallocatedLayer,
+        D.PreallocatedLayer,
         "batch_select_indices",
         lambda self, i: (sizes.append(len(i)), orig(self, i)),
     )

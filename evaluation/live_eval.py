@@ -1,40 +1,17 @@
-"""``dynaweb eval world-model`` and ``dynaweb eval policy``.
+"""``dynaweb eval policy``: a policy checkpoint acting in the live browser.
 
-world-model
-    Fidelity of a world-model checkpoint on *held-out* real transitions: the
-    run's eval topic (``topics.world_model_eval``, which the stream worker fills
-    with whole episodes chosen by ``streams.state.heldout(episode_id)``; the
-    trainer never trains on it), read from the beginning up to a sentinel
-    (``streams.kafka.read_until_sentinel``), or a JSONL file of transitions
-    (``--data``; ``--split heldout`` keeps only the episodes the worker would hold
-    out, so the split is by episode, never by step).  Dreamed transitions are
-    ignored.  Figures (``models.world_model.fidelity``): exact match of the
-    predicted next page, line-level F1 of the change, balanced accuracy of
-    reward > 0 and of done, the share of outputs that parsed (ok_rate) -- and the
-    same figures for the trivial "nothing changes" baseline (page unchanged,
-    reward 0, not done) side by side.  Greedy decoding, or with ``--decode rerank``
-    the generated text and the proposals of ``models.world_model.candidate_outputs``
-    (unchanged / emptied page, the acted-on line with a toggled state or the typed
-    value, each with every reward/done trailer) scored by the model, the most
-    likely kept (default: ``dream.wm_decode``, what dreams use).  Reward and done
-    are what ``WorldModelRunner.predict`` returns: the reward/done heads once
-    trained (``models.world_model.heads_trained``), else the text's lines; the
-    result says which (``reward_source``).
+``collectors.env.WebEnv`` on an in-process task server; no training, nothing
+published: per task the success rate with a 95 % **Wilson score interval**, the
+mean number of steps, and the model versions.  Evaluation seeds must lie outside
+the training seeds ``[collector.seed_start, collector.seed_stop)``; overlapping
+seeds are refused.  Greedy by default (``--no-greedy --temperature T`` samples).
+With ``--dreams`` (default) and a dream topic in the run, it also prints the
+*dreamed* success of the same policy version on the same tasks and, per policy
+version, the share of dream groups with a nonzero advantage.
 
-policy
-    A policy checkpoint acting in the live browser (``collectors.env.WebEnv`` on
-    an in-process task server; no training, nothing published): per task the
-    success rate with a 95 % **Wilson score interval**, the mean number of steps,
-    and the model versions.  Evaluation seeds must lie outside the training
-    seeds ``[collector.seed_start, collector.seed_stop)``; overlapping seeds are
-    refused.  Greedy by default (``--no-greedy --temperature T`` samples).  With
-    ``--dreams`` (default) and a dream topic in the run, it also prints the
-    *dreamed* success of the same policy version on the same tasks and, per
-    policy version, the share of dream groups with a nonzero advantage.
-
-``--checkpoint`` is a version number, ``latest``, or a local HF directory.
-Both print a table (nothing but the JSON with ``--json``) and one JSON object
-on the last line.
+``--checkpoint`` is a version number, ``latest``, or a local HF directory
+(``evaluation.sources``).  It prints a table (nothing but the JSON with
+``--json``) and one JSON object on the last line.
 """
 
 from __future__ import annotations
@@ -42,224 +19,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
-from core.spaces import Observation, parse_action
-from streams import records
-
-# --- checkpoints ---------------------------------------------------------------
-
-
-class Loaded:
-    def __init__(
-        self, model: Any, tokenizer: Any, version: int | None, source: str, work: Path | None
-    ):
-        self.model, self.tokenizer, self.version, self.source, self.work = (
-            model,
-            tokenizer,
-            version,
-            source,
-            work,
-        )
-
-    def close(self) -> None:
-        if self.work is not None:
-            shutil.rmtree(self.work, ignore_errors=True)
-
-
-def load_checkpoint(cfg: Any, kind: str, spec: str | None) -> Loaded:
-    """``spec``: a local HF directory, a version number, or 'latest' (from the run's S3 store)."""
-    from models.policy import load_policy
-    from models.world_model import load_world_model
-
-    loader = load_policy if kind == "policy" else load_world_model
-    spec = str(spec or "latest")
-    if os.path.isdir(spec):
-        d = Path(spec) / "hf" if (Path(spec) / "hf").is_dir() else Path(spec)
-        model, tok = loader(str(d))
-        return Loaded(model, tok, None, str(d), None)
-    from core.s3 import make_client
-    from models.checkpoint import CheckpointStore
-
-    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-    if spec == "latest":
-        lat = store.latest(kind)
-        if lat is None:
-            raise ValueError(f"run {cfg.run_id!r} has no {kind} checkpoint yet")
-        version, digest = int(lat["version"]), lat.get("manifest_sha256")
-    else:
-        try:
-            version = int(spec)
-        except ValueError:
-            raise ValueError(
-                f"--checkpoint expects VERSION, 'latest' or a directory, got {spec!r}"
-            ) from None
-        if version not in store.versions(kind):
-            raise ValueError(
-                f"{kind} version {version} does not exist in run {cfg.run_id!r}; "
-                f"see `dynaweb checkpoint list --kind {kind}`"
-            )
-        digest = None
-    work = Path(tempfile.mkdtemp(prefix=f"dynaweb-eval-{kind}-"))
-    store.download(kind, version, work / "ckpt", digest)
-    model, tok = loader(str(work / "ckpt" / "hf"))
-    return Loaded(model, tok, version, store.uri(kind, version), work)
-
-
-# --- reading transitions ---------------------------------------------------------
-
-
-def read_topic(cfg: Any, topic: str, timeout: float) -> list[records.Transition]:
-    """Every transition on ``topic`` up to a sentinel (controls and bad records skipped)."""
-    from streams.kafka import is_control, read_until_sentinel
-
-    out = []
-    for _m, raw in read_until_sentinel(cfg.kafka, topic, cfg.run_id, timeout=timeout):
-        if raw is None or is_control(raw):
-            continue
-        try:
-            out.append(records.decode(raw, expect="transition"))
-        except records.RecordError:
-            continue
-    return out
-
-
-def topic_exists(cfg: Any, topic: str) -> bool:
-    from streams.kafka import make_consumer
-
-    c = make_consumer(cfg.kafka)
-    try:
-        return topic in c.topics()
-    finally:
-        c.close()
-
-
-def read_jsonl(path: str) -> list[records.Transition]:
-    out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(records.decode(line, expect="transition"))
-        except records.RecordError as e:
-            raise ValueError(f"{path}:{n}: not a transition: {e}") from None
-    return out
-
-
-def heldout_transitions(transitions: list, fraction: float) -> list:
-    """Whole episodes on the held-out side of the stream worker's split."""
-    from streams.state import heldout
-
-    return [t for t in transitions if heldout(t.episode_id, fraction)]
-
-
-# --- world model -------------------------------------------------------------------
-
-
-def world_model_fidelity(runner: Any, transitions: list, batch: int = 16) -> dict:
-    from models.world_model import fidelity
-
-    preds = []
-    for i in range(0, len(transitions), batch):
-        chunk = transitions[i : i + batch]
-        preds += runner.predict(
-            [Observation.from_dict(t.obs) for t in chunk], [_action(t.action) for t in chunk]
-        )
-    fid = fidelity(
-        preds,
-        [t.next_obs for t in transitions],
-        [float(t.reward) for t in transitions],
-        [bool(t.done) for t in transitions],
-    )
-    fid["episodes"] = len({t.episode_id for t in transitions})
-    return fid
-
-
-def _action(text: str) -> Any:
-    try:
-        return parse_action(text)
-    except ValueError:
-        return text
-
-
-def eval_world_model(
-    cfg: Any,
-    checkpoint: str | None,
-    data: str | None = None,
-    split: str = "heldout",
-    limit: int = 0,
-    timeout: float = 60.0,
-    decode: str | None = None,
-) -> dict:
-    from models.world_model import WorldModelRunner
-    from streams.topics import Topics
-
-    if data:
-        trans = read_jsonl(data)
-        source = data
-        if split == "heldout":
-            trans = heldout_transitions(trans, cfg.stream.heldout_fraction)
-    else:
-        topic = Topics(cfg.run_id, cfg.kafka.partitions).world_model_eval
-        trans = read_topic(cfg, topic, timeout)
-        source = topic  # the whole topic is held out (by episode) already
-    seen, uniq = set(), []
-    for t in trans:
-        if t.source != "dream" and t.key not in seen:
-            seen.add(t.key)
-            uniq.append(t)
-    uniq.sort(key=lambda t: (t.episode_id, t.step))
-    if limit:
-        uniq = uniq[:limit]
-    if not uniq:
-        raise ValueError(
-            f"no held-out real transitions in {source}"
-            + (
-                " (try --split all if the file is held out already)"
-                if data and split == "heldout"
-                else ""
-            )
-        )
-    ck = load_checkpoint(cfg, "world_model", checkpoint)
-    try:
-        runner = WorldModelRunner(
-            ck.model,
-            ck.tokenizer,
-            cfg,
-            max_positions=int(ck.model.config.max_position_embeddings),
-            world_model_version=ck.version or 0,
-        )
-        decode = decode or runner.decode  # default: dream.wm_decode
-        if decode not in ("greedy", "rerank"):
-            raise ValueError(f"--decode must be greedy or rerank, got {decode!r}")
-        runner.decode = decode
-        from models.world_model import heads_trained
-
-        reward_source = "heads" if heads_trained(ck.model) else "text"
-        t0 = time.time()
-        fid = world_model_fidelity(runner, uniq)
-        fid["seconds"] = round(time.time() - t0, 2)
-    finally:
-        ck.close()
-    return {
-        "kind": "world_model",
-        "checkpoint": ck.version,
-        "checkpoint_source": ck.source,
-        "data": source,
-        "split": split if data else "heldout-topic",
-        "decode": decode,
-        "reward_source": reward_source,
-        **fid,
-    }
-
-
-# --- policy --------------------------------------------------------------------
+from core.config import Config
+from evaluation.sources import load_checkpoint, read_topic, topic_exists
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -282,7 +47,7 @@ def parse_seed_range(spec: str) -> list[int]:
     return list(range(a, b))
 
 
-def check_eval_seeds(seeds: list[int], cfg: Any) -> None:
+def check_eval_seeds(seeds: list[int], cfg: Config) -> None:
     lo, hi = cfg.collector.seed_start, cfg.collector.seed_stop
     bad = [s for s in seeds if lo <= s < hi]
     if bad:
@@ -294,7 +59,7 @@ def check_eval_seeds(seeds: list[int], cfg: Any) -> None:
 
 
 def run_live_policy(
-    cfg: Any,
+    cfg: Config,
     runner: Any,
     tasks: list[str],
     seeds: list[int],
@@ -430,7 +195,7 @@ def dream_summary(transitions: list) -> dict:
 
 
 def eval_policy(
-    cfg: Any,
+    cfg: Config,
     checkpoint: str | None,
     tasks: list[str],
     seeds: list[int],
@@ -498,7 +263,7 @@ def eval_policy(
     return out
 
 
-def _dreams_for(cfg: Any, version: int, tasks: list[str], timeout: float) -> dict:
+def _dreams_for(cfg: Config, version: int, tasks: list[str], timeout: float) -> dict:
     from streams.topics import Topics
 
     topic = Topics(cfg.run_id, cfg.kafka.partitions).dream
@@ -519,22 +284,6 @@ def _dreams_for(cfg: Any, version: int, tasks: list[str], timeout: float) -> dic
             for v, s in summary.items()
         },
     }
-
-
-# --- printing and entry point --------------------------------------------------------
-
-
-def format_world_model(res: dict) -> str:
-    lines = [
-        f"world model {res['checkpoint_source']} on {res['n']} held-out transitions "
-        f"({res['episodes']} episodes, {res['data']}), {res.get('decode', 'greedy')} decoding, reward/done "
-        f"from {res.get('reward_source', 'text')}",
-        f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}",
-    ]
-    for k in ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc"):
-        lines.append(f"{k:16s} {res[k]:8.3f} {res['baseline_' + k]:16.3f}")
-    lines.append(f"{'ok_rate':16s} {res['ok_rate']:8.3f} {'-':>16s}")
-    return "\n".join(lines)
 
 
 def format_policy(res: dict) -> str:
@@ -571,39 +320,26 @@ def format_policy(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(args: Any, cfg: Any) -> int:
+def main(args: Any, cfg: Config) -> int:
     timeout = float(getattr(args, "timeout", 60.0) or 60.0)
-    if args.target == "world-model":
-        res = eval_world_model(
-            cfg,
-            args.checkpoint,
-            getattr(args, "data", None),
-            getattr(args, "split", "heldout"),
-            int(getattr(args, "limit", 0) or 0),
-            timeout,
-            getattr(args, "decode", None),
-        )
-        text = format_world_model(res)
-    else:
-        tasks = [
-            t.strip() for t in (args.tasks or ",".join(cfg.collector.tasks)).split(",") if t.strip()
-        ]
-        tasks = [t if "/" in t else f"miniwob/{t}" for t in tasks]
-        hi = cfg.collector.seed_stop
-        seeds = parse_seed_range(args.seeds or f"{hi}:{hi + 20}")
-        res = eval_policy(
-            cfg,
-            args.checkpoint,
-            tasks,
-            seeds,
-            args.greedy,
-            args.temperature,
-            args.contexts,
-            args.dreams,
-            timeout,
-        )
-        text = format_policy(res)
+    tasks = [
+        t.strip() for t in (args.tasks or ",".join(cfg.collector.tasks)).split(",") if t.strip()
+    ]
+    tasks = [t if "/" in t else f"miniwob/{t}" for t in tasks]
+    hi = cfg.collector.seed_stop
+    seeds = parse_seed_range(args.seeds or f"{hi}:{hi + 20}")
+    res = eval_policy(
+        cfg,
+        args.checkpoint,
+        tasks,
+        seeds,
+        args.greedy,
+        args.temperature,
+        args.contexts,
+        args.dreams,
+        timeout,
+    )
     if not args.json:
-        print(text)
+        print(format_policy(res))
     print(json.dumps(res, default=str))
     return 0

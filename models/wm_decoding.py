@@ -1,0 +1,292 @@
+"""Batched KV-cached decoding of a causal LM (the world model's ``generate_texts``).
+
+A plain decoding loop instead of ``model.generate``: the KV cache is preallocated
+(``preallocated_cache``: ``PreallocatedLayer`` writes in place, no copy of the whole cache per
+token as ``DynamicCache``'s concatenation does); prompts that share a prefix
+(``models.policy.prefix_groups``: the rollouts of a dream group on the same page) prefill it once
+and copy its keys to their rows once, then only their own tails run; the 4D mask is built from
+one boolean row mask, and rows that reached eos are dropped from the batch once they are at least
+half of it.  Same model, same argmax as ``model.generate``.
+
+``generate_tokens`` runs the steps: ``_layout`` (prefix groups, each row's tail), ``_prefill_prefixes``
+(the shared prefixes, left padded, into the cache), ``_prefill_tails`` (every row's own tail after
+its prefix: the first logits and, on request, the last prompt token's hidden state) and
+``_decode_loop`` (greedy or sampled tokens until eos or the budget).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from models.policy import prefix_groups
+
+
+class PreallocatedLayer:
+    """A KV-cache layer written in place into buffers of a fixed capacity (grows by doubling)."""
+
+    is_sliding = False
+    is_croppable = True
+    is_compileable = False
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, int(capacity))
+        self.n = 0
+        self.is_initialized = False
+        self.keys = self.values = None
+
+    def lazy_initialization(self, k: torch.Tensor, v: torch.Tensor, *args: Any) -> None:
+        shape = (k.shape[0], k.shape[1], max(self.capacity, k.shape[-2]), k.shape[-1])
+        self._k, self._v = k.new_empty(shape), v.new_empty((*shape[:3], v.shape[-1]))
+        self.dtype, self.device = k.dtype, k.device
+        self.is_initialized = True
+
+    def _views(self) -> None:
+        self.keys, self.values = self._k[..., : self.n, :], self._v[..., : self.n, :]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
+        if not self.is_initialized:
+            self.lazy_initialization(k, v)
+        t = k.shape[-2]
+        if self.n + t > self._k.shape[-2]:
+            cap = max(2 * self._k.shape[-2], self.n + t)
+            k2, v2 = (
+                self._k.new_empty((*self._k.shape[:2], cap, self._k.shape[-1])),
+                self._v.new_empty((*self._v.shape[:2], cap, self._v.shape[-1])),
+            )
+            k2[..., : self.n, :], v2[..., : self.n, :] = (
+                self._k[..., : self.n, :],
+                self._v[..., : self.n, :],
+            )
+            self._k, self._v = k2, v2
+        self._k[..., self.n : self.n + t, :] = k
+        self._v[..., self.n : self.n + t, :] = v
+        self.n += t
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.n
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.n + query_length, 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:  # legacy: absolute length
+            tokens_to_remove = tokens_to_remove - self.n if tokens_to_remove < self.n else 0
+        self.n = max(0, self.n - abs(tokens_to_remove))
+        if self.is_initialized:
+            self._views()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._views()
+
+    def reset(self) -> None:
+        self.n = 0
+        if self.is_initialized:
+            self._views()
+
+
+def preallocated_cache(capacity: int) -> Any:
+    """A ``DynamicCache`` whose layers are ``PreallocatedLayer(capacity)``."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layers = []
+    cache.layer_class_to_replicate = functools.partial(PreallocatedLayer, capacity)
+    return cache
+
+
+@dataclass
+class _Layout:
+    """Where each row's prompt sits in the cache: the prefix groups (``(shared length, member
+    rows)``), the shared-prefix block of ``Pp`` positions (left padded), then each row's own tail
+    in a block of ``S`` positions (left padded)."""
+
+    groups: list[tuple[int, list[int]]]
+    Pp: int
+    gi: torch.Tensor  # per row: its prefix group
+    plen_b: torch.Tensor  # per row: the length of its shared prefix
+    tails: list[list[int]]
+    S: int
+
+
+def _layout(prompts: list[list[int]], new: int, max_positions: int) -> _Layout:
+    """Prefix groups of ``prompts``; none shared (one group per row, ``Pp`` 0) when the prefix block
+    + the longest tail + ``new`` tokens would not fit in ``max_positions``."""
+    B = len(prompts)
+    groups = prefix_groups(prompts)
+    Pp = max(L for L, _ in groups)
+    if (
+        Pp + max(len(p) - L for L, mem in groups for p in (prompts[b] for b in mem)) + new
+        > max_positions
+    ):
+        # prefixes and tails of very unequal length: no sharing
+        groups, Pp = [(0, [b]) for b in range(B)], 0
+    gi = torch.zeros(B, dtype=torch.long)
+    plen_b = torch.zeros(B, dtype=torch.long)
+    for g, (L, mem) in enumerate(groups):
+        for b in mem:
+            gi[b], plen_b[b] = g, L
+    tails = [prompts[b][int(plen_b[b]) :] for b in range(B)]
+    return _Layout(groups, Pp, gi, plen_b, tails, max(len(t) for t in tails))
+
+
+def _prefill_prefixes(
+    model: Any, prompts: list[list[int]], lay: _Layout, cache: Any, keep: torch.Tensor, pad: int
+) -> None:
+    """One row per prefix group (left padded) into the cache, then one copy of each group's keys to
+    its members' rows; marks the prefix positions each row attends to in ``keep``."""
+    dev = next(model.parameters()).device
+    neg = torch.finfo(torch.float32).min
+    Pp = lay.Pp
+    ids = torch.full((len(lay.groups), Pp), pad, dtype=torch.long)
+    kp = torch.zeros(len(lay.groups), Pp, dtype=torch.bool)
+    for g, (L, mem) in enumerate(lay.groups):
+        if L:
+            ids[g, Pp - L :] = torch.tensor(prompts[mem[0]][:L])
+            kp[g, Pp - L :] = True
+    causal = torch.ones(Pp, Pp, dtype=torch.bool).tril()
+    allowed = (causal[None] & kp[:, None, :]) | torch.eye(Pp, dtype=torch.bool)[None]
+    model(
+        input_ids=ids.to(dev),
+        attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+        position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    cache.batch_select_indices(lay.gi.to(dev))  # one copy: prefix group -> its members' rows
+    keep[:, :Pp] = kp[lay.gi]
+
+
+def _prefill_tails(
+    model: Any, lay: _Layout, cache: Any, keep: torch.Tensor, pad: int, return_hidden: bool
+) -> Any:
+    """Every row's own tail (left padded inside its block), after its prefix: the model's output
+    (its last position is each row's last prompt token)."""
+    dev = next(model.parameters()).device
+    neg = torch.finfo(torch.float32).min
+    Pp, S, B = lay.Pp, lay.S, len(lay.tails)
+    ids = torch.full((B, S), pad, dtype=torch.long)
+    pos = torch.zeros(B, S, dtype=torch.long)
+    for b, t in enumerate(lay.tails):
+        ids[b, S - len(t) :] = torch.tensor(t)
+        keep[b, Pp + S - len(t) : Pp + S] = True
+        pos[b, S - len(t) :] = lay.plen_b[b] + torch.arange(len(t))
+    causal = torch.ones(S, Pp + S, dtype=torch.bool).tril(diagonal=Pp)
+    allowed = causal[None] & keep[:, None, : Pp + S]
+    allowed[:, torch.arange(S), Pp + torch.arange(S)] = True  # pad rows see themselves: no NaN
+    return model(
+        input_ids=ids.to(dev),
+        attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+        position_ids=pos.to(dev),
+        past_key_values=cache,
+        use_cache=True,
+        output_hidden_states=return_hidden,
+    )
+
+
+def _next_tokens(logits: torch.Tensor, sample: bool, temperature: float) -> torch.Tensor:
+    """Argmax, or a draw at ``temperature`` (top_k = 0), per row (on the CPU)."""
+    if sample:
+        probs = torch.softmax(logits.float() / max(temperature, 1e-6), -1)
+        return torch.multinomial(probs, 1)[:, 0].cpu()
+    return logits.argmax(-1).cpu()
+
+
+def _decode_loop(
+    model: Any,
+    logits: torch.Tensor,
+    cache: Any,
+    keep: torch.Tensor,
+    P: int,
+    plen: torch.Tensor,
+    new: int,
+    eos: int,
+    sample: bool,
+    temperature: float,
+    ignore_eos: bool,
+) -> list[list[int]]:
+    """Up to ``new`` tokens per row from the prefill's ``logits`` (each row's eos included; with
+    ``ignore_eos`` every row runs the whole budget); finished rows are dropped from the batch once
+    they are at least half of it (and more than 8 tokens remain)."""
+    dev = next(model.parameters()).device
+    neg = torch.finfo(torch.float32).min
+    B = len(plen)
+    rows = torch.arange(B)  # original row of each active batch row
+    gen: list[list[int]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool)
+    for t in range(new):
+        nxt = _next_tokens(logits, sample, temperature)
+        for r, tok in zip(rows.tolist(), nxt.tolist(), strict=True):
+            if not done[r]:
+                gen[r].append(tok)
+        if not ignore_eos:
+            done[rows[nxt == eos]] = True
+        if t == new - 1 or bool(done[rows].all()):
+            break
+        act = ~done[rows]
+        if int(act.sum()) * 2 <= len(rows) and new - t > 8:  # compact: drop finished rows
+            idx = act.nonzero()[:, 0]
+            cache.batch_select_indices(idx.to(dev))
+            rows, nxt = rows[idx], nxt[idx]
+        keep[rows, P + t] = True
+        L = P + t + 1
+        mask = torch.where(keep[rows, :L], 0.0, neg)[:, None, None, :]
+        out = model(
+            input_ids=nxt[:, None].to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=(plen[rows] + t)[:, None].to(dev),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = out.logits[:, -1]
+    return gen
+
+
+def generate_tokens(
+    model: Any,
+    prompts: list[list[int]],
+    new: int,
+    pad: int,
+    eos: int,
+    max_positions: int,
+    sample: bool = False,
+    temperature: float = 1.0,
+    return_hidden: bool = False,
+    ignore_eos: bool = False,
+) -> tuple[list[list[int]], torch.Tensor | None]:
+    """Up to ``new`` generated token ids per prompt (greedy, or sampled at ``temperature``), and with
+    ``return_hidden`` the last layer's hidden state at each prompt's last token, (B, d), read from
+    the tail prefill (``output_hidden_states`` on that one pass; else None).  Call under
+    ``torch.no_grad()``."""
+    lay = _layout(prompts, new, max_positions)
+    cache = preallocated_cache(lay.Pp + lay.S + new)
+    keep = torch.zeros(len(prompts), lay.Pp + lay.S + new, dtype=torch.bool)
+    if lay.Pp:
+        _prefill_prefixes(model, prompts, lay, cache, keep, pad)
+    out = _prefill_tails(model, lay, cache, keep, pad, return_hidden)
+    last_hidden = out.hidden_states[-1][:, -1] if return_hidden else None
+    plen = torch.tensor([len(p) for p in prompts])
+    gen = _decode_loop(
+        model,
+        out.logits[:, -1],
+        cache,
+        keep,
+        lay.Pp + lay.S,
+        plen,
+        new,
+        eos,
+        sample,
+        temperature,
+        ignore_eos,
+    )
+    return gen, last_hidden

@@ -1,0 +1,41 @@
+"""The size limits of the architecture (docs/architecture.md), outside tests: no module over 600
+lines and no function over 100 lines.  Complexity (C901 <= 15, PLR0915 <= 60 statements) is
+ruff's part, configured in pyproject.toml."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("core", "streams", "models", "collectors", "evaluation", "infra")
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 100
+
+
+def _sources() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def test_the_packages_are_all_measured() -> None:
+    assert len(_sources()) > 50
+
+
+def test_no_module_over_the_line_limit() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in _sources()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_over_the_line_limit() -> None:
+    long = []
+    for p in _sources():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
