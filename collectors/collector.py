@@ -13,7 +13,9 @@
   ``publisher.send(topic, rec, key=group_id or episode_id)`` (keyed by group, so the G episodes of a
   live group reach the same partition, hence one stream worker) (``topics.expert`` when the
   agent's ``source`` is ``"expert"``, else ``topics.real``); ``send`` is
-  asynchronous, nothing waits per step.
+  asynchronous, nothing waits per step.  A failed delivery is the publisher's to
+  handle (``streams.delivery``: re-sent on a rebuilt producer); ``PublisherDead``
+  (failing past ``kafka.producer_dead_after_s``) ends the run with that error.
 * A crashed page or browser is restarted; its episode ends ``truncated``.
 * ``stats`` (``CollectorStats``) keeps plain counters for whoever exports
   metrics; an optional ``metrics`` object gets ``on_step(task, latency_s,
@@ -477,7 +479,7 @@ class _Collector:
                 ),
                 key=self.collector_id,
             )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - PublisherDead too: the contexts' publish raises it
             log.warning("heartbeat failed: %s", e)
 
 

@@ -157,14 +157,14 @@ def import_file(
     cfg: Config, path: str | Path, *, skip_invalid: bool = False, publisher: Any = None
 ) -> dict:
     """Validate ``path`` and publish its transitions onto the run's expert topic (flushed)."""
-    from streams.kafka import Publisher, ensure_topics, make_producer
+    from streams.kafka import ensure_topics, make_publisher
 
     parsed = read_file(path, cfg.run_id)
     if parsed.errors and not skip_invalid:
         raise DemoFileError(str(path), parsed.errors)
     topics = ensure_topics(cfg)
     own = publisher is None
-    pub = publisher or Publisher(make_producer(cfg.kafka))
+    pub = publisher or make_publisher(cfg.kafka, client="demos", run=cfg.run_id)
     try:
         for t in parsed.transitions:
             pub.send(topics.expert, t, key=t.episode_id)  # one episode -> one partition, in order

@@ -1,7 +1,8 @@
 """The ``latest`` collector policy: the newest policy checkpoint, hot-reloaded.
 
 A background thread watches the checkpoint topic (the topic's one watcher,
-``streams.checkpoints.CheckpointWatcher``); on a policy announcement the agent
+``streams.checkpoints.CheckpointWatcher``); on a policy announcement, and every
+``s3.latest_poll_s`` in any case (an announcement may be lost), the agent
 re-reads ``LATEST`` in S3, verifying sha256 (``models.checkpoint.ModelSlot``),
 and swaps the model between two ``act`` calls, never in the middle of one.  The trainer publishes version 0
 before its first step, so ``act`` only waits at the very start of a run.
@@ -38,7 +39,14 @@ class LatestPolicyAgent:
         self.stop = stop or threading.Event()
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
         self.work = Path(tempfile.mkdtemp(prefix="dynaweb-collector-policy-"))
-        self.slot = ModelSlot(store, "policy", self.work, cfg.run_id)
+        self.slot = ModelSlot(
+            store,
+            "policy",
+            self.work,
+            cfg.run_id,
+            poll_s=cfg.s3.latest_poll_s,
+            component="collector",
+        )
         self._dirty = threading.Event()
         self._dirty.set()
         self._runner: Any = None
@@ -62,11 +70,15 @@ class LatestPolicyAgent:
     world_model_version = 0
 
     def _refresh(self) -> None:
-        if not self._dirty.is_set() and self._runner is not None:
+        """Re-read LATEST after an announcement (or before the first model), else when its poll
+        is due (``ModelSlot.poll``: a lost announcement delays a reload, never prevents it)."""
+        announced = self._dirty.is_set() or self._runner is None
+        if not announced and not self.slot.poll_due():
             return
         self._dirty.clear()
         with self._lock:
-            if self.slot.refresh() or self._runner is None and self.slot.model is not None:
+            loaded = self.slot.refresh() if announced else self.slot.poll()
+            if loaded or self._runner is None and self.slot.model is not None:
                 from models.policy import PolicyRunner
 
                 self._runner = PolicyRunner(

@@ -3,7 +3,10 @@
 It creates the run's topics if needed (idempotent), announces itself on the
 collectors topic, registers its metrics endpoint for Prometheus discovery and
 runs ``collectors.collector.run_collector`` until SIGTERM/Ctrl-C or
-``collector.max_episodes``.
+``collector.max_episodes``.  Its heartbeat gauge moves only while its publisher
+delivers (``liveness_beat``); a publisher dead for ``kafka.producer_dead_after_s``
+(its producer rebuilt in vain, ``streams.delivery``) stops it with an error, so
+the supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collectors import metrics as M
 from core.config import Config
 from core.metrics import MetricsEndpoint
 from streams import records
-from streams.kafka import Publisher, ensure_topics, make_producer
+from streams.kafka import PublisherDead, ensure_topics, make_publisher
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,24 @@ class LatestAgentAdapter:
         return await asyncio.to_thread(self.inner.act, obs_list, texts)
 
 
+def liveness_beat(pub: Any, run: str, collector_id: str) -> bool:
+    """One heartbeat tick: the heartbeat gauge moves only while the publisher delivers (a
+    collector whose records fail is not alive: ``dynaweb status`` shows the heartbeat's age and
+    ``DynawebCollectorSilent`` fires). False once the publisher is dead: stop the collector."""
+    if pub.healthy:
+        M.HEARTBEAT.labels(run, collector_id).set(time.time())
+        return True
+    if pub.dead:
+        log.error("publishing has failed too long (%d records waiting): stopping", pub.outstanding)
+        return False
+    log.warning(
+        "publishes failing (%d errors, %d records waiting): heartbeat withheld",
+        pub.errors,
+        pub.outstanding,
+    )
+    return True
+
+
 def agent_factory(cfg: Config) -> Any:
     from collectors.agents import default_agent_factory
 
@@ -100,8 +121,10 @@ def main_collect(cfg: Config, collector_id: str) -> int:
 
     torch.set_num_threads(cfg.threads)
     topics = ensure_topics(cfg)
-    pub = Publisher(
-        make_producer(cfg.kafka),
+    pub = make_publisher(
+        cfg.kafka,
+        client="collector",
+        run=cfg.run_id,
         on_error=lambda e: M.PUBLISH_ERRORS.labels(cfg.run_id, collector_id).inc(),
     )
     MetricsEndpoint(cfg, "collector", collector_id)
@@ -131,10 +154,14 @@ def main_collect(cfg: Config, collector_id: str) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         beat = threading.Event()
+        dead = threading.Event()
 
         def heartbeat() -> None:
             while not beat.wait(cfg.collector.heartbeat_s):
-                M.HEARTBEAT.labels(cfg.run_id, collector_id).set(time.time())
+                if not liveness_beat(pub, cfg.run_id, collector_id):
+                    dead.set()
+                    loop.call_soon_threadsafe(stop.set)
+                    return
 
         threading.Thread(target=heartbeat, daemon=True).start()
         try:
@@ -144,6 +171,12 @@ def main_collect(cfg: Config, collector_id: str) -> int:
             log.info("collector %s done: %s", collector_id, stats.snapshot())
         finally:
             beat.set()
+        if dead.is_set():
+            raise PublisherDead(
+                f"collector {collector_id}: publishing failed for more than "
+                f"{cfg.kafka.producer_dead_after_s:.0f}s (kafka.producer_dead_after_s); exiting "
+                "non-zero so the supervisor restarts it"
+            )
 
     try:
         asyncio.run(main())

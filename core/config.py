@@ -41,6 +41,28 @@ class KafkaConfig:
     max_message_bytes: int = _f(
         4 * 1024 * 1024, "Largest accepted message; larger is dead-lettered."
     )
+    idempotence: bool = _f(
+        False,
+        "Idempotent producers (kafka-python's enable_idempotence, which it turns on by default). "
+        "Off: on the embedded Tansu a broker UnknownError (its S3 store stalling) makes an "
+        "idempotent producer fatal for good; consumers dedupe by ids, so retries are harmless. "
+        "On Apache Kafka either is safe (docs/broker.md).",
+    )
+    reconnect_backoff_max_ms: int = _f(
+        2000,
+        "Longest wait between reconnect attempts to a broker (ms; kafka-python's default is "
+        "30 s, so clients lag a broker restart by up to that).",
+    )
+    producer_dead_after_s: float = _f(
+        300.0,
+        "A Publisher whose deliveries fail or stall this long (s), rebuilt producers included, "
+        "raises PublisherDead: the component exits non-zero and its supervisor restarts it.",
+    )
+    resend_buffer_bytes: int = _f(
+        64 * 1024 * 1024,
+        "Records kept for re-sending after a failed delivery (bytes); past it the oldest are "
+        "dropped and counted in dynaweb_client_lost_records_total.",
+    )
 
 
 @dataclass
@@ -55,6 +77,12 @@ class S3Config:
         "", "JSON file with access_key/secret_key (default HOME/s3/credentials.json)."
     )
     cert_check: bool = _f(True, "Verify the TLS certificate of the S3 endpoint.")
+    latest_poll_s: float = _f(
+        5.0,
+        "Checkpoint readers (dream generator, `latest` collector policy) also re-read LATEST this "
+        "often (s), so a lost announcement delays a reload but never prevents it (0 = only on "
+        "announcements).",
+    )
 
 
 @dataclass
@@ -249,6 +277,13 @@ class TrainerConfig:
         "predict() takes reward and done from them once trained (0 = heads not trained).",
     )
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage.")
+    dist_interface: str = _f(
+        "",
+        "Network interface the ranks of a multi-node trainer talk over (e.g. eth0, ib0; sets "
+        "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME). Required when MASTER_ADDR is another host "
+        "(unless those variables are set); empty = loopback for one rank or several on one host "
+        "(a single-rank trainer opens no rendezvous port at all).",
+    )
     keep_checkpoints: int = _f(5, "Keep the last N checkpoints in S3 (promoted ones always kept).")
     grad_clip: float = _f(1.0, "Gradient clipping norm.")
     init_from: str = _f(
@@ -306,6 +341,11 @@ class UpConfig:
     progress_every_s: float = _f(5.0, "Progress line period (s).")
     restart_backoff_s: float = _f(
         2.0, "First restart delay of a crashed component (doubles, max 30 s)."
+    )
+    restart_healthy_s: float = _f(
+        60.0,
+        "A component that ran this long before it exited was healthy: its restart delay starts "
+        "over at restart_backoff_s (a shorter run keeps doubling it).",
     )
 
 

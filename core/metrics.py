@@ -3,10 +3,14 @@
 Each process serves its metrics on 127.0.0.1 (a free port unless configured)
 and writes ``HOME/prometheus/targets/<component>-<pid>.json`` so the
 Prometheus started by ``dynaweb infra up`` scrapes it without manual edits;
-the file is removed when the process exits.  ``scrape_targets`` reads those
-files back and scrapes every registered endpoint of a run directly (``dynaweb
-up``'s progress line and the sample-efficiency study's diagnostics work without
-Prometheus).
+the file is removed when the process exits.  A process that cannot remove its
+own (killed, crashed, ended by a signal it does not handle) leaves it behind:
+``remove_targets`` removes the files of given pids (the supervisor, for a child
+it saw exit) and ``remove_dead_targets`` those of this host's dead processes,
+so Prometheus drops the targets at its next file refresh and nothing counts a
+dead component.  ``scrape_targets`` reads the files back and scrapes every
+registered endpoint of a run directly (``dynaweb up``'s progress line and the
+sample-efficiency study's diagnostics work without Prometheus).
 """
 
 from __future__ import annotations
@@ -79,17 +83,59 @@ class MetricsEndpoint:
             server.server_close()
 
 
-def scrape_targets(cfg: Config) -> list[tuple[dict, str]]:
-    """(labels, metrics text) of every registered component of this run."""
-    out = []
+def run_targets(cfg: Config) -> list[tuple[Path, dict]]:
+    """(file, target entry) of every file-discovery target this run's processes registered."""
     tdir = cfg.home_path / "prometheus" / "targets"
+    out = []
     for f in sorted(tdir.glob("*.json")) if tdir.exists() else []:
         try:
             entry = json.loads(f.read_text())[0]
-        except (ValueError, IndexError, OSError):
+        except (ValueError, IndexError, KeyError, OSError):
             continue
-        if entry["labels"].get("run") != cfg.run_id:
-            continue
+        if isinstance(entry, dict) and entry.get("labels", {}).get("run") == cfg.run_id:
+            out.append((f, entry))
+    return out
+
+
+def remove_targets(cfg: Config, pids: list[int] | set[int]) -> list[Path]:
+    """Remove the targets this run's processes ``pids`` registered (processes known to have
+    exited); returns the files removed."""
+    wanted = {str(p) for p in pids}
+    gone = []
+    for f, entry in run_targets(cfg):
+        if entry["labels"].get("pid") in wanted:
+            f.unlink(missing_ok=True)
+            gone.append(f)
+    return gone
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def remove_dead_targets(cfg: Config) -> list[Path]:
+    """Remove this run's targets left by processes of this host that no longer exist (a target
+    advertised on loopback is this host's; others may be another machine's, so they stay)."""
+    dead = set()
+    for _f, entry in run_targets(cfg):
+        host = str((entry.get("targets") or [""])[0]).rsplit(":", 1)[0]
+        pid = entry["labels"].get("pid", "")
+        if host in ("127.0.0.1", "localhost", "[::1]") and pid.isdigit():
+            if not _pid_alive(int(pid)):
+                dead.add(int(pid))
+    return remove_targets(cfg, dead) if dead else []
+
+
+def scrape_targets(cfg: Config) -> list[tuple[dict, str]]:
+    """(labels, metrics text) of every registered component of this run."""
+    out = []
+    for _f, entry in run_targets(cfg):
         try:
             with urllib.request.urlopen(f"http://{entry['targets'][0]}/metrics", timeout=2) as r:
                 out.append((entry["labels"], r.read().decode()))

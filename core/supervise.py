@@ -4,8 +4,13 @@ Every child is one command of the ``dynaweb`` command line (``python -m infra.cl
 by name in a new process group), with the run's resolved config in
 ``HOME/runs/<run>/config.json`` (secrets stay in the environment / credentials file) and its
 output in ``HOME/logs/<run>/<name>.log``.  A child that exits is restarted after a back-off that
-doubles up to 30 s, unless it is a job (``once``) that exited 0.  Used by ``dynaweb up`` (one of
-each component) and by the sample-efficiency study (the components of one cell).
+doubles up to 30 s, unless it is a job (``once``) that exited 0; a child that ran at least
+``up.restart_healthy_s`` before it exited was healthy, and its back-off starts over at
+``up.restart_backoff_s``.  The Prometheus file-discovery targets of a child that exited (or was
+stopped) are removed by pid (``core.metrics.remove_targets``): a crashed or killed process cannot
+remove its own, and a dead target would be counted as a component that is down.  Used by
+``dynaweb up`` (one of each component) and by the sample-efficiency study (the components of one
+cell).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.config import Config
+from core.metrics import remove_dead_targets, remove_targets
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRY = ("-m", "infra.cli")  # the command line every child runs (a module started by name)
@@ -37,13 +43,26 @@ class Child:
     exits: list = field(default_factory=list)
     once: bool = False  # a job (e.g. a bounded collector): exit 0 means done, not a crash
     done: bool = False
+    started_at: float = 0.0  # when the running (or last) process started
+    delays: list = field(default_factory=list)  # the restart delay chosen at each exit (s)
 
 
 class Supervisor:
-    """``components``: child name -> its command-line arguments; the names in ``once`` are jobs."""
+    """``components``: child name -> its command-line arguments; the names in ``once`` are jobs.
+    ``entry``: what every child runs before its arguments (the ``dynaweb`` command line)."""
 
-    def __init__(self, cfg: Config, components: dict[str, list[str]], once: tuple = ()):
+    def __init__(
+        self,
+        cfg: Config,
+        components: dict[str, list[str]],
+        once: tuple = (),
+        entry: tuple = ENTRY,
+    ):
         self.cfg = cfg
+        self.entry = tuple(entry)
+        self.first_backoff = cfg.up.restart_backoff_s
+        self.healthy_s = cfg.up.restart_healthy_s
+        remove_dead_targets(cfg)  # left by processes of an earlier start of this run
         self.run_dir = cfg.home_path / "runs" / cfg.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config_file = self.run_dir / "config.json"
@@ -83,13 +102,28 @@ class Supervisor:
     def start(self, c: Child) -> None:
         log = open(c.log, "ab")
         c.proc = subprocess.Popen(
-            [sys.executable, *ENTRY, *c.argv],
+            [sys.executable, *self.entry, *c.argv],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self._env(),
             start_new_session=True,
         )
+        c.started_at = time.time()
         log.close()
+
+    def _ended(self, c: Child) -> None:
+        """``c``'s process has exited: forget it and remove the targets it registered."""
+        if c.proc is not None:
+            remove_targets(self.cfg, [c.proc.pid])
+        c.proc = None
+
+    def restart_delay(self, c: Child, now: float) -> float:
+        """The delay before ``c`` starts again after an exit at ``now`` (and the next one's)."""
+        if now - c.started_at >= self.healthy_s:
+            c.backoff = self.first_backoff  # it had been healthy: the back-off starts over
+        delay = c.backoff
+        c.backoff = min(30.0, c.backoff * 2)
+        return delay
 
     def supervise(self) -> None:
         now = time.time()
@@ -103,13 +137,13 @@ class Supervisor:
             rc = c.proc.poll()
             if rc is not None:
                 c.exits.append(rc)
-                c.proc = None
+                self._ended(c)
                 if c.once and rc == 0:
                     c.done = True
                     continue
                 c.restarts += 1
-                c.next_start = now + c.backoff
-                c.backoff = min(30.0, c.backoff * 2)
+                c.delays.append(self.restart_delay(c, now))
+                c.next_start = now + c.delays[-1]
                 print(
                     f"[up] {c.name} exited with {rc}; restarting in {c.next_start - now:.0f}s "
                     f"(log: {c.log})",
@@ -129,7 +163,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 os.killpg(c.proc.pid, signal.SIGKILL)
                 c.proc.wait()
-        c.proc = None
+        self._ended(c)
 
     def stop(self, timeout: float = 25.0) -> None:
         for c in self.children:
@@ -144,3 +178,4 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 os.killpg(c.proc.pid, signal.SIGKILL)
                 c.proc.wait()
+            self._ended(c)

@@ -237,7 +237,7 @@ def run_bench(
     from collectors.browser import Browser
     from collectors.taskserver import serve
     from core.config import load_config
-    from streams.kafka import Publisher, ensure_topics, make_producer
+    from streams.kafka import ensure_topics, make_publisher
 
     tasks = list(tasks or DEFAULT_TASKS)
     warmup = min(2.0, 0.25 * seconds) if warmup is None else warmup
@@ -264,7 +264,7 @@ def run_bench(
                 [(n, 0.0) for n in contexts] if settle > 0 else []
             )
             topics = ensure_topics(cfg)
-            pub = Publisher(make_producer(cfg.kafka))
+            pub = make_publisher(cfg.kafka, client="bench-collect", run=cfg.run_id)
             server, _, base_url = serve("127.0.0.1", 0)
 
             async def main() -> dict:

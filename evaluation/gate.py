@@ -380,10 +380,10 @@ class Gate:
 
     def _publisher(self) -> Any:
         if self._pub is None:
-            from streams.kafka import Publisher, ensure_topics, make_producer
+            from streams.kafka import ensure_topics, make_publisher
 
             ensure_topics(self.cfg)
-            self._pub = Publisher(make_producer(self.cfg.kafka))
+            self._pub = make_publisher(self.cfg.kafka, client="gate", run=self.cfg.run_id)
         return self._pub
 
     def loop(self, once: bool = False) -> list[dict]:

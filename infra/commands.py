@@ -36,10 +36,11 @@ def cmd_infra(args: argparse.Namespace, cfg: Config) -> int:
     from infra.stack import Stack
 
     stack = Stack(cfg)
+    only = stack.check_only(args.only)  # None: every service
     if args.action == "up":
-        status = stack.up(args.only)
+        status = stack.up(only)
     elif args.action == "down":
-        stopped = stack.down()
+        stopped = stack.down(only)
         status = {"stopped": stopped}
     else:
         status = stack.status()

@@ -28,6 +28,7 @@ from core.s3 import credentials_path, ensure_credentials
 REPO = Path(__file__).resolve().parent.parent
 MONITORING = Path(__file__).resolve().parent / "monitoring"
 ORDER = ("s3", "broker", "taskserver", "prometheus")
+RETENTION = "15d"  # how long the embedded Prometheus keeps samples (and status' totals look back)
 
 
 class StackError(RuntimeError):
@@ -171,7 +172,7 @@ class Stack:
                 f"--storage.tsdb.path={home / 'prometheus' / 'data'}",
                 f"--web.listen-address={bind}:{st.prometheus_port}",
                 "--web.enable-lifecycle",
-                "--storage.tsdb.retention.time=15d",
+                f"--storage.tsdb.retention.time={RETENTION}",
             ],
             bind,
             st.prometheus_port,
@@ -292,6 +293,17 @@ class Stack:
         return info
 
     # --- lifecycle ------------------------------------------------------------
+    @staticmethod
+    def check_only(only: list[str] | None) -> list[str] | None:
+        """``--only``'s service names, checked (StackError naming the valid ones); None or empty:
+        every service."""
+        unknown = [n for n in only or [] if n not in ORDER]
+        if unknown:
+            raise StackError(
+                f"unknown service(s) {', '.join(unknown)}; the services are {', '.join(ORDER)}"
+            )
+        return list(only) if only else None
+
     def up(self, only: list[str] | None = None) -> dict:
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)

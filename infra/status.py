@@ -4,6 +4,13 @@ Components up, real/dream/trainer rates, model versions (written, dreaming,
 acting), success, world-model fidelity, stream lag, drops and firing alerts.
 ``--json`` prints the same as one JSON object.  Prometheus is read through
 ``core.prom`` (the client shared with ``infra.report`` and the monitoring checks).
+
+Components are counted when their target answers (``up == 1``); a registered target
+that does not answer is listed apart, never counted (the supervisor removes the
+targets of dead components).  Totals survive component restarts: every process is
+its own series (its ``pid`` label), so a total is the sum of each series' last value
+over the run (``total()``), not of the live processes' counters, which a restart
+starts again from 0.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import time
 
 from core.config import Config
 from core.prom import Prom, prometheus_url
+from infra.stack import RETENTION
 
 # --- the live view ----------------------------------------------------------------------
 
@@ -30,17 +38,29 @@ def pick_run(prom: Prom, wanted: str | None) -> str | None:
     return best
 
 
+def total(selector: str, by: str = "") -> str:
+    """PromQL of a counter's total over the run, restarts included: the sum of every series'
+    (every process's) last value within the Prometheus retention."""
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (last_over_time({selector}[{RETENTION}]))"
+
+
+def components(prom: Prom, R: str, at: float | None = None) -> dict[str, dict]:
+    """Per component: targets that answer (``up``, the count) and registered targets that do not
+    (``not_answering``: hung, or dead with a target nobody removed)."""
+    comps: dict[str, dict] = {}
+    for r in prom.query(f'up{{job="dynaweb", {R}}}', at):
+        c = comps.setdefault(r["metric"].get("component", "?"), {"up": 0, "not_answering": 0})
+        c["up" if float(r["value"][1]) == 1 else "not_answering"] += 1
+    return comps
+
+
 def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     R = f'run="{run}"'
     W = "1m"
     q = lambda e: prom.value(e, at)  # noqa: E731
     out: dict = {"run": run, "prometheus": prom.url, "time": at or time.time()}
-    comps: dict[str, dict] = {}
-    for r in prom.query(f'up{{job="dynaweb", {R}}}', at):
-        c = comps.setdefault(r["metric"].get("component", "?"), {"up": 0, "total": 0})
-        c["total"] += 1
-        c["up"] += int(float(r["value"][1]) == 1)
-    out["components"] = comps
+    out["components"] = components(prom, R, at)
     cols = {}
     for r in prom.query(f"max by (collector, policy) (dynaweb_collector_success_rate{{{R}}})", at):
         cols.setdefault(r["metric"]["collector"], {})["policy"] = r["metric"].get("policy")
@@ -48,7 +68,7 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
         f"sum by (collector) (rate(dynaweb_collector_steps_total{{{R}}}[{W}]))", "collector", at
     )
     succ = prom.by(f"avg by (collector) (dynaweb_collector_success_rate{{{R}}})", "collector", at)
-    eps = prom.by(f"sum by (collector) (dynaweb_collector_episodes_total{{{R}}})", "collector", at)
+    eps = prom.by(total(f"dynaweb_collector_episodes_total{{{R}}}", "collector"), "collector", at)
     ver = prom.by(f"max by (collector) (dynaweb_collector_policy_version{{{R}}})", "collector", at)
     hb = prom.by(
         f"time() - max by (collector) (dynaweb_collector_heartbeat_timestamp_seconds{{{R}}})",
@@ -70,13 +90,13 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     out["collectors"] = cols
     out["dream"] = {
         "steps_per_s": q(f"sum(rate(dynaweb_dream_steps_total{{{R}}}[{W}]))"),
-        "steps": q(f"sum(dynaweb_dream_steps_total{{{R}}})"),
+        "steps": q(total(f"dynaweb_dream_steps_total{{{R}}}")),
         "policy_version": q(f'min(dynaweb_dream_model_version{{{R}, kind="policy"}})'),
         "world_model_version": q(f'min(dynaweb_dream_model_version{{{R}, kind="world_model"}})'),
         "success_rate": q(f"avg(dynaweb_dream_success_rate{{{R}}})"),
         "rate_factor": q(f"min(dynaweb_dream_rate_factor{{{R}}})"),
     }
-    out["real_steps"] = q(f"sum(dynaweb_collector_steps_total{{{R}}})")
+    out["real_steps"] = q(total(f"dynaweb_collector_steps_total{{{R}}}"))
     out["trainer"] = {
         "policy_steps_per_s": q(
             f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="policy"}}[{W}]))'
@@ -84,7 +104,7 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
         "world_model_steps_per_s": q(
             f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="world_model"}}[{W}]))'
         ),
-        "policy_steps": q(f'sum(dynaweb_trainer_steps_total{{{R}, model="policy"}})'),
+        "policy_steps": q(total(f'dynaweb_trainer_steps_total{{{R}, model="policy"}}')),
         "checkpoint_version": q(f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})'),
         "checkpoint_age_s": q(
             f'time() - max(dynaweb_trainer_checkpoint_timestamp_seconds{{{R}, kind="policy"}})'
@@ -168,10 +188,17 @@ def render(s: dict) -> str:
     lines = [
         f"DynaWeb run {s['run']}  ({s['prometheus']}, {time.strftime('%H:%M:%S', time.localtime(s['time']))})"
     ]
-    comps = (
-        "  ".join(f"{k} {v['up']}/{v['total']}" for k, v in sorted(s["components"].items()))
-        or "none registered"
-    )
+    up = {k: v["up"] for k, v in sorted(s["components"].items()) if v["up"]}
+    silent = {
+        k: v["not_answering"] for k, v in sorted(s["components"].items()) if v["not_answering"]
+    }
+    comps = "  ".join(f"{k} {n}" for k, n in up.items()) or "none up"
+    if silent:
+        comps += (
+            "  (registered, not answering: "
+            + ", ".join(f"{k} {n}" for k, n in silent.items())
+            + ")"
+        )
     lines.append(f"components  {comps}")
     first = True
     for name, c in s["collectors"].items():

@@ -6,7 +6,10 @@ by ``core.supervise.Supervisor``) with the resolved config in
 file).  A crashed component is restarted with back-off; progress is read from
 the components' own metrics endpoints (found through the Prometheus
 file-discovery targets: ``core.metrics.scrape_targets``), so it works even with
-Prometheus down.  Ctrl-C or ``--duration`` stops everything cleanly.
+Prometheus down.  A restarted component counts from 0 again in a new process, so
+the counters are summed by ``CounterTotals``, which keeps every process's last
+value (totals survive restarts).  Ctrl-C or ``--duration`` stops everything
+cleanly, the components' targets removed with them.
 """
 
 from __future__ import annotations
@@ -56,61 +59,106 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
     return comps
 
 
-def summarize(cfg: Config) -> dict:
-    s = {
-        "real_steps": 0.0,
-        "expert_steps": 0.0,
-        "dream_steps": 0.0,
-        "episodes": 0.0,
-        "successes": 0.0,
-        "policy_episodes": 0.0,
-        "policy_successes": 0.0,
-        "expert_episodes": 0.0,
-        "expert_successes": 0.0,
-        "policy_steps": 0.0,
-        "wm_steps": 0.0,
-        "checkpoint_version": None,
-        "dream_policy_version": None,
-        "batches": 0.0,
-        "dead_letters": 0.0,
-        "components": 0,
-        "gspo_groups": {"real": 0.0, "dream": 0.0},
-        "gspo_groups_nonzero": {"real": 0.0, "dream": 0.0},
-    }
-    for _labels, text in scrape_targets(cfg):
-        s["components"] += 1
-        for fam in text_string_to_metric_families(text):
-            for smp in fam.samples:
-                n, lab, v = smp.name, smp.labels, smp.value
-                if n == "dynaweb_collector_steps_total":
-                    s["expert_steps" if lab.get("policy") == "expert" else "real_steps"] += v
-                elif n == "dynaweb_collector_episodes_total":
-                    who = (
-                        "expert" if lab.get("policy") == "expert" else "policy"
-                    )  # latest or random: not experts
-                    ok = lab.get("outcome") == "success"
-                    s["episodes"] += v
-                    s["successes"] += v * ok
-                    s[f"{who}_episodes"] += v
-                    s[f"{who}_successes"] += v * ok
-                elif n in (
-                    "dynaweb_trainer_gspo_groups_total",
-                    "dynaweb_trainer_gspo_groups_nonzero_total",
-                ):
-                    key = "gspo_groups_nonzero" if "nonzero" in n else "gspo_groups"
-                    s[key][lab.get("source", "")] = s[key].get(lab.get("source", ""), 0.0) + v
-                elif n == "dynaweb_dream_steps_total":
-                    s["dream_steps"] += v
-                elif n == "dynaweb_trainer_steps_total":
-                    s["policy_steps" if lab.get("model") == "policy" else "wm_steps"] += v
-                elif n == "dynaweb_trainer_checkpoint_version" and lab.get("kind") == "policy":
-                    s["checkpoint_version"] = max(v, s["checkpoint_version"] or 0)
-                elif n == "dynaweb_dream_model_version" and lab.get("kind") == "policy":
-                    s["dream_policy_version"] = max(v, s["dream_policy_version"] or 0)
-                elif n == "dynaweb_stream_batches_total":
-                    s["batches"] += v
-                elif n == "dynaweb_stream_dead_letters_total":
-                    s["dead_letters"] += v
+class CounterTotals:
+    """Counters of a run summed over every process this reader has seen.  A restarted component
+    counts from 0 in a new process (a new target), so a target that disappeared keeps contributing
+    the last values it reported, and a counter that goes down within one target (a reset) adds the
+    value it had before, as Prometheus' ``increase()`` does for one series.  Gauges are read from
+    the live targets only."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple, float] = {}  # (target, name, labels) -> last value seen
+        self.base: dict[tuple, float] = {}  # ... -> sum of the values seen before resets
+
+    def samples(self, scraped: list[tuple[dict, str]]) -> list[tuple[str, dict, float]]:
+        """(name, labels, value) of every gauge of the live targets and every counter total."""
+        out = []
+        for target, text in scraped:
+            tid = tuple(target.get(k, "") for k in ("component_id", "pid", "registered_at"))
+            for fam in text_string_to_metric_families(text):
+                for smp in fam.samples:
+                    if fam.type != "counter" or not smp.name.endswith("_total"):
+                        out.append((smp.name, smp.labels, smp.value))
+                        continue
+                    key = (tid, smp.name, tuple(sorted(smp.labels.items())))
+                    before = self.last.get(key)
+                    if before is not None and smp.value < before:
+                        self.base[key] = self.base.get(key, 0.0) + before
+                    self.last[key] = smp.value
+        for key, value in self.last.items():
+            out.append((key[1], dict(key[2]), value + self.base.get(key, 0.0)))
+        return out
+
+
+# counter -> summary key, by a label: (label, value that picks the first key, first key, other key)
+COUNTERS = {
+    "dynaweb_collector_steps_total": ("policy", "expert", "expert_steps", "real_steps"),
+    "dynaweb_dream_steps_total": (None, None, "dream_steps", "dream_steps"),
+    "dynaweb_trainer_steps_total": ("model", "policy", "policy_steps", "wm_steps"),
+    "dynaweb_stream_batches_total": (None, None, "batches", "batches"),
+    "dynaweb_stream_dead_letters_total": (None, None, "dead_letters", "dead_letters"),
+}
+# gauge of the policy version -> summary key (the highest over the live targets)
+VERSIONS = {
+    "dynaweb_trainer_checkpoint_version": "checkpoint_version",
+    "dynaweb_dream_model_version": "dream_policy_version",
+}
+
+
+def _empty_summary() -> dict:
+    s: dict = dict.fromkeys(
+        (
+            "real_steps",
+            "expert_steps",
+            "dream_steps",
+            "episodes",
+            "successes",
+            "policy_episodes",
+            "policy_successes",
+            "expert_episodes",
+            "expert_successes",
+            "policy_steps",
+            "wm_steps",
+            "batches",
+            "dead_letters",
+        ),
+        0.0,
+    )
+    s.update({"checkpoint_version": None, "dream_policy_version": None, "components": 0})
+    s["gspo_groups"] = {"real": 0.0, "dream": 0.0}
+    s["gspo_groups_nonzero"] = {"real": 0.0, "dream": 0.0}
+    return s
+
+
+def _add(s: dict, n: str, lab: dict, v: float) -> None:
+    """One sample into the summary."""
+    if n in COUNTERS:
+        label, value, first, other = COUNTERS[n]
+        s[first if label is None or lab.get(label) == value else other] += v
+    elif n == "dynaweb_collector_episodes_total":
+        who = (
+            "expert" if lab.get("policy") == "expert" else "policy"
+        )  # latest or random: not experts
+        ok = lab.get("outcome") == "success"
+        s["episodes"] += v
+        s["successes"] += v * ok
+        s[f"{who}_episodes"] += v
+        s[f"{who}_successes"] += v * ok
+    elif n in ("dynaweb_trainer_gspo_groups_total", "dynaweb_trainer_gspo_groups_nonzero_total"):
+        key = "gspo_groups_nonzero" if "nonzero" in n else "gspo_groups"
+        s[key][lab.get("source", "")] = s[key].get(lab.get("source", ""), 0.0) + v
+    elif n in VERSIONS and lab.get("kind") == "policy":
+        s[VERSIONS[n]] = max(v, s[VERSIONS[n]] or 0)
+
+
+def summarize(cfg: Config, totals: CounterTotals | None = None) -> dict:
+    """The run's progress from its components' own metrics; ``totals`` (kept by the caller across
+    calls) makes the counters survive component restarts."""
+    s = _empty_summary()
+    scraped = scrape_targets(cfg)
+    s["components"] = len(scraped)
+    for n, lab, v in (totals or CounterTotals()).samples(scraped):
+        _add(s, n, lab, v)
     s["success_rate"] = s["successes"] / s["episodes"] if s["episodes"] else None
     for who in ("policy", "expert"):
         n = s[f"{who}_episodes"]
@@ -185,20 +233,18 @@ def run_up(
     last = 0.0
     code = 0
     print(f"[up] run {cfg.run_id}: logs in {sup.logs}; Ctrl-C stops", flush=True)
-    recent = RecentSuccess()
+    recent, totals = RecentSuccess(), CounterTotals()
     try:
         while not stop["now"] and not (duration and time.time() - t0 >= duration):
             sup.supervise()
             if time.time() - last >= cfg.up.progress_every_s:
-                print(
-                    progress_line(recent.update(summarize(cfg), time.time()), time.time() - t0),
-                    flush=True,
-                )
+                s = recent.update(summarize(cfg, totals), time.time())
+                print(progress_line(s, time.time() - t0), flush=True)
                 last = time.time()
             time.sleep(0.2)
     except KeyboardInterrupt:
         code = 130
-    summary = summarize(cfg)
+    summary = summarize(cfg, totals)
     print("[up] stopping components...", flush=True)
     sup.stop()
     if start_stack and stack.started:

@@ -19,9 +19,11 @@ loading; a mismatch raises ``CorruptCheckpoint`` and the caller keeps the
 weights it has.
 
 ``ModelSlot`` is the reader's side: the loaded version of one kind, hot-reloaded
-from ``LATEST`` when a checkpoint announcement arrives (the dream generator and
-the ``latest`` collector policy; the announcement itself and the one watcher of
-the checkpoints topic are ``streams.checkpoints``).  ``announce`` tells every
+from ``LATEST`` when a checkpoint announcement arrives, and when ``LATEST`` polled
+every ``s3.latest_poll_s`` changed (the dream generator and the ``latest``
+collector policy; the announcement itself and the one watcher of the checkpoints
+topic are ``streams.checkpoints``).  The trainer's writing side, retried through
+S3 and broker outages, is ``models.checkpoint_writer``.  ``announce`` tells every
 reader that a version already written here is ``LATEST``.
 """
 
@@ -38,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from minio import Minio
-from minio.error import S3Error
+from minio.error import MinioException, S3Error
 
 from core.config import Config
 from models import metrics as M
@@ -49,6 +52,9 @@ log = logging.getLogger(__name__)
 
 KINDS = ("policy", "world_model")
 GATE_FILE = "gate.json"
+# what an S3 call raises when the store is down, stalls or answers an error (retried or tolerated
+# by the trainer's writer, ``models.checkpoint_writer``, and by ``ModelSlot.poll``)
+S3_ERRORS = (MinioException, urllib3.exceptions.HTTPError, OSError)
 
 
 class CorruptCheckpoint(RuntimeError):
@@ -311,12 +317,12 @@ def announce(
 ) -> None:
     """Tell every generator that ``kind`` has a new LATEST (``version``); they re-read LATEST in S3."""
     from streams.checkpoints import send_announcement
-    from streams.kafka import ensure_topics, make_producer
+    from streams.kafka import ensure_topics, make_publisher
     from streams.topics import Topics
 
     topics = Topics(cfg.run_id, cfg.kafka.partitions) if publisher else ensure_topics(cfg)
     _, digest = store.manifest(kind, version)
-    pub = publisher or Publisher(make_producer(cfg.kafka))
+    pub = publisher or make_publisher(cfg.kafka)
     try:
         send_announcement(
             pub, topics.checkpoints, cfg.run_id, kind, version, store.uri(kind, version), digest
@@ -328,21 +334,63 @@ def announce(
 
 
 class ModelSlot:
-    """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST."""
+    """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST.
 
-    def __init__(self, store: CheckpointStore, kind: str, work: Path, run: str):
+    Readers call ``refresh`` on an announcement and ``poll`` on every round: ``poll`` re-reads
+    LATEST once ``poll_s`` (``s3.latest_poll_s``) passed since the last read, so a lost
+    announcement delays a reload by at most ``poll_s``; an S3 error there is logged and counted
+    (``dynaweb_client_errors_total{service="s3"}``) and the loaded weights stay."""
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        kind: str,
+        work: Path,
+        run: str,
+        poll_s: float = 0.0,
+        component: str = "dream",
+        clock: Any = time.monotonic,
+    ):
         self.store, self.kind, self.work, self.run = store, kind, work, run
+        self.poll_s, self.component, self._clock = poll_s, component, clock
         self.version: int | None = None
         self.model: Any = None
         self.tokenizer: Any = None
         self.refused: set[int] = set()
+        self._read_at: float | None = None  # when LATEST was last read
+        if poll_s > 0:
+            M.DREAM_POLL_RELOADS.labels(run, kind)  # export 0 before the first poll reload
 
     def refresh(self) -> bool:
         """Load LATEST if it differs from what is loaded; True if a new model was loaded."""
+        self._read_at = self._clock()
         lat = self.store.latest(self.kind)
         if lat is None or lat["version"] == self.version or lat["version"] in self.refused:
             return False
         return self.load(lat["version"], lat["manifest_sha256"])
+
+    def poll_due(self) -> bool:
+        return self.poll_s > 0 and (
+            self._read_at is None or self._clock() - self._read_at >= self.poll_s
+        )
+
+    def poll(self) -> bool:
+        """``refresh`` if ``poll_s`` passed since LATEST was last read; True if a new model was
+        loaded (counted in ``dynaweb_dream_latest_poll_reloads_total``)."""
+        if not self.poll_due():
+            return False
+        try:
+            loaded = self.refresh()
+        except S3_ERRORS as e:
+            M.CLIENT_ERRORS.labels(self.run, self.component, "s3").inc()
+            log.warning("polling %s LATEST failed: %s (keeping v%s)", self.kind, e, self.version)
+            return False
+        if loaded:
+            M.DREAM_POLL_RELOADS.labels(self.run, self.kind).inc()
+            log.info(
+                "%s v%s found by polling LATEST (no announcement seen)", self.kind, self.version
+            )
+        return loaded
 
     def load(self, version: int, manifest_sha256: str | None) -> bool:
         t0 = time.time()

@@ -1,8 +1,9 @@
 """The dream generator: the current policy rolled out inside the world model.
 
 It follows ``LATEST`` in S3 for both model kinds: on every checkpoint
-announcement (``streams.checkpoints.CheckpointWatcher``) and at start it
-downloads the new version, verifies every sha256 and swaps the models in place
+announcement (``streams.checkpoints.CheckpointWatcher``), at start, and when
+``LATEST`` re-read every ``s3.latest_poll_s`` changed (an announcement may be
+lost) it downloads the new version, verifies every sha256 and swaps the models in place
 between two rounds without restarting (``models.checkpoint.ModelSlot``); a
 checkpoint that fails verification is refused and the loaded weights stay.
 Start states are real first observations (step 0) read from the real and
@@ -35,7 +36,7 @@ from models.checkpoint import CheckpointStore, ModelSlot
 from models.component import close_component
 from streams import records
 from streams.checkpoints import CheckpointWatcher
-from streams.kafka import Publisher, ensure_topics, make_consumer, make_producer
+from streams.kafka import ensure_topics, make_consumer, make_publisher
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,10 @@ class Dreamer:
         self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
         self.work = Path(tempfile.mkdtemp(prefix="dynaweb-dream-"))
         self.slots = {
-            k: ModelSlot(self.store, k, self.work, self.run) for k in ("policy", "world_model")
+            k: ModelSlot(self.store, k, self.work, self.run, poll_s=cfg.s3.latest_poll_s)
+            for k in ("policy", "world_model")
         }
-        self.pub = Publisher(make_producer(cfg.kafka))
+        self.pub = make_publisher(cfg.kafka, client="dream", run=cfg.run_id)
         self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
         self.rate_factor = 1.0
         self.steps_published = 0
@@ -91,10 +93,12 @@ class Dreamer:
         self.watcher.start()
         self.refresh_models()
 
-    def refresh_models(self) -> None:
+    def refresh_models(self, poll: bool = False) -> None:
+        """Re-read LATEST of both kinds (``poll``: only those whose poll is due, S3 errors
+        tolerated: ``ModelSlot.poll``)."""
         changed = False
         for slot in self.slots.values():
-            changed |= slot.refresh()
+            changed |= slot.poll() if poll else slot.refresh()
         if changed:
             self._runners = None
 
@@ -115,7 +119,7 @@ class Dreamer:
 
     def poll(self, timeout_ms: int) -> None:
         """Back-pressure and start states from the consumer; reload on an announcement seen since
-        the last poll (any kind: both slots re-read LATEST)."""
+        the last poll (any kind: both slots re-read LATEST), else when LATEST's poll is due."""
         for _tp, msgs in self.consumer.poll(timeout_ms=timeout_ms).items():
             for m in msgs:
                 if m.value is None:
@@ -135,6 +139,8 @@ class Dreamer:
         if self._announced.is_set():
             self._announced.clear()
             self.refresh_models()
+        elif any(slot.poll_due() for slot in self.slots.values()):
+            self.refresh_models(poll=True)  # a lost announcement delays a reload, never prevents it
 
     def dream_once(self) -> int:
         from models.dream_env import dream_rollouts

@@ -3,6 +3,12 @@
 A torch optimizer is passed in so no DeepSpeed op has to be compiled; the
 same code runs under the ``deepspeed`` launcher on GPUs/nodes (the launcher
 sets RANK/WORLD_SIZE/MASTER_* and we do not override them).
+
+A single-rank trainer (no WORLD_SIZE, or 1) opens no network rendezvous: its
+process group uses an in-process ``HashStore`` and its gloo/NCCL sockets are
+pinned to the loopback interface, so it listens on nothing beyond 127.0.0.1.
+Several ranks rendezvous through the launcher's MASTER_ADDR/PORT; across nodes
+the interface they talk over must be named (``trainer.dist_interface``).
 """
 
 from __future__ import annotations
@@ -16,34 +22,65 @@ import torch
 
 from core.config import TrainerConfig
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def setup_distributed() -> None:
+def loopback_interface() -> str:
+    """The name of the interface holding 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS)."""
+    try:
+        import psutil  # a dependency of DeepSpeed
+
+        for name, addrs in psutil.net_if_addrs().items():
+            if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+                return name
+    except ImportError:
+        pass
+    return "lo"
+
+
+def bind_interface(interface: str, world_size: int, master_addr: str) -> str | None:
+    """The interface torch.distributed's gloo/NCCL sockets must use, or None to leave the
+    environment's choice (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME already set).  One rank, or
+    several on one host (MASTER_ADDR on loopback), with no interface named: loopback.  Several
+    hosts: the ``trainer.dist_interface`` named; none is a ValueError (never a silent guess of a
+    public interface)."""
+    if interface:
+        return interface
+    if world_size <= 1 or master_addr in LOCAL_HOSTS:
+        return loopback_interface()
+    if os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME"):
+        return None
+    raise ValueError(
+        f"a multi-node trainer (WORLD_SIZE={world_size}, MASTER_ADDR={master_addr}) needs the "
+        "network interface its ranks talk over: set trainer.dist_interface (e.g. eth0, ib0)"
+    )
+
+
+def setup_distributed(interface: str = "") -> None:
+    """Initialise torch.distributed once per process (see the module docstring)."""
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    single = "WORLD_SIZE" not in os.environ or os.environ["WORLD_SIZE"] == "1"
-    for k, v in (
-        ("MASTER_ADDR", "127.0.0.1"),
-        ("RANK", "0"),
-        ("WORLD_SIZE", "1"),
-        ("LOCAL_RANK", "0"),
-    ):
-        os.environ.setdefault(k, v)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    for k, v in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(k, v)  # DeepSpeed reads them (LOCAL_RANK in particular)
+    ifname = bind_interface(interface, world, os.environ.get("MASTER_ADDR", ""))
+    if ifname is not None:
+        # an explicit interface (or loopback) wins over the environment's
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = ifname
     import deepspeed
 
-    if single:
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if world <= 1:
         # The shared-memory all-reduce op only helps several ranks on one host; at world
         # size 1 building it costs a 30 s C++ compile on first start and gains nothing.
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    if not torch.distributed.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        deepspeed.init_distributed(dist_backend=backend)
+        if not torch.distributed.is_initialized():
+            # no TCPStore (it listens on every interface): an in-process store for one rank
+            torch.distributed.init_process_group(
+                backend=backend, store=torch.distributed.HashStore(), rank=0, world_size=1
+            )
+    # with a group already there DeepSpeed only wraps it; else it rendezvous at MASTER_ADDR/PORT
+    deepspeed.init_distributed(dist_backend=backend)
 
 
 def lr_factor(
@@ -94,11 +131,13 @@ def make_engine(
     warmup_steps: int = 0,
     decay_steps: int = 0,
     min_lr_ratio: float = 0.0,
+    dist_interface: str = "",
 ) -> Any:
-    """A DeepSpeed engine with AdamW at peak ``lr`` and the ``lr_schedule`` (defaults: constant lr)."""
+    """A DeepSpeed engine with AdamW at peak ``lr`` and the ``lr_schedule`` (defaults: constant lr);
+    ``dist_interface``: ``setup_distributed``'s network interface of a multi-node trainer."""
     import deepspeed
 
-    setup_distributed()
+    setup_distributed(dist_interface)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0
     )
@@ -129,6 +168,7 @@ def trainer_engine(model: torch.nn.Module, tc: TrainerConfig, kind: str = "polic
         tc.warmup_steps,
         tc.decay_steps,
         tc.min_lr_ratio,
+        tc.dist_interface,
     )
 
 

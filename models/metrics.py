@@ -64,6 +64,13 @@ TRAINER_FIDELITY = Gauge(
     "World-model fidelity on a rolling window of fresh real transitions.",
     ["run", "metric"],
 )
+TRAINER_CKPT_RETRIES = Counter(
+    "dynaweb_trainer_checkpoint_retries_total",
+    "Failed attempts to write a checkpoint, by stage: upload (files, manifest, LATEST to S3) and "
+    "announce (the announcement's flush) are retried with back-off; prune is skipped until the "
+    "next checkpoint.",
+    ["run", "stage"],
+)
 TRAINER_BATCH_KIND = Counter(
     "dynaweb_trainer_batches_total", "Training batches consumed by kind.", ["run", "kind"]
 )
@@ -125,6 +132,12 @@ DREAM_ROLLOUT_LEN = Histogram(
 DREAM_VERSION = Gauge("dynaweb_dream_model_version", "Model version in use.", ["run", "kind"])
 DREAM_RELOADS = Counter(
     "dynaweb_dream_reloads_total", "Hot reloads by outcome.", ["run", "kind", "outcome"]
+)
+DREAM_POLL_RELOADS = Counter(
+    "dynaweb_dream_latest_poll_reloads_total",
+    "Reloads found by re-reading LATEST every s3.latest_poll_s rather than on an announcement "
+    "(dream generator and `latest` collector policy; growing steadily: announcements are lost).",
+    ["run", "kind"],
 )
 DREAM_RELOAD_SECONDS = Histogram(
     "dynaweb_dream_reload_seconds",

@@ -7,7 +7,9 @@ Inputs (Kafka, manual partition assignment, no consumer group):
 
 Every ``checkpoint_every`` policy steps (or ``checkpoint_every_s``) it writes
 both models to S3 (``models.checkpoint``), with the offsets it had consumed in
-the manifest, moves ``LATEST`` and announces the version.  Version 0 (the
+the manifest, moves ``LATEST`` and announces the version; an S3 or broker
+outage delays that (retried with back-off, ``models.checkpoint_writer``) and
+never ends the trainer, short of ``kafka.producer_dead_after_s``.  Version 0 (the
 initial weights) is published before the first step.  After a crash it resumes
 from ``LATEST``: versions continue, optimizer state is restored and consumption
 restarts at the manifest's offsets.  With ``gate.enabled`` every version after
@@ -35,17 +37,16 @@ from core.process import start_component
 from core.s3 import make_client
 from models import metrics as M
 from models.checkpoint import KINDS, CheckpointStore
+from models.checkpoint_writer import CheckpointWriter
 from models.component import close_component
 from models.engine import current_lr, trainer_engine
 from streams import records
-from streams.checkpoints import send_announcement
 from streams.kafka import (
-    Publisher,
     assignable,
     ensure_topics,
     is_control,
     make_consumer,
-    make_producer,
+    make_publisher,
 )
 from streams.topics import Topics
 
@@ -68,7 +69,10 @@ class Trainer:
         self.run = cfg.run_id
         self.topics: Topics = ensure_topics(cfg)
         self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        self.pub = Publisher(make_producer(cfg.kafka))
+        self.pub = make_publisher(cfg.kafka, client="trainer", run=cfg.run_id)
+        self.writer = CheckpointWriter(
+            self.store, self.pub, self.topics.checkpoints, self.run, self.stop
+        )
         self.work = Path(tempfile.mkdtemp(prefix="dynaweb-trainer-"))
         self.version = 0
         self.policy_steps = 0
@@ -104,6 +108,7 @@ class Trainer:
                 dest = self.work / f"resume-{kind}"
                 m = self.store.download(kind, kl["version"], dest, kl["manifest_sha256"])
                 dirs[kind] = dest
+                M.TRAINER_VERSION.labels(self.run, kind).set(kl["version"])  # shown at once
                 if kind == "policy":
                     manifest = m
             self.version = lat["version"]
@@ -187,6 +192,8 @@ class Trainer:
 
     # --- checkpoints --------------------------------------------------------------
     def checkpoint(self) -> None:
+        """Write both models as ``self.version`` (upload and announcement retried through S3 and
+        broker outages: ``models.checkpoint_writer``)."""
         t0 = time.time()
         cfg_dict = self.cfg.to_dict()
         extra = {"policy_steps": self.policy_steps, "wm_steps": self.wm_steps}
@@ -203,22 +210,14 @@ class Trainer:
             tok.save_pretrained(str(d / "hf"))
             engine.save_checkpoint(str(d / "state"), tag="ds")
             # gated: a candidate (LATEST stays; `dynaweb gate` decides), except the very first version
-            publish = not gated or self.store.latest(kind) is None
-            saved = self.store.save(
+            publish = not gated or self.writer.latest(kind) is None
+            saved = self.writer.upload(
                 kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish
             )
             if publish:
-                send_announcement(
-                    self.pub,
-                    self.topics.checkpoints,
-                    self.run,
-                    kind,
-                    self.version,
-                    saved.uri,
-                    saved.manifest_sha256,
-                )
+                self.writer.announce(saved)
                 if gated:
-                    self.store.write_decision(
+                    self.writer.write_decision(
                         kind,
                         self.version,
                         {
@@ -230,9 +229,8 @@ class Trainer:
             M.TRAINER_VERSION.labels(self.run, kind).set(self.version)
             M.TRAINER_CKPT_TIME.labels(self.run, kind).set(time.time())
             shutil.rmtree(d)
-        self.pub.flush()
-        for kind in KINDS:
-            self.store.prune(kind, self.cfg.trainer.keep_checkpoints)
+        self.writer.flush()
+        self.writer.prune(self.cfg.trainer.keep_checkpoints)
         self.last_ckpt_time = time.time()
         M.TRAINER_PHASE.labels(self.run, "checkpoint").observe(time.time() - t0)
         log.info(

@@ -2,7 +2,9 @@
 
 Correctness never relies on broker high-water marks, compaction or
 transactions (see docs/broker.md): catching up on a topic means reading
-until a sentinel record we produced ourselves arrives.
+until a sentinel record we produced ourselves arrives.  Publishing goes through
+``streams.delivery.Publisher`` (re-exported here): ``make_publisher`` gives one that
+rebuilds a broken producer and re-sends what was not acknowledged.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -26,6 +27,7 @@ from kafka.errors import (
 
 from core.config import Config, KafkaConfig
 from streams import records
+from streams.delivery import Publisher, PublisherDead, PublishLost
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ def client_kwargs(kc: KafkaConfig) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "bootstrap_servers": kc.bootstrap.split(","),
         "security_protocol": kc.security_protocol,
+        # kafka-python backs off up to 30 s between reconnects: clients then lag a broker restart
+        "reconnect_backoff_max_ms": kc.reconnect_backoff_max_ms,
     }
     if kc.sasl_mechanism:
         kw.update(
@@ -107,9 +111,13 @@ def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
 
 
 def make_producer(kc: KafkaConfig, **overrides: Any) -> KafkaProducer:
+    """A producer with ``acks="all"``; idempotence is ``kafka.idempotence`` (explicit: kafka-python
+    3.x turns it on by default, and on Tansu a broker ``UnknownError`` then makes the producer
+    fatal for good; docs/broker.md)."""
     check_broker(kc)
     kw = dict(
         acks="all",
+        enable_idempotence=kc.idempotence,
         linger_ms=kc.linger_ms,
         batch_size=256 * 1024,
         compression_type="lz4",
@@ -118,6 +126,29 @@ def make_producer(kc: KafkaConfig, **overrides: Any) -> KafkaProducer:
     )
     kw.update(overrides)
     return KafkaProducer(**client_kwargs(kc), **kw)
+
+
+def make_publisher(
+    kc: KafkaConfig,
+    *,
+    client: str = "",
+    run: str = "",
+    on_error: Any = None,
+    **overrides: Any,
+) -> Publisher:
+    """A ``Publisher`` that rebuilds its producer (``make_producer(kc, **overrides)``) when it
+    goes fatal or keeps failing, re-sends what was not acknowledged, and raises
+    ``PublisherDead`` after ``kafka.producer_dead_after_s`` of failure; with ``client`` and
+    ``run`` it exports ``dynaweb_client_*`` (``streams.metrics``)."""
+    return Publisher(
+        make_producer(kc, **overrides),
+        on_error,
+        factory=lambda: make_producer(kc, **overrides),
+        client=client,
+        run=run,
+        dead_after_s=kc.producer_dead_after_s,
+        resend_buffer_bytes=kc.resend_buffer_bytes,
+    )
 
 
 def make_consumer(
@@ -135,62 +166,6 @@ def make_consumer(
     )
     kw.update(overrides)
     return KafkaConsumer(*topics, **client_kwargs(kc), **kw)
-
-
-class Publisher:
-    """Asynchronous, batched publishing with counted failures.
-
-    ``send`` never waits for a broker round trip; errors are counted and the
-    first one is re-raised by ``flush``/``check`` so a background failure is
-    never silent.
-    """
-
-    def __init__(self, producer: KafkaProducer, on_error: Any = None):
-        self.producer = producer
-        self.sent = 0
-        self.acked = 0
-        self.errors = 0
-        self._first_error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._on_error = on_error
-
-    def _ok(self, _md: Any) -> None:
-        with self._lock:
-            self.acked += 1
-
-    def _err(self, exc: BaseException) -> None:
-        with self._lock:
-            self.errors += 1
-            if self._first_error is None:
-                self._first_error = exc
-        if self._on_error:
-            self._on_error(exc)
-        log.error("publish failed: %s", exc)
-
-    def send(
-        self, topic: str, rec: Any, key: str | None = None, headers: list | None = None
-    ) -> None:
-        value = rec if isinstance(rec, bytes) else records.encode(rec)
-        fut = self.producer.send(
-            topic, value=value, key=key.encode() if key else None, headers=headers
-        )
-        self.sent += 1
-        fut.add_callback(self._ok)
-        fut.add_errback(self._err)
-
-    def check(self) -> None:
-        if self._first_error is not None:
-            raise RuntimeError(f"Kafka publish failed ({self.errors} errors): {self._first_error}")
-
-    def flush(self, timeout: float = 30.0) -> None:
-        self.producer.flush(timeout=timeout)
-        self.check()
-
-    def close(self) -> None:
-        try:
-            self.producer.flush(timeout=10)
-        finally:
-            self.producer.close(timeout=5)
 
 
 class DeadLetters:
@@ -306,8 +281,11 @@ __all__ = [
     "KafkaError",
     "ServiceUnavailable",
     "Publisher",
+    "PublisherDead",
+    "PublishLost",
     "DeadLetters",
     "make_producer",
+    "make_publisher",
     "make_consumer",
     "ensure_topics",
     "read_until_sentinel",

@@ -1,8 +1,9 @@
 """Prometheus metrics of the stream worker, declared once (default registry).
 
 Names follow ``dynaweb_stream_<what>_<unit>``; every series carries the labels
-``run`` and ``worker``. Consumer lag is measured in training batches
-(``lag_batches``: produced - consumed by the trainer) and in held source
+``run`` and ``worker`` (the ``dynaweb_client_*`` series at the end are any component's
+``streams.delivery.Publisher``: labels ``run`` and ``client``). Consumer lag is measured in
+training batches (``lag_batches``: produced - consumed by the trainer) and in held source
 messages (``held_messages``); a lag in records would need the broker's
 high-water mark, which Tansu reports wrongly (docs/broker.md, defect 1). Counters are exposed with the ``_total`` suffix that
 prometheus_client appends.
@@ -146,6 +147,35 @@ emit_latency = Histogram(
     "From a trajectory's last transition being produced to its batch being emitted.",
     L,
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+
+
+# --- clients: the Publisher of any component (``streams.delivery``), labels run and client ------
+C = ("run", "client")
+client_publish_errors = Counter(
+    "dynaweb_client_publish_errors",
+    "Failed deliveries of a component's Publisher (each record is re-sent, or counted lost).",
+    C,
+)
+client_rebuilds = Counter(
+    "dynaweb_client_producer_rebuilds",
+    "Kafka producers replaced after a fatal or failing state.",
+    C,
+)
+client_resent = Counter(
+    "dynaweb_client_resent_records", "Records re-sent after a failed delivery.", C
+)
+client_lost = Counter(
+    "dynaweb_client_lost_records",
+    "Records given up, by reason (resend_buffer_full, unsent_at_close, or the error of a record "
+    "no broker takes, e.g. MessageSizeTooLargeError).",
+    C + ("reason",),
+)
+client_healthy = Gauge(
+    "dynaweb_client_publisher_healthy",
+    "1 while the Publisher delivers; 0 while deliveries fail or records wait unacknowledged "
+    "for over 30 s.",
+    C,
 )
 
 

@@ -25,6 +25,7 @@ from models.checkpoint import CheckpointStore
 from streams import records
 from streams.kafka import read_until_sentinel
 from streams.topics import Topics
+from tests.listening import beyond_loopback, listening_sockets, process_tree
 from tests.support import env_for
 
 DURATION = 200
@@ -86,6 +87,24 @@ def _read(cfg: Config, topic: str) -> list[records.Transition]:
     return out
 
 
+def _up_processes(cfg: Config, pid: int) -> dict[int, str]:
+    """pid -> command line of the `up` process tree and of the stack's services (what `up` starts
+    without --no-stack; here the session's stack started them, the same way)."""
+    pids = process_tree(pid)
+    for f in (Path(cfg.home) / "pids").glob("*.json"):
+        try:
+            pids |= process_tree(json.loads(f.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            continue
+    out = {}
+    for p in pids:
+        try:
+            out[p] = " ".join(Path(f"/proc/{p}/cmdline").read_bytes().decode().split("\0")[:4])
+        except OSError:
+            out[p] = str(p)
+    return out
+
+
 def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> None:
     env = env_for(run_cfg, **UP_SETTINGS)
     out_path = tmp_path / "up.out"
@@ -106,9 +125,14 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     )
     samples = []  # (process start time, policy version in use) of every dream generator, over time
     dashboard_problems = None
+    exposed, inspected = set(), set()  # listeners beyond loopback; command lines looked at
     started = time.time()
     try:
         while proc.poll() is None:
+            procs = _up_processes(run_cfg, proc.pid)
+            inspected |= set(procs.values())
+            for sk in beyond_loopback(listening_sockets(set(procs))):
+                exposed.add((procs.get(sk.pid, str(sk.pid)), sk.proto, sk.ip, sk.port))
             for vals in _scrape(run_cfg, "dream"):
                 samples.append(
                     (
@@ -126,6 +150,9 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
     out = out_path.read_text()
+    # nothing `up` started listened beyond loopback (the trainer's torch.distributed included)
+    assert not exposed, f"listening beyond loopback: {sorted(exposed)}"
+    assert any(" train" in c for c in inspected) and any("tansu" in c for c in inspected)
     assert dashboard_problems == [], (
         "dashboard/alert queries without data or invalid:\n"
         + "\n".join(dashboard_problems or ["(never checked: the run ended early)"])

@@ -1,0 +1,62 @@
+"""A lost announcement delays a reload, never prevents it: on the real S3 a checkpoint is written
+(files, manifest, LATEST) and never announced, and the ``latest`` collector policy still loads it,
+from LATEST, within its poll interval."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from core.config import Config
+from core.s3 import make_client
+from models import metrics as M
+from models.checkpoint import CheckpointStore
+from streams.kafka import ensure_topics, read_until_sentinel
+from tests.integration.test_trainer_generator import small
+
+POLL_S = 1.0
+
+
+def _write_policy(cfg: Config, store: CheckpointStore, version: int, tmp: Path) -> None:
+    from models.policy import make_policy
+
+    cfg.model.seed = version
+    model, tok = make_policy(cfg.model)
+    d = tmp / f"policy-{version}"
+    (d / "hf").mkdir(parents=True)
+    model.save_pretrained(str(d / "hf"))
+    tok.save_pretrained(str(d / "hf"))
+    store.save("policy", version, d, {}, {})  # LATEST moves; no announcement is sent
+
+
+def test_latest_policy_reloads_from_latest_without_any_announcement(
+    run_cfg: Config, tmp_path: Path
+) -> None:
+    from collectors.policy_agent import LatestPolicyAgent
+
+    cfg = small(run_cfg)
+    cfg.s3.latest_poll_s = POLL_S
+    topics = ensure_topics(cfg)
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    _write_policy(cfg, store, 0, tmp_path)
+    agent = LatestPolicyAgent(cfg)  # watches the checkpoints topic: nothing will ever arrive
+    try:
+        agent.wait_ready(timeout=120)
+        assert agent.policy_version == 0
+        polled = M.DREAM_POLL_RELOADS.labels(cfg.run_id, "policy")._value.get()
+        _write_policy(cfg, store, 1, tmp_path)
+        written = time.monotonic()
+        while agent.policy_version != 1 and time.monotonic() - written < 60:
+            agent._refresh()  # what every act() does first
+            time.sleep(0.05)
+        took = time.monotonic() - written
+        assert agent.policy_version == 1, "LATEST moved to v1 but the agent never reloaded"
+        # found by the poll (not an announcement): LATEST was read at most POLL_S after it moved;
+        # the rest is downloading and loading the model on a busy machine
+        assert agent.slot._read_at - written <= POLL_S + 0.5, took
+        assert M.DREAM_POLL_RELOADS.labels(cfg.run_id, "policy")._value.get() == polled + 1
+    finally:
+        agent.stop.set()
+    # and no announcement was ever on the topic
+    anns = list(read_until_sentinel(cfg.kafka, topics.checkpoints, cfg.run_id, timeout=60))
+    assert anns == []
