@@ -273,7 +273,8 @@ class TrainerConfig:
     wm_head_weight: float = _f(
         1.0,
         "Weight of the world model's reward and done heads (each a class-balanced "
-        "cross-entropy on the last prompt token's hidden state: task success, done); "
+        "cross-entropy on the world model's hidden states of the acted element's page line and the "
+        "action: task success, done); "
         "predict() takes reward and done from them once trained (0 = heads not trained).",
     )
     zero_stage: int = _f(0, "DeepSpeed ZeRO stage.")

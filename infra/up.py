@@ -127,6 +127,7 @@ def _empty_summary() -> dict:
     s.update({"checkpoint_version": None, "dream_policy_version": None, "components": 0})
     s["gspo_groups"] = {"real": 0.0, "dream": 0.0}
     s["gspo_groups_nonzero"] = {"real": 0.0, "dream": 0.0}
+    s["dream_groups"] = {"varied": 0.0, "uniform": 0.0}
     return s
 
 
@@ -147,6 +148,10 @@ def _add(s: dict, n: str, lab: dict, v: float) -> None:
     elif n in ("dynaweb_trainer_gspo_groups_total", "dynaweb_trainer_gspo_groups_nonzero_total"):
         key = "gspo_groups_nonzero" if "nonzero" in n else "gspo_groups"
         s[key][lab.get("source", "")] = s[key].get(lab.get("source", ""), 0.0) + v
+    elif n == "dynaweb_dream_groups_total":  # as published, before the stream worker and trainer
+        s["dream_groups"][lab.get("rewards", "")] = (
+            s["dream_groups"].get(lab.get("rewards", ""), 0.0) + v
+        )
     elif n in VERSIONS and lab.get("kind") == "policy":
         s[VERSIONS[n]] = max(v, s[VERSIONS[n]] or 0)
 

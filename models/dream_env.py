@@ -122,7 +122,8 @@ def dream_rollouts(
     ``start_states``: Observations (or objects with ``.obs``).  Step dict keys:
     obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob =
     log pi_T of the candidate set), ntokens, candidates_hash, temperature (the T of
-    the logprob), ok, reason.  ``batch`` caps how many rollouts advance together.
+    the logprob), ok, reason, p_success (the reward head's probability; None when the
+    world model was not asked or its heads are untrained).  ``batch`` caps how many rollouts advance together.
     """
     starts = [s if isinstance(s, Observation) else s.obs for s in start_states]
     rollouts: list[Rollout] = []
@@ -172,6 +173,7 @@ def dream_rollouts(
                         "done": done,
                         "ok": True,
                         "reason": reason,
+                        "p_success": None,
                     }
                 else:
                     p = preds[j]
@@ -181,6 +183,7 @@ def dream_rollouts(
                         "done": bool(p.done),
                         "ok": p.ok,
                         "reason": p.reason,
+                        "p_success": p.p_success,
                     }
                 ro.append(
                     {

@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from kafka import TopicPartition
@@ -46,6 +47,35 @@ class StartState:
     obs: Observation
     task: str
     seed: int
+
+
+def rollout_end(ro: Any) -> str:
+    """How a dreamed rollout ended: ``stop`` (the policy quit), ``done`` (predicted), ``horizon``."""
+    last = ro.steps[-1]
+    return "stop" if last.get("reason") == "stop" else ("done" if last["done"] else "horizon")
+
+
+def group_outcomes(rollouts: list) -> dict[str, int]:
+    """Groups whose rollouts' final rewards (task success, as the learner scores them) differ
+    (``varied``: a nonzero GSPO advantage) and those where they do not (``uniform``)."""
+    from models.losses import task_success_reward
+
+    finals: dict[str, set[float]] = {}
+    for ro in rollouts:
+        finals.setdefault(ro.group_id, set()).add(task_success_reward(float(ro.reward)))
+    varied = sum(len(v) > 1 for v in finals.values())
+    return {"varied": varied, "uniform": len(finals) - varied}
+
+
+def observe_reward_signal(run: str, rollouts: list) -> None:
+    """Why dream groups do or do not carry an advantage: how each rollout ended, the reward head's
+    p(success) at its last step (when the world model's heads gave it), varied/uniform groups."""
+    for ro in rollouts:
+        M.DREAM_ROLLOUT_ENDS.labels(run, rollout_end(ro)).inc()
+        if ro.steps[-1].get("p_success") is not None:
+            M.DREAM_P_SUCCESS.labels(run).observe(float(ro.steps[-1]["p_success"]))
+    for outcome, k in group_outcomes(rollouts).items():
+        M.DREAM_GROUPS.labels(run, outcome).inc(k)
 
 
 class Dreamer:
@@ -114,6 +144,9 @@ class Dreamer:
             p, w = self.slots["policy"], self.slots["world_model"]
             pr = PolicyRunner(p.model, p.tokenizer, self.cfg.model, generator=self.generator)
             pr.policy_version = p.version
+            from models.world_model import heads_trained
+
+            M.DREAM_HEADS_TRAINED.labels(self.run).set(float(heads_trained(w.model)))
             self._runners = (pr, WorldModelRunner(w.model, w.tokenizer, self.cfg.dream))
         return self._runners
 
@@ -191,6 +224,11 @@ class Dreamer:
                     info={
                         "wm_ok": bool(st.get("ok", True)),
                         "temperature": float(st.get("temperature") or 1.0),
+                        **(
+                            {}
+                            if st.get("p_success") is None
+                            else {"p_success": round(float(st["p_success"]), 4)}
+                        ),
                     },
                 )
                 self.pub.send(self.topics.dream, rec, key=ro.group_id)
@@ -203,6 +241,7 @@ class Dreamer:
             if bad:
                 M.DREAM_WM_INVALID.labels(self.run, "repaired_or_rejected").inc(bad)
             M.DREAM_ROLLOUT_LEN.labels(self.run).observe(len(ro.steps))
+        observe_reward_signal(self.run, rollouts)
         M.DREAM_STEPS.labels(self.run).inc(n)
         M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
         if rollouts:
@@ -237,6 +276,12 @@ def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = No
     M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(
         1.0
     )  # full speed until told otherwise (series exists from start)
+    M.DREAM_HEADS_TRAINED.labels(cfg.run_id).set(0.0)
+    M.DREAM_P_SUCCESS.labels(cfg.run_id)
+    for outcome in ("varied", "uniform"):
+        M.DREAM_GROUPS.labels(cfg.run_id, outcome)
+    for end in ("done", "horizon", "stop"):
+        M.DREAM_ROLLOUT_ENDS.labels(cfg.run_id, end)
     d = Dreamer(cfg, producer_id, stop)
     try:
         d.setup()

@@ -168,3 +168,32 @@ DREAM_TASK_SUCCESS = Gauge(
 CLIENT_ERRORS = Counter(
     "dynaweb_client_errors_total", "Broker and S3 client errors.", ["run", "component", "service"]
 )
+# why dream groups do or do not carry an advantage: GSPO learns from a group only if its members'
+# final rewards differ, and a dream's reward is 1 if the reward head's p(success) at its last step
+# is > 0.5
+DREAM_P_SUCCESS = Histogram(
+    "dynaweb_dream_reward_p_success",
+    "The world model's p(success) (reward head) at the "
+    "last step of each dreamed rollout it predicted (reward = 1 if > 0.5).",
+    ["run"],
+    buckets=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
+)
+DREAM_GROUPS = Counter(
+    "dynaweb_dream_groups_total",
+    "Dream groups published, by whether their rollouts' final "
+    "rewards differ (varied: a nonzero GSPO advantage) or not (uniform).",
+    ["run", "rewards"],
+)
+DREAM_ROLLOUT_ENDS = Counter(
+    "dynaweb_dream_rollout_ends_total",
+    "How dreamed rollouts ended: done (predicted by "
+    "the world model), horizon (truncated), stop (the policy quit: reward 0, no world "
+    "model).",
+    ["run", "end"],
+)
+DREAM_HEADS_TRAINED = Gauge(
+    "dynaweb_dream_world_model_heads_trained",
+    "1 when the loaded world model's reward/done "
+    "heads are trained (dream rewards come from them), 0 when from its text.",
+    ["run"],
+)

@@ -10,7 +10,8 @@ half of it.  Same model, same argmax as ``model.generate``.
 
 ``generate_tokens`` runs the steps: ``_layout`` (prefix groups, each row's tail), ``_prefill_prefixes``
 (the shared prefixes, left padded, into the cache), ``_prefill_tails`` (every row's own tail after
-its prefix: the first logits and, on request, the last prompt token's hidden state) and
+its prefix: the first logits), ``_head_hidden`` (on request, the mean last-layer hidden state over
+given prompt positions, read from those two passes: the reward/done heads' input) and
 ``_decode_loop`` (greedy or sampled tokens until eos or the budget).
 """
 
@@ -141,10 +142,17 @@ def _layout(prompts: list[list[int]], new: int, max_positions: int) -> _Layout:
 
 
 def _prefill_prefixes(
-    model: Any, prompts: list[list[int]], lay: _Layout, cache: Any, keep: torch.Tensor, pad: int
-) -> None:
+    model: Any,
+    prompts: list[list[int]],
+    lay: _Layout,
+    cache: Any,
+    keep: torch.Tensor,
+    pad: int,
+    return_hidden: bool = False,
+) -> torch.Tensor | None:
     """One row per prefix group (left padded) into the cache, then one copy of each group's keys to
-    its members' rows; marks the prefix positions each row attends to in ``keep``."""
+    its members' rows; marks the prefix positions each row attends to in ``keep``.  With
+    ``return_hidden`` the pass's last hidden layer (one row per prefix group), else None."""
     dev = next(model.parameters()).device
     neg = torch.finfo(torch.float32).min
     Pp = lay.Pp
@@ -156,15 +164,32 @@ def _prefill_prefixes(
             kp[g, Pp - L :] = True
     causal = torch.ones(Pp, Pp, dtype=torch.bool).tril()
     allowed = (causal[None] & kp[:, None, :]) | torch.eye(Pp, dtype=torch.bool)[None]
-    model(
+    pre = model(
         input_ids=ids.to(dev),
         attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
         position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
         past_key_values=cache,
         use_cache=True,
+        output_hidden_states=return_hidden,
     )
     cache.batch_select_indices(lay.gi.to(dev))  # one copy: prefix group -> its members' rows
     keep[:, :Pp] = kp[lay.gi]
+    return pre.hidden_states[-1] if return_hidden else None
+
+
+def _head_hidden(
+    lay: _Layout, hp: torch.Tensor | None, ht: torch.Tensor, positions: list[list[int]]
+) -> torch.Tensor:
+    """(B, d): row b's mean last-layer hidden state over prompt positions ``positions[b]``; a
+    position inside the row's shared prefix is read from its prefix group's row of the prefix pass
+    (``hp``), the others from the row's own tail pass (``ht``)."""
+    rows = []
+    for b, pos in enumerate(positions):
+        L, off = int(lay.plen_b[b]), lay.S - len(lay.tails[b])
+        g = int(lay.gi[b])
+        vecs = [hp[g, lay.Pp - L + q] if q < L else ht[b, off + q - L] for q in pos]  # type: ignore[index]
+        rows.append(torch.stack(vecs).mean(0))
+    return torch.stack(rows)
 
 
 def _prefill_tails(
@@ -263,18 +288,24 @@ def generate_tokens(
     temperature: float = 1.0,
     return_hidden: bool = False,
     ignore_eos: bool = False,
+    hidden_positions: list[list[int]] | None = None,
 ) -> tuple[list[list[int]], torch.Tensor | None]:
     """Up to ``new`` generated token ids per prompt (greedy, or sampled at ``temperature``), and with
-    ``return_hidden`` the last layer's hidden state at each prompt's last token, (B, d), read from
-    the tail prefill (``output_hidden_states`` on that one pass; else None).  Call under
+    ``return_hidden`` each row's mean last-layer hidden state over its prompt positions
+    ``hidden_positions[b]`` (default: its last prompt token), (B, d), read from the prefill passes
+    (``output_hidden_states`` on them, no extra forward; else None).  Call under
     ``torch.no_grad()``."""
     lay = _layout(prompts, new, max_positions)
     cache = preallocated_cache(lay.Pp + lay.S + new)
     keep = torch.zeros(len(prompts), lay.Pp + lay.S + new, dtype=torch.bool)
+    hp = None  # the prefix pass's last hidden layer (head inputs inside a shared prefix)
     if lay.Pp:
-        _prefill_prefixes(model, prompts, lay, cache, keep, pad)
+        hp = _prefill_prefixes(model, prompts, lay, cache, keep, pad, return_hidden)
     out = _prefill_tails(model, lay, cache, keep, pad, return_hidden)
-    last_hidden = out.hidden_states[-1][:, -1] if return_hidden else None
+    last_hidden = None
+    if return_hidden:
+        positions = hidden_positions or [[len(p) - 1] for p in prompts]
+        last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions)
     plen = torch.tensor([len(p) for p in prompts])
     gen = _decode_loop(
         model,

@@ -5,8 +5,9 @@
 ``infonce_weight`` * InfoNCE(page_head(mean hidden over the change tokens),
 frozen MiniLM embedding of the real next page, other distinct pages of the batch
 as negatives) + ``wm_head_weight`` * (class-balanced CE of ``reward_head`` on task
-success + the same of ``done_head`` on done), both heads on the last prompt
-token's hidden state.  Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
+success + the same of ``done_head`` on done), both heads on the mean hidden state
+over the acted element's page line and the action (``models.world_model.head_positions``).
+Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
 With ``backward=True`` a batch larger than ``chunk_rows`` runs in micro-batches
 (``_wm_loss_chunked``: GradCache for the InfoNCE term), with the whole batch's gradient.
 """
@@ -29,7 +30,13 @@ from models.losses import (
 )
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import encode, pad_id
-from models.world_model import HEADS, change_target, mark_heads_trained
+from models.world_model import (
+    HEADS,
+    change_target,
+    head_input,
+    head_positions,
+    mark_heads_trained,
+)
 
 INFONCE_TEMPERATURE = 0.1
 
@@ -63,7 +70,7 @@ def _wm_forward(
     model: Any, tokenizer: Any, rows: list, hidden: bool, heads: bool = False
 ) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:
     """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None,
-    last prompt token's hidden state | None (``heads``: the reward/done heads' input))."""
+    the reward/done heads' input | None (``heads``: ``models.world_model.head_input``))."""
     was_training = model.training
     model.train()
     try:
@@ -86,11 +93,8 @@ def _wm_forward(
         h = out.hidden_states[-1]
         pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
     last = None
-    if heads:  # the position that predicts the first change token (as WorldModelRunner's prefill)
-        last = out.hidden_states[-1][
-            torch.arange(len(rows), device=dev),
-            torch.tensor([len(p) - 1 for p, _ in rows], device=dev),
-        ]
+    if heads:  # the heads' input, as WorldModelRunner's prefill reads it
+        last = head_input(out.hidden_states[-1], [head_positions(tokenizer, p) for p, _ in rows])
     return out, labels, mask, pooled, last
 
 
@@ -163,8 +167,8 @@ def world_model_batch_loss(
     """Change-text likelihood + infonce_weight * InfoNCE + wm_head_weight * (reward head CE + done
     head CE) (see module doc).
 
-    The heads (``reward_head``: task success, ``done_head``: done, on the last prompt token's
-    hidden state) are trained from the transition's reward and done whatever the change text is
+    The heads (``reward_head``: task success, ``done_head``: done, on ``head_input``: the mean
+    hidden state over the acted element's page line and the action) are trained from the transition's reward and done whatever the change text is
     (no parsing, no truncation); each is a class-balanced cross-entropy
     (``models.losses.balanced_cross_entropy``: every row weighted by the inverse of its class's
     count in the batch, weights summing to 1).  Metrics ``reward_head_acc``/``done_head_acc`` are

@@ -91,3 +91,42 @@ def test_sampler_streams_differ_by_producer_and_are_reproducible():
     b = torch.rand(4, generator=sampler_generator("run", "dream-2"))
     a2 = torch.rand(4, generator=sampler_generator("run", "dream-1"))
     assert not torch.equal(a, b) and torch.equal(a, a2)
+
+
+class ClickPolicy:
+    """Clicks [1] in the first rollout of a group and [2] in the others."""
+
+    def act(self, obs, hists, temperature=1.0, greedy=False):
+        return [(Action.click(1 if k == 0 else 2), -0.5, 2) for k in range(len(obs))]
+
+
+class HeadWorldModel:
+    """Heads as ``WorldModelRunner.predict`` applies them: [1] p(success) 0.9, [2] 0.2; always done."""
+
+    def predict(self, obs, acts, sample=False):
+        from models.world_model import Prediction
+
+        ps = [0.9 if a.element == 1 else 0.2 for a in acts]
+        return [
+            Prediction(o, float(p > 0.5), True, True, "", "", p_success=p)
+            for o, p in zip(obs, ps, strict=True)
+        ]
+
+
+def test_dream_steps_carry_p_success_and_the_dreamer_counts_groups_and_ends():
+    from models.dreamer import group_outcomes, rollout_end
+
+    ros = dream_rollouts(ClickPolicy(), HeadWorldModel(), [PAGE], group_size=3, horizon=2, batch=3)
+    assert [ro[-1]["p_success"] for ro in ros] == [0.9, 0.2, 0.2] and [ro.reward for ro in ros] == [
+        1.0,
+        0.0,
+        0.0,
+    ]
+    assert [rollout_end(ro) for ro in ros] == ["done"] * 3
+    assert group_outcomes(ros) == {"varied": 1, "uniform": 0}
+    # the same head probability everywhere: every rollout gets the same reward, no advantage
+    same = dream_rollouts(StopPolicy(), NoWorldModel(), [PAGE, PAGE], group_size=2, horizon=2)
+    assert group_outcomes(same) == {"varied": 0, "uniform": 2}
+    assert {rollout_end(ro) for ro in same} == {"stop"} and all(
+        ro[-1]["p_success"] is None for ro in same
+    )

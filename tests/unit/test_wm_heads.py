@@ -179,3 +179,80 @@ def test_wm_decode_is_a_config_field_read_by_the_runner():
     with pytest.raises(ValueError, match="wm_decode"):
         WorldModelRunner(model, tok, DreamConfig(wm_decode="beam"))  # type: ignore[arg-type]
     assert any(k == "dream.wm_decode" and h for k, _, h in describe(Config))  # documented
+
+
+def test_heads_read_the_acted_element_line_and_the_action():
+    """``head_positions``: the line of the element the action names and the ``Action:`` tail; the
+    tail alone for an action without an element; the last token without an ``Action:`` marker."""
+    from models.prompts import world_model_prompt_ids
+    from models.tokenizer import decode, encode
+    from models.world_model import head_positions
+
+    _, tok = make_world_model(CFG)
+    page = Observation('Click on "No".', "u", '[1] list\n  [12] button "No"\n[2] text "[12] No"', next_id=13,
+                       element_ids=[1, 12, 2])  # fmt: skip
+
+    def read(action: str) -> str:
+        ids = world_model_prompt_ids(tok, page, action, CFG.max_positions, 24)
+        pos = head_positions(tok, ids)
+        assert pos == sorted(set(pos)) and pos[-1] == len(ids) - 1
+        return "|".join(decode(tok, [ids[q] for q in run]) for run in _runs(pos))
+
+    line, tail = read("click(12)").split("|")
+    assert line.strip() == '[12] button "No"' and tail.strip() == "Action: click(12)\nChange:"
+    assert read('type(2, "x")').split("|")[0].strip() == '[2] text "[12] No"'
+    assert (
+        read('scroll("up")').strip() == 'Action: scroll("up")\nChange:'
+    )  # no element: the tail only
+    assert read("click(9)").strip() == "Action: click(9)\nChange:"  # not on the page: the tail only
+    ids = encode(tok, "no marker here")
+    assert head_positions(tok, ids) == [len(ids) - 1]
+
+
+def _runs(pos: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for q in pos:
+        if out and q == out[-1][-1] + 1:
+            out[-1].append(q)
+        else:
+            out.append([q])
+    return out
+
+
+def test_runner_heads_read_what_the_loss_trained_with_shared_prefixes(trained):
+    """The runner's head input (prefix pass + tail pass, rows of a page sharing its prefix) is the
+    learner's (one forward per row): same p(success)."""
+    from models.wm_loss import _wm_forward, _wm_rows
+    from models.world_model import head_probs
+
+    model, tok = trained
+    acts = ["click(1)", "click(2)", 'scroll("up")', "click(1)"]
+    trs = [_tr(P, a, P, 0.0, False, k) for k, a in enumerate(acts)]
+    r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=24))
+    got = [p.p_success for p in r.predict([P] * 4, acts, sample=True)]  # no dedupe: every row runs
+    rows, _, _ = _wm_rows(tok, trs, CFG.max_positions, 24)
+    with torch.no_grad():
+        was = model.training
+        model.eval()
+        want = [float(head_probs(model, _wm_forward(model, tok, [row], hidden=False, heads=True)[4])[0][0])
+                for row in rows]  # fmt: skip
+        model.train(was)
+    assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-4, (got, want)
+
+
+def test_heads_trained_on_another_input_count_as_untrained(trained, tmp_path):
+    """A model whose heads were trained before they read ``HEAD_FEATURE`` (the last prompt token)
+    loads with the flag off: reward and done come from the text until a step retrains the heads."""
+    from models.world_model import HEAD_FEATURE
+
+    model, tok = trained
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["wm_head_feature"] == HEAD_FEATURE
+    del cfg["wm_head_feature"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m2, t2 = load_world_model(str(tmp_path))
+    assert not heads_trained(m2)
+    world_model_batch_loss(m2, t2, BATCH, TrainerConfig(infonce_weight=0.0))[0].backward()
+    assert heads_trained(m2)
