@@ -125,7 +125,18 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
             every=0.5,
         )
         t1 = time.time()
-        wait_for(lambda: time.time() - t1 > 12, 20, "a while at full speed", every=0.5)
+
+        def seen_since(since: float) -> int:
+            return sum(json.loads(m.value)["created_at"] >= since for m in drain(dreams))
+
+        # a while at full speed, and at least one dream round published in it (a round publishes
+        # its steps together; on a loaded machine one round can take longer than the window)
+        wait_for(
+            lambda: time.time() - t1 > 12 and seen_since(t1) >= 8,
+            90,
+            "a while at full speed",
+            every=0.5,
+        )
         full = rate(t1)
         assert (w.state() or {}).get("produced", 0) >= 1, "the worker made batches from the dreams"
         trainer_on.clear()  # the trainer pauses: consumed counts stop
