@@ -19,10 +19,10 @@ test: install
 install: system-deps $(VENV)/.installed
 
 system-deps:
-	@if ! command -v chromium >/dev/null || ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
-	  echo "installing Debian packages: chromium prometheus"; \
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+	  echo "installing Debian packages: chromium chromium-driver prometheus"; \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium prometheus; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium chromium-driver prometheus; \
 	fi
 
 $(VENV)/.installed: pyproject.toml

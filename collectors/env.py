@@ -32,8 +32,10 @@ point of the element when one is in view (else ``locator.click``), type ->
 focus + select the field, then ``keyboard.insert_text`` (what ``locator.fill`` does;
 ``fill`` itself for date/colour inputs and fields not yet editable), select ->
 ``select_option`` by label then value (on a multi-select list it toggles that one
-option), press -> ``keyboard.press``, scroll -> ``mouse.wheel``, go_back ->
-``page.go_back``; the element actions: ``collectors.page_actions``); no code string is
+option), press -> ``keyboard.press`` (chords such as ``Control+a`` too), scroll ->
+``mouse.wheel``, go_back -> ``page.go_back``; the element actions:
+``collectors.page_actions``; hover / click_at / drag / select_text: mouse moves, presses and a
+DOM selection, ``collectors.pointer_actions``); no code string is
 ever built from an action.  The element is found by our id in the page's main world,
 in the same evaluate that computes the click point (a Playwright locator would cost
 four round trips more).  A failed action (unknown id, hidden element, time-out) does
@@ -71,9 +73,17 @@ from collectors.page_actions import (
     select_option,
     short_error,
 )
+from collectors.pointer_actions import PointerError, perform_pointer
 from collectors.tasks import TaskSpec, get_task
 from core.config import CollectorConfig
-from core.spaces import Action, ActionParseError, Observation, parse_action, precheck_error
+from core.spaces import (
+    ELEMENT_KINDS,
+    Action,
+    ActionParseError,
+    Observation,
+    parse_action,
+    precheck_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +441,7 @@ class WebEnv:
         err = precheck_error(a, self.state.all_ids if self.state is not None else ())
         if err:
             return err
-        if a.kind in ("click", "type", "select"):
+        if a.kind in ELEMENT_KINDS:
             return await self._on_element(page, a, t)
         if a.kind == "press":
             await page.keyboard.press(a.text or "")
@@ -450,15 +460,20 @@ class WebEnv:
         return ""  # stop
 
     async def _on_element(self, page: Any, a: Action, t: int) -> str:
-        """click / type / select on element ``a.element``; the error text ('' when it worked)."""
+        """An action on element ``a.element`` (click / type / select here, hover / click_at /
+        drag / select_text in ``collectors.pointer_actions``); the error text ('' when it worked)."""
         loc = locator_for(page, a.element)
         try:
             if a.kind == "click":
                 await click_element(page, loc, a, t)
             elif a.kind == "type":
                 await fill_element(page, loc, a, t)
-            else:
+            elif a.kind == "select":
                 await select_option(loc, a, t)
+            else:
+                await perform_pointer(page, loc, a, t)
+        except PointerError as e:
+            return str(e)
         except Exception as e:  # noqa: BLE001
             if is_crash(e) or self.crashed:
                 raise

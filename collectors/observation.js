@@ -10,10 +10,43 @@
     option:1, treeitem:1, heading:1, cell:1, columnheader:1, gridcell:1, label:1, listitem:1,
     text:1, tooltip:1, status:1};
   const KEEP_CONTAINER = {dialog:1, alertdialog:1, tabpanel:1, tablist:1, menu:1, menubar:1, tree:1,
-    group:1, row:1, form:0, radiogroup:1, listbox:1, grid:1, region:0, tooltip:1, alert:1, status:0};
+    group:1, row:1, svg:1, form:0, radiogroup:1, listbox:1, grid:1, region:0, tooltip:1, alert:1, status:0};
   const TEXT_TYPES = {text:1, search:1, email:1, url:1, tel:1, '':1};
   const norm = (s) => (s || '').replace(/\s+/g, ' ').trim();
   const jq = (window.jQuery && window.jQuery._data) ? window.jQuery : null;
+  // Boxes (issue 17): 'x,y,w,h' in viewport CSS pixels, rounded, for SVG/canvas elements, the
+  // shapes inside an SVG and draggable elements: what click_at / drag positions are taken from.
+  const SVG_SKIP = {defs:1, style:1, title:1, desc:1, clippath:1, mask:1, marker:1, lineargradient:1,
+    radialgradient:1, pattern:1, filter:1, symbol:1, metadata:1, script:1};
+  const ICON_PX = 24;
+  function boxOf(el) {
+    const r = el.getBoundingClientRect();
+    return [Math.round(r.left), Math.round(r.top), Math.round(r.width), Math.round(r.height)].join(',');
+  }
+  function isDraggable(el) {
+    if (el.getAttribute('draggable') === 'true') return true;
+    if (el['__onmousedown.drag'] || el['__ontouchstart.drag']) return true;    // d3 v3 drag behaviour
+    const c = el.classList;
+    if (c && (c.contains('ui-draggable') || c.contains('ui-sortable-handle'))) return true;
+    const p = el.parentElement;
+    return !!(p && p.classList && p.classList.contains('ui-sortable'));
+  }
+  // the shapes of an SVG, in document order (groups flattened): one node each, with its box
+  function svgKids(svg) {
+    const out = [];
+    for (const c of svg.children) {
+      const t = c.tagName.toLowerCase();
+      if (SVG_SKIP[t]) continue;
+      const cs = getComputedStyle(c);
+      if (cs.display === 'none' || cs.visibility === 'hidden') continue;
+      if (t === 'g' || t === 'a' || t === 'svg') { for (const k of svgKids(c)) out.push(k); continue; }
+      const r = c.getBoundingClientRect();
+      if (r.width < 2 && r.height < 2) continue;   // nothing drawn yet, or a chart's dot
+      const name = (t === 'text' || t === 'tspan') ? norm(c.textContent) : norm(c.getAttribute('aria-label') || '');
+      out.push({el: c, role: t, name, props: [['box', boxOf(c)]], kids: [], act: true});
+    }
+    return out;
+  }
 
   function hasHandler(el) {
     if (el.onclick || el.onmousedown || el.onmouseup || el.ondblclick) return true;
@@ -98,6 +131,11 @@
       const sel = el.options[el.selectedIndex];
       if (sel) props.push(['value', norm(sel.text)]);
       name = controlName(el);
+    } else if (role === 'svg') {
+      name = norm(el.getAttribute('aria-label') || '');
+      const r = el.getBoundingClientRect();
+      if (r.width > ICON_PX || r.height > ICON_PX) kids = svgKids(el);   // an icon: one line
+
     } else if (LEAF[role]) {
       if (tag === 'INPUT' || tag === 'TEXTAREA') {
         name = controlName(el);
@@ -159,7 +197,7 @@
         if (!click && !tabbable) return [];
         role = 'generic';
         name = norm(el.getAttribute('aria-label') || el.getAttribute('title') || '');
-      } else if (allText(kids)) {
+      } else if (allText(kids) && kids.filter(k => k.el && k.el.tagName === 'P').length < 2) {
         role = 'text';
       } else if (!click && !tabbable) {
         return kids;                                        // a plain container: flatten
@@ -186,7 +224,9 @@
     if (!name && (role === 'button' || role === 'link')) name = norm(el.getAttribute('aria-label') || el.getAttribute('title') || el.value || '');
     if (!name && !kids.length && !INTERACTIVE[role] && !click && !tabbable && role !== 'img' && role !== 'canvas' && role !== 'svg' && role !== 'generic') return [];
     if (click) props.push(['clickable', null]);
-    const act = !!(INTERACTIVE[role] || click || tabbable || role === 'label' || role === 'canvas' || role === 'svg');
+    const drag = isDraggable(el);
+    if (drag || role === 'svg' || role === 'canvas') props.push(['box', boxOf(el)]);
+    const act = !!(INTERACTIVE[role] || click || tabbable || drag || role === 'label' || role === 'canvas' || role === 'svg');
     if (role === 'generic' && !name) {
       // a nameless widget (an icon): its DOM id / classes are the only hint of what it is
       if (el.id) props.push(['id', el.id]);

@@ -33,9 +33,28 @@ Text form (one line per shown node, two spaces per nesting level)::
     ``clickable`` (a generic node with a click handler or a pointer cursor),
     ``haspopup`` (opens a submenu),
     ``value="..."``, ``type="password"`` (non-text inputs), ``multiline`` (a
-    textarea); a nameless ``generic`` node (an icon) shows its DOM ``id=`` and
-    ``class=`` as the only hint of what it is.  Lines without an
+    textarea), ``box="x,y,w,h"`` (see Boxes); a nameless ``generic`` node (an icon) shows
+    its DOM ``id=`` and ``class=`` as the only hint of what it is.  Lines without an
     id are plain text or ``<select>`` options (use ``select(id, "B")``).
+
+Boxes (for ``click_at`` / ``drag``, ``core.spaces``)
+    Only three kinds of line carry ``box="x,y,w,h"``: an ``svg`` or ``canvas`` element, each
+    shape inside an SVG, and a draggable element (a jQuery UI draggable, an item of a jQuery UI
+    sortable list, an element with ``draggable="true"`` or a d3 drag behaviour; such a line is
+    actionable).  Outside an SVG, a box on a line that is not ``svg``/``canvas`` therefore means
+    *draggable*. The box is the element's ``getBoundingClientRect`` in viewport CSS pixels, each
+    number rounded to an integer. The shapes of an SVG are its child lines (groups flattened,
+    ``defs``/``style``/... skipped, and so are shapes under 2x2 px: a chart's dots, a menu not
+    yet opened; an SVG of at most 24x24 px is an icon and lists no shapes), one per shape, the
+    role being the SVG tag (``circle``, ``rect``, ``line``, ``polygon``, ``text`` ...; a
+    ``text`` shape is named by its text), all actionable::
+
+        [4] svg box="0,50,160,160"
+          [5] circle box="22,80,20,20"
+          [6] text "7" box="31,84,6,12"
+
+    Positions in actions are relative to a box's top-left, so ``click_at(4, 32, 40)`` on the
+    svg above clicks the middle of circle [5] (viewport 32+0, 40+50 = its centre 32, 90).
 
 Truncation (``truncate_lines``), for a budget in tokens (default: UTF-8 bytes,
 the byte-level tokenizer's count) of the tree text:
@@ -47,7 +66,9 @@ the byte-level tokenizer's count) of the tree text:
        finally 16 bytes (a cut string ends with ``…``);
     4. then lines are dropped from the end and ``... (N more lines)`` closes the tree.
     Actionable lines (those the action space can act on) are therefore the
-    last to go, and a container is never dropped before its children.
+    last to go, and a container is never dropped before its children.  A ``box`` value is
+    never shortened (steps 0-3 leave it whole; SVG shapes and draggable elements are
+    actionable, so only step 4 drops them, whole lines from the end).
 """
 
 from __future__ import annotations
@@ -64,6 +85,7 @@ ATTR = "data-dw-id"
 MAX_STRING = 160
 TEXT_STRING = 48
 DEFAULT_BUDGET = 512
+UNCUT_PROPS = frozenset({"box"})  # never shortened: a cut box would be a wrong position
 
 # Roles the action space can act on directly
 ACTIONABLE_ROLES = frozenset(
@@ -115,7 +137,10 @@ class Line:
         if self.name:
             parts.append(" " + _jstr(_cut(self.name, limit)))
         for k, v in self.props:
-            parts.append(f" {k}" if v is None else f" {k}={_jstr(_cut(str(v), limit))}")
+            if v is not None and k in UNCUT_PROPS:
+                parts.append(f" {k}={_jstr(str(v))}")
+            else:
+                parts.append(f" {k}" if v is None else f" {k}={_jstr(_cut(str(v), limit))}")
         return "".join(parts)
 
 

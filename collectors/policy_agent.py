@@ -20,7 +20,7 @@ from typing import Any
 from core.config import Config
 from core.s3 import make_client
 from core.spaces import Observation
-from models.checkpoint import CheckpointStore, ModelSlot
+from models.checkpoint import CheckpointStore, ModelSlot, ReloadClock
 from streams.checkpoints import CheckpointWatcher
 from streams.topics import Topics
 
@@ -49,19 +49,24 @@ class LatestPolicyAgent:
         )
         self._dirty = threading.Event()
         self._dirty.set()
+        self.reload_clock = ReloadClock(cfg.run_id, "collector")
         self._runner: Any = None
         self._lock = threading.Lock()
         # from the beginning: the newest announcement before this agent started counts too
         self._watcher = CheckpointWatcher(
             cfg.kafka,
             [Topics(cfg.run_id, cfg.kafka.partitions).checkpoints],
-            on_announcement=lambda _rec: self._dirty.set(),
+            on_announcement=self._on_announcement,
             kinds=("policy",),
             partitions=(0,),
             poll_ms=1000,
             connect_in_thread=True,
             stop=self.stop,
         ).start()
+
+    def _on_announcement(self, rec: Any) -> None:
+        self.reload_clock.announced(rec.version)
+        self._dirty.set()
 
     @property
     def policy_version(self) -> int:
@@ -106,6 +111,7 @@ class LatestPolicyAgent:
         self._refresh()
         if self._runner is None:
             self.wait_ready()
+        self.reload_clock.used(self._runner.policy_version)
         return self._runner.act_info(
             observations, histories, temperature=self.cfg.dream.temperature
         )

@@ -6,12 +6,12 @@ one with ``register_suite(MySuite())`` from its own module (the MiniWoB++
 suite below is the model).  ``TaskSpec.url_path`` is relative to the task
 server's base URL.
 
-``solvable`` says whether our action space (click / type / select / press /
-scroll / go_back / stop on element ids from a text tree) can solve the task;
-tasks that need dragging, drawing, pixel coordinates, hovering, text
-selection or reading colours/shapes are registered with ``solvable=False`` and
-a note, so samplers can leave them out.  ``has_expert`` comes from
-``collectors.experts.EXPERTS``.
+``solvable`` says whether our action space (click / type / select / press, key chords / scroll /
+go_back / stop, hover / click_at / drag / select_text on element ids from a text tree with boxes
+for SVG shapes and draggable elements) can solve the task; tasks that need reading colours or
+pixels, free-hand curves or mouse moves to arbitrary positions are registered with
+``solvable=False`` and a precise note (``MINIWOB_UNSOLVABLE``), so samplers can leave them out.
+``has_expert`` comes from ``collectors.experts.EXPERTS``.
 """
 
 from __future__ import annotations
@@ -44,51 +44,37 @@ class Suite(Protocol):
     def tasks(self) -> list[TaskSpec]: ...
 
 
-# Tasks the action space cannot solve from the text observation, with why.
-_DRAG = "needs drag-and-drop (no drag action)"
-_COORD = "needs clicks at pixel coordinates inside an SVG/canvas"
-_VISUAL = "needs reading shapes/colours that the text tree does not carry"
+# Tasks the action space cannot solve from the text observation, with why.  What the text
+# observation carries: the DOM text and states, boxes of SVG/canvas elements, SVG shapes (by tag)
+# and draggable elements; not colours, not pixels of a canvas, not CSS transforms.  The actions
+# act on elements (a position is relative to an element's box), and a drag moves in a straight
+# line.
+_FILL = "names a colour in about half the episodes; shapes' fill colours are not in the observation"
 MINIWOB_UNSOLVABLE: dict[str, str] = {
-    "bisect-angle": _COORD,
-    "chase-circle": _COORD,
-    "circle-center": _COORD,
-    "find-midpoint": _COORD,
-    "grid-coordinate": _COORD,
-    "right-angle": _COORD,
-    "hot-cold": "needs mouse moves/clicks at coordinates",
-    "moving-items": _COORD,
-    "ascending-numbers": _COORD,
-    "click-shape": _COORD,
-    "click-pie": _COORD + " (SVG pie menu)",
-    "click-pie-nodelay": _COORD + " (SVG pie menu)",
-    "count-shape": _VISUAL,
-    "count-sides": _VISUAL,
-    "identify-shape": _VISUAL,
-    "click-color": _VISUAL,
-    "click-shades": _VISUAL,
-    "visual-addition": _VISUAL,
-    "number-checkboxes": "needs reading digit shapes drawn by checkbox layout",
-    "simon-says": "needs watching colour flashes",
-    "stock-market": "reads an SVG chart over time",
-    "hover-shape": "needs mouse hover (no hover action)",
-    "drag-box": _DRAG,
-    "drag-circle": _DRAG,
-    "drag-cube": _DRAG,
-    "drag-items": _DRAG,
-    "drag-items-grid": _DRAG,
-    "drag-shapes": _DRAG,
-    "drag-shapes-2": _DRAG,
-    "drag-single-shape": _DRAG,
-    "drag-sort-numbers": _DRAG,
-    "draw-circle": "needs free-hand drawing",
-    "draw-line": "needs free-hand drawing",
-    "highlight-text": "needs text selection",
-    "highlight-text-2": "needs text selection",
-    "text-editor": "needs text selection + formatting",
-    "resize-textarea": "needs dragging the resize handle",
-    "use-colorwheel": "needs a colour picker (canvas)",
-    "use-colorwheel-2": "needs a colour picker (canvas)",
+    "click-color": "the boxes differ only by background colour (style), not in the observation",
+    "click-shades": "the tiles differ only by shade of colour (style), not in the observation",
+    "click-shape": "the description " + _FILL,
+    "count-shape": "the question " + _FILL,
+    "drag-shapes-2": "the instruction " + _FILL,
+    "count-sides": "the polygon is drawn on a canvas (pixels)",
+    "visual-addition": "the numbers are rows of empty styled blocks to count; the text observation "
+    "keeps no line for an element with no text, state or handler",
+    "number-checkboxes": "the digits are drawn by the layout of the checkboxes (pixels)",
+    "simon-says": "the sequence is shown as colour flashes (pixels over time)",
+    "hover-shape": "the square to hover is marked only by its colour class",
+    "use-colorwheel-2": "the colour to pick is shown as a swatch (style colour, not text)",
+    "drag-cube": "the face shown depends on the cube's 3-D CSS rotation (not in the observation)",
+    "draw-circle": "needs a free-hand curve; drag moves in a straight line",
+    "resize-textarea": "needs grabbing the textarea's resize corner; a drag starts on an "
+    "uncovered point of the element, and the corner handle is no element",
+    "hot-cold": "needs mouse moves to arbitrary positions guided by hot/cold feedback; hover takes "
+    "an element",
 }
+
+# Tasks whose page must be loaded again for every episode: restarting the episode on the loaded
+# page leaves the previous episode's widget behind (wheelnav's pie menu keeps the old wheel: a
+# click on the new one's slices then does nothing).
+MINIWOB_RELOAD = frozenset({"click-pie", "click-pie-nodelay"})
 
 _REGISTRY: dict[str, TaskSpec] = {}
 _SUITES: dict[str, Suite] = {}
@@ -112,7 +98,12 @@ class MiniWoBSuite:
             note = MINIWOB_UNSOLVABLE.get(t, "")
             out.append(
                 TaskSpec(
-                    f"miniwob/{t}", f"miniwob/{f.name}", self.name, solvable=not note, note=note
+                    f"miniwob/{t}",
+                    f"miniwob/{f.name}",
+                    self.name,
+                    solvable=not note,
+                    note=note,
+                    reload_each_episode=t in MINIWOB_RELOAD,
                 )
             )
         return out

@@ -18,7 +18,8 @@ Two readings:
 * ``loose=True`` reads every ``\\n``-separated line, whatever it looks like (a dreamed page is
   model output and need not follow the rendered form): the leading white space gives the depth
   (``len // 2``), an optional ``[id]``, the first word is the role (lower-cased; "" on a blank
-  line), the name is the JSON string that opens the rest; properties are not read.
+  line), the name is the JSON string that opens the rest; properties are read after it as far
+  as they follow the rendered form (``box``: what the candidate enumeration needs).
   ``Node.index`` is then the line number.  This is what the policy's candidate enumeration
   reads, so that it accepts whatever the world model writes.
 
@@ -36,6 +37,7 @@ _LINE_RE = re.compile(r"^(?P<ind>(?:  )*)(?:\[(?P<id>\d+)\] )?(?P<role>[A-Za-z_-
 _LOOSE_LINE_RE = re.compile(r"^(?P<ind>\s*)(?:\[(?P<id>\d+)\]\s*)?(?P<role>\S*)\s*(?P<rest>.*)$")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _DEC = json.JSONDecoder()
+_BOX = re.compile(r"^\s*(-?\d+),\s*(-?\d+),\s*(\d+),\s*(\d+)\s*$")
 
 TEXTBOX = ("textbox", "searchbox", "spinbutton")
 CLICKABLE_TEXT = ("text", "link", "generic", "listitem", "cell", "treeitem", "menuitem")
@@ -60,6 +62,11 @@ class Node:
         return self.props.get("value") or ""
 
     @property
+    def box(self) -> tuple[int, int, int, int] | None:
+        """``box="x,y,w,h"`` (viewport CSS pixels) as four ints; None when absent or malformed."""
+        return parse_box(self.props.get("box"))
+
+    @property
     def classes(self) -> list[str]:
         return (self.props.get("class") or "").split()
 
@@ -67,6 +74,12 @@ class Node:
     def blank(self) -> bool:
         """A line with nothing on it (only a ``loose`` reading keeps such lines)."""
         return self.id is None and not self.role
+
+
+def parse_box(value: object) -> tuple[int, int, int, int] | None:
+    """A ``box`` property value ``"x,y,w,h"`` as four ints (None when it is not one)."""
+    m = _BOX.match(value) if isinstance(value, str) else None
+    return (int(m[1]), int(m[2]), int(m[3]), int(m[4])) if m else None
 
 
 def parse_tree(tree: str, loose: bool = False) -> list[Node]:
@@ -146,7 +159,15 @@ def _loose_node(line: str, index: int) -> Node:
         int(m.group("id")) if m.group("id") else None,
         m.group("role").lower(),
         _leading_name(m.group("rest")),
+        _loose_props(m.group("rest")),
     )
+
+
+def _loose_props(rest: str) -> dict:
+    """The properties after a line's (optional) leading name; what does not read is skipped."""
+    rest = rest.lstrip()
+    q = _QUOTED.match(rest)
+    return _props(" " + rest[q.end() :] if q else " " + rest, 0)
 
 
 def _leading_name(rest: str) -> str:

@@ -49,6 +49,28 @@ def _stack_commands(add: AddCommand) -> None:
     p.add_argument("--only", nargs="*", help="subset of services: s3 broker taskserver prometheus")
     p.add_argument("--json", action="store_true")
 
+    p = add(
+        "chaos",
+        "inject faults on a schedule into a running `dynaweb up` (same --home/--run-id) and "
+        "report recovery, memory, restarts, records acknowledged vs found (docs/reliability.md)",
+    )
+    p.add_argument("--duration", type=float, default=3600, help="seconds to run (default 3600)")
+    p.add_argument("--every", type=float, default=300, help="seconds between faults")
+    p.add_argument(
+        "--outage", type=float, default=60, help="seconds a broker/S3/Prometheus outage lasts"
+    )
+    p.add_argument("--recovery", type=float, default=60, help="bound on each fault's recovery (s)")
+    p.add_argument(
+        "--warmup", type=float, default=600, help="seconds to wait for every component's progress"
+    )
+    p.add_argument(
+        "--faults", help="comma-separated, in order (default: all, see docs/reliability.md)"
+    )
+    p.add_argument("--report", help="also write the report as JSON to this file")
+    p.add_argument(
+        "--json", action="store_true", help="print the report as one JSON line at the end"
+    )
+
     p = add("up", "start the stack and one of each component; show live progress")
     p.add_argument("--duration", type=float, default=0, help="seconds to run (0 = until Ctrl-C)")
     p.add_argument(
@@ -155,9 +177,16 @@ def _bench_command(add: AddCommand) -> None:
     p = add(
         "bench",
         "benchmarks on a broker of their own (collect: expert steps/s for 1 and 4 contexts; "
-        "streams: worker vs a raw consumer, latency)",
+        "streams: worker vs a raw consumer, latency; reload: checkpoint announcement -> first "
+        "dream group and live episode with it)",
     )
-    p.add_argument("target", choices=["collect", "dream", "train", "streams"])
+    p.add_argument("target", choices=["collect", "dream", "train", "streams", "reload"])
+    p.add_argument(
+        "--checkpoints", type=int, default=8, help="reload: new checkpoints to time (default 8)"
+    )
+    p.add_argument(
+        "--interval", type=float, default=10.0, help="reload: seconds between checkpoints"
+    )
     p.add_argument("--tasks", nargs="*", help="collect: task names, space or comma separated")
     p.add_argument("--seconds", type=float, default=10.0, help="collect: measured seconds per run")
     p.add_argument(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import threading
+from pathlib import Path
 
 from core.config import Config, describe
 from core.s3 import S3Unavailable
@@ -104,6 +106,40 @@ def cmd_up(args: argparse.Namespace, cfg: Config) -> int:
     return run_up(cfg, duration=args.duration, start_stack=not args.no_stack, as_json=args.json)
 
 
+def cmd_chaos(args: argparse.Namespace, cfg: Config) -> int:
+    from infra.chaos import FAULTS, run
+    from infra.soak import render
+
+    faults = [f.strip() for f in args.faults.split(",") if f.strip()] if args.faults else FAULTS
+    # the probe's client reports every refused connection of an injected broker outage
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    quiet = args.json
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    def write(rep: dict) -> None:
+        if args.report:
+            Path(args.report).write_text(json.dumps(rep, indent=2) + "\n")
+
+    rep = run(
+        cfg,
+        duration_s=args.duration,
+        every_s=args.every,
+        faults=list(faults),
+        outage_s=args.outage,
+        recovery_s=args.recovery,
+        warmup_s=args.warmup,
+        log=log,
+        on_report=write,
+    )
+    write(rep)
+    if not quiet:
+        print(render(rep))
+    print(json.dumps(rep) if quiet else f"ok: {rep['ok']}")
+    return 0 if rep["ok"] else 1
+
+
 def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:
     from collectors.tasks import list_tasks
 
@@ -115,6 +151,7 @@ def cmd_tasks(args: argparse.Namespace, cfg: Config) -> int:
                     "tasks": [t.name for t in tasks],
                     "experts": [t.name for t in tasks if t.has_expert],
                     "unsolvable": [t.name for t in tasks if not t.solvable],
+                    "unsolvable_reasons": {t.name: t.note for t in tasks if not t.solvable},
                 }
             )
         )
@@ -268,6 +305,11 @@ def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
     import importlib
 
+    if args.target == "reload":
+        from evaluation.bench_reload import main as reload_main
+        from infra.stack import Stack
+
+        return reload_main(args, cfg, stack_factory=Stack)
     if args.target in ("collect", "dream", "train"):
         module = {
             "collect": "evaluation.bench_collect",
@@ -373,6 +415,7 @@ COMMANDS = {
     "train": cmd_train,
     "dream": cmd_dream,
     "up": cmd_up,
+    "chaos": cmd_chaos,
     "tasks": cmd_tasks,
     "experts": cmd_experts,
     "check-behaviour": cmd_check_behaviour,

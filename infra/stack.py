@@ -266,10 +266,10 @@ class Stack:
         if name == "s3":
             from core.s3 import ensure_bucket, make_client
 
-            client = make_client(self.cfg)
             deadline = time.time() + 30
             while True:
-                try:
+                try:  # the reachability check of make_client too: a loaded machine is slow
+                    client = make_client(self.cfg)
                     for b in {self.cfg.s3.bucket, self.cfg.stack.broker_bucket}:
                         ensure_bucket(client, b)
                     return
@@ -291,6 +291,33 @@ class Stack:
             p.unlink(missing_ok=True)
             return None
         return info
+
+    def pid(self, name: str) -> int | None:
+        """The pid (and process group) of a running service this stack started, else None."""
+        info = self._read_pid(name)
+        return int(info["pid"]) if info else None
+
+    def kill(self, name: str, timeout: float = 20.0) -> int:
+        """SIGKILL a running service's process group (fault injection) and wait until its
+        process is gone, so that ``up`` does not find its closing socket healthy and reuse it.
+        Returns the pid it killed; StackError if none runs."""
+        info = self._read_pid(name)
+        if info is None:
+            raise StackError(f"no running {name} started by this stack (dynaweb infra status)")
+        pid = int(info["pid"])
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        svc = self.services()[name]
+        deadline = time.time() + timeout
+        # gone means exited (a zombie or no process) with its sockets closed: an exiting process
+        # gives up its memory (and so its cmdline, which ``_alive`` reads) before its files
+        while (_running(pid) or port_open(svc.host, svc.port)) and time.time() < deadline:
+            time.sleep(0.02)
+        _reap(pid)
+        self._pidfile(name).unlink(missing_ok=True)
+        return pid
 
     # --- lifecycle ------------------------------------------------------------
     @staticmethod
@@ -465,6 +492,15 @@ def _alive(pid: int, exe: str) -> bool:
         _reap(pid)
         return False
     return any(exe.encode() in part for part in cmd[:3])
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
 
 
 def _reap(pid: int) -> None:

@@ -105,6 +105,13 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
             f'sum(rate(dynaweb_trainer_steps_total{{{R}, model="world_model"}}[{W}]))'
         ),
         "policy_steps": q(total(f'dynaweb_trainer_steps_total{{{R}, model="policy"}}')),
+        # the learner's rate: optimizer updates per hour over the last 10 minutes
+        "policy_updates_per_h": q(
+            f'3600 * sum(rate(dynaweb_trainer_steps_total{{{R}, model="policy"}}[10m]))'
+        ),
+        "world_model_updates_per_h": q(
+            f'3600 * sum(rate(dynaweb_trainer_steps_total{{{R}, model="world_model"}}[10m]))'
+        ),
         "checkpoint_version": q(f'max(dynaweb_trainer_checkpoint_version{{{R}, kind="policy"}})'),
         "checkpoint_age_s": q(
             f'time() - max(dynaweb_trainer_checkpoint_timestamp_seconds{{{R}, kind="policy"}})'
@@ -223,6 +230,11 @@ def render(s: dict) -> str:
         f"  world model {_n(t['world_model_steps_per_s'], '{:.3f}')} steps/s  checkpoint "
         f"v{_n(t['checkpoint_version'], '{:.0f}')} ({_n(t['checkpoint_age_s'], '{:.0f}')}s ago)"
         f"  loss {_n(t['policy_loss'])} / wm {_n(t['world_model_loss'])}"
+    )
+    lines.append(
+        f"learner     {_n(t.get('policy_updates_per_h'), '{:.0f}')} policy and "
+        f"{_n(t.get('world_model_updates_per_h'), '{:.0f}')} world-model updates per hour "
+        "(last 10 min)"
     )
     for src, lf in s.get("learned_from", {}).items():
         lines.append(

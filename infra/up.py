@@ -257,7 +257,16 @@ def run_up(
         stack.down(only=stack.started)
     summary["restarts"] = {c.name: c.restarts for c in sup.children if c.restarts}
     summary["elapsed_s"] = round(time.time() - t0, 1)
+    hours = max(summary["elapsed_s"], 1.0) / 3600
+    # the learner's rate, the figure that matters: optimizer updates per hour of the whole run
+    summary["policy_updates_per_h"] = round(summary["policy_steps"] / hours, 1)
+    summary["wm_updates_per_h"] = round(summary["wm_steps"] / hours, 1)
     print(progress_line(summary, summary["elapsed_s"]), flush=True)
+    print(
+        f"[up] learner: {summary['policy_updates_per_h']:.0f} policy and "
+        f"{summary['wm_updates_per_h']:.0f} world-model updates per hour",
+        flush=True,
+    )
     if as_json:
         print(json.dumps(summary))
     return code

@@ -4,7 +4,9 @@
 order, de-duplicated, capped at ``max_candidates``): every typeable element x the texts the
 task may want typed (``instruction_texts`` from the instruction, ``page_texts`` from the page),
 every option of a select, Enter (and Tab where something is typeable), ``stop("")``, a click per
-element, scroll down/up.  The page is read with ``core.pagetree.parse_tree``: elements and
+element, scroll down/up, then the pointer/selection actions where the page and the instruction
+call for them (``models.pointer_candidates``: drags, click_at, hover, select_text, key chords).
+The page is read with ``core.pagetree.parse_tree``: elements and
 options with its ``loose`` reading (any line of any page, dreamed ones included), the page's
 texts with the rendered-form reading.
 
@@ -28,6 +30,7 @@ import torch
 
 from core.pagetree import Node, parse_tree
 from core.spaces import Action, Observation
+from models.pointer_candidates import pointer_candidates
 from models.prompts import action_ids
 
 TYPEABLE = ("textbox", "searchbox", "textarea", "input", "combobox", "spinbutton", "searchfield")
@@ -250,6 +253,7 @@ def candidate_actions(obs: Observation, max_candidates: int = MAX_CANDIDATES) ->
     )
     cands += [Action.click(nd.id) for nd in elements]
     cands += [Action.scroll("down"), Action.scroll("up")]
+    cands += pointer_candidates(obs.instruction, nodes)
     seen: set = set()
     out = []
     for a in cands:

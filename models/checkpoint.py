@@ -333,6 +333,35 @@ def announce(
             pub.close()
 
 
+class ReloadClock:
+    """Time from a checkpoint's announcement (when this reader saw it) to its first use here,
+    observed once per version into ``dynaweb_client_checkpoint_reload_to_use_seconds``.  A version that
+    arrived by a ``LATEST`` poll (its announcement lost) is not timed."""
+
+    def __init__(self, run: str, component: str, clock=time.time):
+        self.metric = M.RELOAD_TO_USE.labels(run, component)
+        self.clock = clock
+        self.seen: dict[int, float] = {}
+        self.last: float | None = None  # the last latency observed (for logs and tests)
+
+    def announced(self, version: int) -> None:
+        self.seen.setdefault(int(version), self.clock())
+
+    def used(self, version: int | None) -> float | None:
+        """``version`` was used now: the latency, the first time it is used after its
+        announcement (older announced versions it superseded are dropped)."""
+        if version is None:
+            return None
+        t = self.seen.pop(int(version), None)
+        for v in [v for v in self.seen if v < int(version)]:
+            del self.seen[v]
+        if t is None:
+            return None
+        self.last = self.clock() - t
+        self.metric.observe(self.last)
+        return self.last
+
+
 class ModelSlot:
     """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST.
 

@@ -33,7 +33,7 @@ from core.process import start_component
 from core.s3 import make_client
 from core.spaces import Observation
 from models import metrics as M
-from models.checkpoint import CheckpointStore, ModelSlot
+from models.checkpoint import CheckpointStore, ModelSlot, ReloadClock
 from models.component import close_component
 from streams import records
 from streams.checkpoints import CheckpointWatcher
@@ -104,13 +104,19 @@ class Dreamer:
         self._runners: tuple | None = None
         self.consumer = None
         self._announced = threading.Event()  # set by the watcher's thread, taken by poll()
+        self.reload_clock = ReloadClock(self.run, "dream")
         self.watcher = CheckpointWatcher(
             cfg.kafka,
             [self.topics.checkpoints],
-            on_announcement=lambda _rec: self._announced.set(),
+            on_announcement=self._on_announcement,
             partitions=(0,),
             poll_ms=500,
         )
+
+    def _on_announcement(self, rec: records.CheckpointAnnouncement) -> None:
+        if rec.kind == "policy":
+            self.reload_clock.announced(rec.version)
+        self._announced.set()
 
     def setup(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
@@ -243,6 +249,8 @@ class Dreamer:
             M.DREAM_ROLLOUT_LEN.labels(self.run).observe(len(ro.steps))
         observe_reward_signal(self.run, rollouts)
         M.DREAM_STEPS.labels(self.run).inc(n)
+        if n:
+            self.reload_clock.used(pv)
         M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
         if rollouts:
             M.DREAM_SUCCESS.labels(self.run).set(successes / len(rollouts))

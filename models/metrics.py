@@ -145,6 +145,14 @@ DREAM_RELOAD_SECONDS = Histogram(
     ["run", "kind"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
 )
+RELOAD_TO_USE = Histogram(
+    "dynaweb_client_checkpoint_reload_to_use_seconds",
+    "From a policy checkpoint's announcement, seen by a reader, to its first use there: the "
+    "first dream round published with it (component dream), the first action a live collector "
+    "takes with it (component collector).",
+    ["run", "component"],
+    buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120),
+)
 DREAM_RATE_FACTOR = Gauge(
     "dynaweb_dream_rate_factor", "Back-pressure rate factor (1 = full speed).", ["run"]
 )

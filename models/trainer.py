@@ -4,6 +4,10 @@ Inputs (Kafka, manual partition assignment, no consumer group):
 ``train.policy`` (mixed TrainingBatch records from the stream worker),
 ``train.world_model`` (real + expert transitions only, never dreams) and
 ``eval.world_model`` (held-out real transitions for the rolling fidelity).
+It polls on every iteration, with the policy-batch partitions paused while a few batches
+wait (``Trainer.poll_into``), so a backlog of policy batches never holds back the world
+model's transitions: world-model steps run on every iteration that has replay data (or at
+the fixed ``trainer.wm_steps_per_policy_step`` ratio), behind at most a few policy steps.
 
 Every ``checkpoint_every`` policy steps (or ``checkpoint_every_s``) it writes
 both models to S3 (``models.checkpoint``), with the offsets it had consumed in
@@ -60,6 +64,9 @@ def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | Non
     pol = load_policy(str(policy_dir)) if policy_dir else make_policy(cfg.model)
     wm = load_world_model(str(wm_dir)) if wm_dir else make_world_model(cfg.model)
     return {"policy": pol, "world_model": wm}
+
+
+PENDING_BATCHES = 4  # policy batches polled ahead of training (Trainer.poll_into)
 
 
 class Trainer:
@@ -134,6 +141,14 @@ class Trainer:
             extra = manifest.get("extra", {})
             self.policy_steps = int(extra.get("policy_steps", 0))
             self.wm_steps = int(extra.get("wm_steps", 0))
+            # what the checkpoint's offsets stand for: the stream workers' back-pressure compares
+            # their batches with these counts, so they must not restart from 0 with the trainer
+            # (after a trainer and a worker restart the lag stayed over its bound for good and the
+            # worker emitted no batch again: found by the soak, docs/reliability.md)
+            self.batches_consumed = int(extra.get("batches_consumed", 0))
+            self.consumed_by_worker = {
+                str(w): int(n) for w, n in (extra.get("consumed_by_worker") or {}).items()
+            }
             self.offsets = {
                 t: {int(p): int(o) for p, o in parts.items()}
                 for t, parts in manifest.get("offsets", {}).items()
@@ -196,7 +211,12 @@ class Trainer:
         broker outages: ``models.checkpoint_writer``)."""
         t0 = time.time()
         cfg_dict = self.cfg.to_dict()
-        extra = {"policy_steps": self.policy_steps, "wm_steps": self.wm_steps}
+        extra = {
+            "policy_steps": self.policy_steps,
+            "wm_steps": self.wm_steps,
+            "batches_consumed": self.batches_consumed,
+            "consumed_by_worker": dict(self.consumed_by_worker),
+        }
         gated = self.cfg.gate.enabled
         for kind, engine, tok in (
             ("policy", self.p_engine, self.tokenizer),
@@ -430,12 +450,10 @@ class Trainer:
         tc = self.cfg.trainer
         last_progress = 0.0
         pending: deque = deque()
+        paused = False
         while not self.stop.is_set():
             t0 = time.time()
-            if (
-                len(pending) < 4
-            ):  # bounded: a lagging trainer leaves the backlog in Kafka, not in memory
-                pending.extend(self.poll(timeout_ms=0 if (pending or self.wm_buffer) else 500))
+            paused = self.poll_into(pending, paused)
             did = False
             while pending and pending[0][0] is None:
                 self.policy_step(pending.popleft())  # skipped records: advance the offset only
@@ -458,6 +476,23 @@ class Trainer:
             if tc.max_steps and self.policy_steps >= tc.max_steps:
                 log.info("reached max_steps=%d", tc.max_steps)
                 break
+
+    def poll_into(self, pending: deque, paused: bool) -> bool:
+        """Poll on every iteration into ``pending``; the policy-batch partitions are paused while
+        ``PENDING_BATCHES`` batches wait (a lagging trainer leaves its backlog in Kafka, not in
+        memory) and resumed below it.  Returns whether they are paused now.
+
+        World-model transitions keep arriving meanwhile: kafka-python hands out one partition's
+        fetched records before the next one's, so when the trainer polled only with fewer than
+        ``PENDING_BATCHES`` batches waiting, a restart's backlog of policy batches came first and
+        its empty replay got nothing until the backlog was trained (world-model training starved
+        for minutes; tests/unit/test_trainer_interleaving.py)."""
+        full = len(pending) >= PENDING_BATCHES
+        if full != paused:
+            tps = [t for t in self.consumer.assignment() if t.topic == self.topics.policy_batches]
+            (self.consumer.pause if full else self.consumer.resume)(*tps)
+        pending.extend(self.poll(timeout_ms=0 if (pending or self.wm_buffer) else 500))
+        return full
 
     def _wm_due(self) -> bool:
         """World-model steps run whenever there is time, or (``wm_steps_per_policy_step`` > 0) at a

@@ -74,6 +74,7 @@ from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
+from models.wm_pointer import drag_trees
 
 
 def attach_page_head(model: Any, dim: int = DIM) -> Any:
@@ -294,7 +295,8 @@ def candidate_trees(obs: Observation, action: Action | None) -> list[str]:
     action on element ``k``: line ``k`` with ``checked``/``selected``/``expanded``
     toggled, with ``value="<text>"`` (type/select), for select the ``selected``
     mark moved to the chosen option below it, for a click on a ``tab`` that tab
-    ``expanded selected`` and the others ``collapsed``.  Deterministic, deduplicated.
+    ``expanded selected`` and the others ``collapsed``, for a drag the item moved
+    (``models.wm_pointer``).  Deterministic, deduplicated.
     """
     out = [obs.tree, ""]
     lines = obs.tree.split("\n")
@@ -324,6 +326,7 @@ def candidate_trees(obs: Observation, action: Action | None) -> list[str]:
                             else bare
                         )
                 out.append("\n".join(new))
+        out += drag_trees(lines, action)
     return list(dict.fromkeys(out))
 
 

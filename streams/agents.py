@@ -243,6 +243,7 @@ def register(
     r.bulk_max = take
     if hasattr(app, "bulk_handler"):  # streams.bulk.App: records come in lists to on_records
         app.bulk_handler = r
+        within = max(within, 1.0)  # nothing reaches the agent: do not wake it 50 times a second
 
     @app.agent(src, name=f"dynaweb-{cfg.run_id}-transitions")
     async def transitions(stream):

@@ -315,10 +315,12 @@ class Publisher:
         fut.add_errback(self._err, token)
         return True
 
-    def _ok(self, token: int, _metadata: Any) -> None:
+    def _ok(self, token: int, metadata: Any) -> None:
         if self._ledger.ack(token, self._clock()):
             self._rebuild_streak = 0
             self._producer_failing = (None, 0)
+            if self._labels:
+                SM.client_acked.labels(*self._labels, getattr(metadata, "topic", "?")).inc()
 
     def _err(self, token: int, exc: BaseException) -> None:
         item = self._ledger.fail(token, self._clock())

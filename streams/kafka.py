@@ -179,8 +179,16 @@ class DeadLetters:
         self.count = 0
 
     def route(
-        self, raw: bytes | None, err: records.RecordError, source_topic: str, offset: int = -1
+        self,
+        raw: bytes | None,
+        err: records.RecordError,
+        source_topic: str,
+        offset: int = -1,
+        partition: int = -1,
     ) -> None:
+        """Headers: ``reason``, ``detail``, ``source_topic``, ``source_partition`` and
+        ``source_offset`` (together they locate the original record; -1 when unknown) and
+        ``component``."""
         self.count += 1
         if self.counter is not None:
             self.counter.labels(reason=err.reason).inc()
@@ -188,11 +196,14 @@ class DeadLetters:
             ("reason", err.reason.encode()),
             ("detail", err.detail[:500].encode()),
             ("source_topic", source_topic.encode()),
+            ("source_partition", str(partition).encode()),
             ("source_offset", str(offset).encode()),
             ("component", self.component.encode()),
         ]
         self.publisher.send(self.topic, raw if raw is not None else b"", headers=headers)
-        log.warning("dead-lettered message from %s@%s: %s", source_topic, offset, err)
+        log.warning(
+            "dead-lettered message from %s[%s]@%s: %s", source_topic, partition, offset, err
+        )
 
 
 def sentinel(run_id: str, sender: str) -> records.Control:
@@ -274,7 +285,7 @@ def _is_nonce(raw: bytes, nonce: str) -> bool:
 
 
 def is_control(raw: bytes) -> bool:
-    return raw is not None and raw[:200].find(b'"type":"control"') >= 0
+    return raw is not None and raw.find(b'"type":"control"', 0, 200) >= 0
 
 
 __all__ = [

@@ -157,6 +157,12 @@ client_publish_errors = Counter(
     "Failed deliveries of a component's Publisher (each record is re-sent, or counted lost).",
     C,
 )
+client_acked = Counter(
+    "dynaweb_client_acked_records",
+    "Records the broker acknowledged (acks=all), by topic: what the component may count as "
+    "delivered (dynaweb chaos compares it with what a reader finds in the topic).",
+    C + ("topic",),
+)
 client_rebuilds = Counter(
     "dynaweb_client_producer_rebuilds",
     "Kafka producers replaced after a fatal or failing state.",

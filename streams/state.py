@@ -32,7 +32,6 @@ report minus the total consumed. Over ``lag_bound`` the worker publishes
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections import Counter, defaultdict, deque
@@ -144,7 +143,8 @@ class StreamState:
                 raise RecordError("wrong_run", f"run_id {t.run_id!r} != {self.run_id!r}")
         except RecordError as e:
             self.counts["invalid"] += 1
-            self.dead.route(raw, e, topic, offset)
+            # tp: a (topic, partition) tuple (Faust's and aiokafka's are named tuples)
+            self.dead.route(raw, e, topic, offset, tp[1] if tp is not None else -1)
             return False
         if not self.dedupe.accept(t):
             self.counts["duplicates"] += 1
@@ -315,8 +315,7 @@ class StreamState:
         n = 0
         latest = self.mixer.latest_version
         for b in self.mixer.poll(now, allow_expert_only=self.expert_only_allowed()):
-            # == records.encode(b), without asdict's deep copy of every observation
-            raw = json.dumps(vars(b), ensure_ascii=False, separators=(",", ":")).encode()
+            raw = records.encode(b)
             self.out.send(self.topics.policy_batches, raw, key=b.batch_id)
             self.m(M.batches, kind=b.kind).inc()
             self.m(M.last_expert_fraction).set(b.expert_fraction)

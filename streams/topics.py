@@ -25,6 +25,7 @@ SPECS: dict[str, TopicSpec] = {
     "control": TopicSpec("control", 1, "Back-pressure and sentinel messages."),
     "collectors": TopicSpec("collectors", 1, "Collector announcements and heartbeats."),
     "deadletter": TopicSpec("deadletter", 1, "Invalid messages with reason and original bytes."),
+    "probe": TopicSpec("probe", 1, "Numbered probe records of `dynaweb chaos` and tests/faults."),
 }
 
 

@@ -92,6 +92,9 @@ def run_worker(cfg: Config | None = None, loglevel: str = "info") -> None:
         "stream worker %s for run %s: metrics on 127.0.0.1:%d", state.worker_id, cfg.run_id, port
     )
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    # no terminal spinner: at a level of WARNING or above its handler sets the root logger to
+    # DEBUG, and every library's debug call (aiokafka: one per message sent) built a log record
+    worker.spinner = None
     worker.execute_from_commandline()
 
 

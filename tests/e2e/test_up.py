@@ -4,8 +4,10 @@ Proves: real and dream transitions flowed; at least two checkpoint versions were
 written; dreams stamped with policy version >= 2 came from a generator process
 whose start time never changed (hot reload, not a restart); live GSPO groups,
 named by the latest-policy collector, reached the loss, some with a nonzero
-advantage, and dream groups reached it too, read from the trainer's own
-metrics (``up --json`` scrapes them before it stops the components)."""
+advantage, and dream groups reached it too, some with a nonzero advantage (the
+world model's trained reward head gave the rollouts of one start page different
+rewards), read from the trainer's own metrics (``up --json`` scrapes them before
+it stops the components)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from streams.topics import Topics
 from tests.listening import beyond_loopback, listening_sockets, process_tree
 from tests.support import env_for
 
-DURATION = 200
+# 250 s (was 200): dream groups with differing rewards come once the live policy clicks (its failures teach
+# the reward head) and the world model has trained on that for a while, about 100 s in on a quiet machine
+DURATION = 250
 UP_SETTINGS = {
     "DYNAWEB_TRAINER__CHECKPOINT_EVERY": "2",
     "DYNAWEB_TRAINER__CHECKPOINT_EVERY_S": "40",
@@ -46,6 +50,11 @@ UP_SETTINGS = {
     "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
     # a checkpoint every 2 steps: 4 versions of staleness is the default's window in steps (2 x 5)
     "DYNAWEB_STREAM__MAX_STALENESS": "4",
+    # 1 expert step/s (default 4) is still ~200 experts, several times what the policy batches use; the CPU
+    # goes to the trainer instead (about twice the world-model steps), and the world model's batches hold
+    # more of the live policy's transitions, whose failures (clicks on texts, wrong buttons, scrolls) teach
+    # the reward head which actions do not succeed (with experts only, every action looks like success)
+    "DYNAWEB_UP__EXPERT_STEPS_PER_S": "1",
 }
 
 
@@ -195,11 +204,19 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     # dream groups reached the loss, and live groups of differing rewards carried an advantage there
     live = _read(run_cfg, topics.real)
     assert live and all(t.group_id for t in live), "live-policy transitions without a group id"
-    signal = json.dumps(
-        {k: summary[k] for k in ("gspo_groups", "gspo_groups_nonzero", "policy_steps", "batches")}
+    keys = (
+        "gspo_groups",
+        "gspo_groups_nonzero",
+        "dream_groups",
+        "policy_steps",
+        "wm_steps",
+        "batches",
     )
+    signal = json.dumps({k: summary[k] for k in keys})
     assert summary["gspo_groups"]["real"] >= 1 and summary["gspo_groups"]["dream"] >= 1, (
         signal + out[-3000:]
     )
     assert summary["gspo_groups_nonzero"]["real"] >= 1, signal + out[-3000:]
+    # ... and so did dream groups: rewards from the world model's reward head differed within a group
+    assert summary["gspo_groups_nonzero"]["dream"] >= 1, signal + out[-3000:]
     assert "policy success" in out and "groups with advantage" in out

@@ -1,0 +1,240 @@
+"""``dynaweb bench reload``: how long a new policy checkpoint takes to be used.
+
+On the embedded stack (S3 on loopback; started if it is not running) a dream generator and a
+``latest``-policy live collector run as supervised components (``core.supervise``, as in
+``dynaweb up``); the bench plays the trainer.  It writes version 0 of both models (the default
+model, fresh), waits until both readers act with it, then for ``--checkpoints`` N new versions,
+one every ``--interval`` seconds: uploads the policy and world model to S3, sets ``LATEST`` and
+announces both (``models.checkpoint_writer``, as the trainer does), and times from the
+announcement's acknowledgement to
+
+- the first **dream group** stamped with the version: the first record on the dream topic with
+  that ``policy_version`` (its Kafka timestamp: when the generator sent it), and
+- the first **live episode** started with it: the first step-0 transition on the real topic with
+  that ``policy_version``.
+
+It reports p50 and p95 of each and of both together (``reload_p50_s``, ``reload_p95_s``), the
+readers' own ``dynaweb_client_checkpoint_reload_to_use_seconds`` (announcement seen -> first
+use, scraped at the end), and whether any group mixed policy versions further apart than
+``stream.max_staleness`` (a group must not).  A dream round that started before a reload is
+published after it with the old version, so the dream figure includes up to one round.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from kafka import TopicPartition
+
+from core.config import Config
+from core.metrics import scrape_targets
+from core.s3 import make_client
+from core.supervise import Supervisor
+from evaluation.operations import StackFactory
+from models.checkpoint import KINDS, CheckpointStore
+from models.checkpoint_writer import CheckpointWriter
+from streams import records
+from streams.kafka import ensure_topics, make_consumer, make_publisher
+
+READY_TIMEOUT_S = 600.0  # both readers acting with version 0 (model loads, a browser, a round)
+USE_TIMEOUT_S = 120.0  # per version
+
+
+def quantile(xs: list[float], q: float) -> float | None:
+    """The ``q`` quantile by linear interpolation (None when empty)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class FirstUse:
+    """Tails the dream and real topics in a thread: per policy version, the time of its first
+    dream record and of its first live step-0 record, and the versions seen per group."""
+
+    def __init__(self, cfg: Config, topics: Any):
+        self.cfg = cfg
+        self.topics = topics
+        self.first: dict[str, dict[int, float]] = {"dream": {}, "live": {}}
+        self.group_versions: dict[str, set[int]] = defaultdict(set)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="bench-reload-tail", daemon=True)
+
+    def _run(self) -> None:
+        consumer = make_consumer(self.cfg.kafka)
+        tps = []
+        for t in (self.topics.dream, self.topics.real):
+            parts = consumer.partitions_for_topic(t) or {0}
+            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        try:
+            while not self.stop.is_set():
+                for tp, msgs in consumer.poll(timeout_ms=200).items():
+                    for m in msgs:
+                        self._note(tp.topic, m)
+        finally:
+            consumer.close()
+
+    def _note(self, topic: str, m: Any) -> None:
+        try:
+            t = records.decode(m.value, expect="transition")
+        except records.RecordError:
+            return  # sentinels, controls
+        v = int(t.policy_version)
+        if t.group_id:
+            self.group_versions[t.group_id].add(v)
+        kind = "dream" if topic == self.topics.dream else "live"
+        if kind == "live" and t.step != 0:
+            return
+        self.first[kind].setdefault(v, m.timestamp / 1000.0)
+
+    def used(self, kind: str, version: int) -> float | None:
+        return self.first[kind].get(version)
+
+    def mixed_groups(self, max_staleness: int) -> int:
+        return sum(1 for vs in self.group_versions.values() if max(vs) - min(vs) > max_staleness)
+
+
+def _save_models(cfg: Config, work: Path) -> dict[str, Path]:
+    from models.policy import make_policy
+    from models.world_model import make_world_model
+
+    dirs = {}
+    for kind, make in (("policy", make_policy), ("world_model", make_world_model)):
+        model, tok = make(cfg.model)
+        d = work / kind
+        (d / "hf").mkdir(parents=True)
+        model.save_pretrained(str(d / "hf"))
+        tok.save_pretrained(str(d / "hf"))
+        dirs[kind] = d
+    return dirs
+
+
+def _publish(writer: CheckpointWriter, cfg: Config, dirs: dict[str, Path], version: int) -> float:
+    """Both models as ``version``, LATEST, announced; the time the announcements were
+    acknowledged."""
+    for kind in KINDS:
+        saved = writer.upload(kind, version, dirs[kind], cfg.to_dict(), {}, {}, set_latest=True)
+        writer.announce(saved)
+    writer.flush()
+    return time.time()
+
+
+def _wait(cond, timeout: float, what: str, sup: Supervisor) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        sup.supervise()
+        if cond():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not within {timeout:.0f}s (logs: {sup.logs})")
+
+
+def _readers(cfg: Config) -> dict[str, list[str]]:
+    task = cfg.collector.tasks[0] if cfg.collector.tasks else "miniwob/click-button"
+    return {
+        "dream-0": ["dream"],
+        "collector-latest-0": ["collect", "--policy", "latest", "--contexts", "1", "--tasks",
+                               task, "--id", f"collector-latest-0-{cfg.run_id}"],
+    }  # fmt: skip
+
+
+def _own_metric(cfg: Config) -> dict[str, dict]:
+    """The readers' own reload-to-use histograms (sum and count by component)."""
+    out: dict[str, dict] = {}
+    for labels, text in scrape_targets(cfg):
+        for line in text.splitlines():
+            if line.startswith("dynaweb_client_checkpoint_reload_to_use_seconds_"):
+                name, value = line.rsplit(" ", 1)
+                field = name.split("{")[0].rsplit("_", 1)[1]
+                if field in ("sum", "count"):
+                    c = out.setdefault(labels.get("component", "?"), {"sum": 0.0, "count": 0.0})
+                    c[field] += float(value)
+    return {
+        c: {"mean_s": round(v["sum"] / v["count"], 3) if v["count"] else None,
+            "count": int(v["count"])}
+        for c, v in out.items()
+    }  # fmt: skip
+
+
+def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
+    topics = ensure_topics(cfg)
+    work = Path(tempfile.mkdtemp(prefix="dynaweb-bench-reload-"))
+    dirs = _save_models(cfg, work)
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    pub = make_publisher(cfg.kafka, client="bench-reload", run=cfg.run_id)
+    writer = CheckpointWriter(store, pub, topics.checkpoints, cfg.run_id, threading.Event())
+    tail = FirstUse(cfg, topics)
+    tail.thread.start()
+    sup = Supervisor(cfg, _readers(cfg))
+    try:
+        _publish(writer, cfg, dirs, 0)
+        for c in sup.children:
+            sup.start(c)
+        t0 = time.time()
+        _wait(lambda: tail.used("dream", 0) and tail.used("live", 0), READY_TIMEOUT_S,
+              "a dream group and a live episode with version 0", sup)  # fmt: skip
+        say(f"both readers act with version 0 after {time.time() - t0:.0f}s")
+        lat: dict[str, list[float]] = {"dream": [], "live": []}
+        for v in range(1, n + 1):
+            began = time.time()
+            at = _publish(writer, cfg, dirs, v)
+            _wait(lambda v=v: tail.used("dream", v) and tail.used("live", v), USE_TIMEOUT_S,
+                  f"version {v} in use", sup)  # fmt: skip
+            for kind in lat:
+                lat[kind].append(max(0.0, tail.used(kind, v) - at))
+            say(f"v{v}: dream {lat['dream'][-1]:.2f}s, live {lat['live'][-1]:.2f}s after the "
+                "announcement")  # fmt: skip
+            time.sleep(max(0.0, interval_s - (time.time() - began)))
+        own = _own_metric(cfg)
+    finally:
+        tail.stop.set()
+        sup.stop()
+        pub.close()
+    both = lat["dream"] + lat["live"]
+    r3 = lambda x: None if x is None else round(x, 3)  # noqa: E731
+    return {
+        "checkpoints": n,
+        "reload_p50_s": r3(quantile(both, 0.5)),
+        "reload_p95_s": r3(quantile(both, 0.95)),
+        **{f"{k}_p{q}_s": r3(quantile(lat[k], q / 100)) for k in lat for q in (50, 95)},
+        "dream_s": [round(x, 3) for x in lat["dream"]],
+        "live_s": [round(x, 3) for x in lat["live"]],
+        "readers_own_metric": own,
+        "groups": len(tail.group_versions),
+        "groups_mixing_beyond_max_staleness": tail.mixed_groups(cfg.stream.max_staleness),
+        "max_staleness": cfg.stream.max_staleness,
+    }
+
+
+def main(args: Any, cfg: Config, stack_factory: StackFactory) -> int:
+    n = int(getattr(args, "checkpoints", 8))
+    if not getattr(args, "run_id", None):  # a run of its own, never the user's default run
+        cfg.run_id = f"bench-reload-{uuid.uuid4().hex[:8]}"
+    stack = stack_factory(cfg)
+    say = (lambda _m: None) if args.json else print
+    try:
+        stack.up(only=["s3", "broker", "taskserver"])
+        res = bench_reload(cfg, n, float(getattr(args, "interval", 10.0)), say=say)
+    finally:
+        if stack.started:
+            stack.down(only=stack.started)
+    if not args.json:
+        print(
+            f"announcement -> first use over {n} checkpoints: dream p50 {res['dream_p50_s']} s "
+            f"p95 {res['dream_p95_s']} s; live p50 {res['live_p50_s']} s p95 {res['live_p95_s']} "
+            f"s; both p95 {res['reload_p95_s']} s; groups mixing versions beyond max_staleness: "
+            f"{res['groups_mixing_beyond_max_staleness']} of {res['groups']}"
+        )
+    print(json.dumps(res))
+    return 0 if res["groups_mixing_beyond_max_staleness"] == 0 else 1

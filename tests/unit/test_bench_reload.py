@@ -1,0 +1,46 @@
+"""``dynaweb bench reload``'s arithmetic: quantiles, first use per version, mixed groups."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from evaluation.bench_reload import FirstUse, quantile
+from streams import records
+from streams.topics import Topics
+
+
+def test_quantile_interpolates() -> None:
+    assert quantile([], 0.5) is None
+    assert quantile([3.0], 0.95) == 3.0
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == pytest.approx(2.5)
+    assert quantile([float(x) for x in range(1, 101)], 0.95) == pytest.approx(95.05)
+
+
+def _msg(t: records.Transition, ts_ms: int) -> SimpleNamespace:
+    return SimpleNamespace(value=records.encode(t), timestamp=ts_ms)
+
+
+def _t(source: str, step: int, version: int, group: str) -> records.Transition:
+    return records.Transition(
+        run_id="r", episode_id=f"e-{group}-{step}", step=step, task="miniwob/click-button",
+        seed=0, source=source, policy_version=version, world_model_version=0,
+        obs={"instruction": "i", "tree": "[1] a"},
+        action="click(1)", next_obs={"instruction": "i", "tree": "[1] a"}, reward=0.0, done=False,
+        group_id=group,
+    )  # fmt: skip
+
+
+def test_first_use_per_version_and_groups_mixing_versions() -> None:
+    topics = Topics("r")
+    fu = FirstUse(SimpleNamespace(kafka=None), topics)
+    fu._note(topics.dream, _msg(_t("dream", 0, 1, "g1"), 5_000))
+    fu._note(topics.dream, _msg(_t("dream", 1, 1, "g1"), 6_000))
+    fu._note(topics.real, _msg(_t("real", 3, 2, "g2"), 7_000))  # not an episode start
+    fu._note(topics.real, _msg(_t("real", 0, 2, "g2"), 8_000))
+    fu._note(topics.real, _msg(_t("real", 0, 5, "g2"), 9_000))  # g2 spans versions 2..5
+    fu._note(topics.real, _msg(records.encode(records.Control("r", "x", "y", 0.0)), 1))
+    assert fu.used("dream", 1) == 5.0 and fu.used("dream", 2) is None
+    assert fu.used("live", 2) == 8.0 and fu.used("live", 5) == 9.0
+    assert fu.mixed_groups(max_staleness=2) == 1 and fu.mixed_groups(max_staleness=3) == 0

@@ -1,0 +1,36 @@
+"""``models.checkpoint.ReloadClock``: announcement seen -> first use, once per version."""
+
+from __future__ import annotations
+
+from models import metrics as M
+from models.checkpoint import ReloadClock
+
+
+def _count(run: str, component: str) -> float:
+    return M.RELOAD_TO_USE.labels(run, component)._sum.get()
+
+
+def test_first_use_after_an_announcement_is_timed_once() -> None:
+    now = [100.0]
+    clock = ReloadClock("rc-unit", "dream", clock=lambda: now[0])
+    clock.announced(3)
+    now[0] = 101.5
+    clock.announced(3)  # a repeated announcement keeps the first time
+    assert clock.used(2) is None  # still acting with the old version: nothing
+    now[0] = 102.0
+    assert clock.used(3) == 2.0
+    now[0] = 110.0
+    assert clock.used(3) is None  # only the first use counts
+    assert _count("rc-unit", "dream") == 2.0
+
+
+def test_a_superseded_or_polled_version_is_not_timed() -> None:
+    now = [0.0]
+    clock = ReloadClock("rc-unit2", "collector", clock=lambda: now[0])
+    clock.announced(4)
+    clock.announced(5)
+    now[0] = 3.0
+    assert clock.used(5) == 3.0
+    assert clock.seen == {}  # v4 was never used and is dropped
+    assert clock.used(6) is None  # found by a LATEST poll, never announced
+    assert clock.used(None) is None

@@ -1,0 +1,122 @@
+"""The soak report's arithmetic (``infra.soak``) and ``dynaweb chaos``'s refusals; the real
+command runs on the real loop in tests/faults/test_loop_faults.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import Config
+from infra.chaos import FAULTS, ChaosError, bad_record, run
+from infra.soak import MB, PAGE, Watch, render, slope_per_h, stable_id, tree_rss
+
+
+def _proc(root: Path, pid: int, ppid: int, pages: int, comm: str = "python3") -> None:
+    d = root / str(pid)
+    d.mkdir()
+    # comm may hold spaces and parentheses: the fields are read after the last ")"
+    rest = ["S", str(ppid), str(pid)] + ["0"] * 18 + [str(pages)] + ["0"] * 20
+    (d / "stat").write_text(f"{pid} ({comm}) " + " ".join(rest) + "\n")
+
+
+def test_tree_rss_sums_a_process_and_all_its_descendants(tmp_path: Path) -> None:
+    _proc(tmp_path, 10, 1, 100)
+    _proc(tmp_path, 11, 10, 50, "node (driver)")
+    _proc(tmp_path, 12, 11, 400, "chrome) x")  # a grandchild in its own process group
+    _proc(tmp_path, 20, 1, 999)  # not ours
+    (tmp_path / "self").mkdir()
+    assert tree_rss(10, tmp_path) == 550 * PAGE
+    assert tree_rss(11, tmp_path) == 450 * PAGE
+    assert tree_rss(99, tmp_path) == 0
+
+
+def test_slope_per_h() -> None:
+    pts = [(t, 100 + 2 * t / 60) for t in range(0, 600, 60)]  # +2 MB a minute
+    assert slope_per_h(pts) == pytest.approx(120.0)
+    assert slope_per_h(pts[:3]) is None
+    assert slope_per_h([(5, 1.0)] * 5) is None
+
+
+def _watch() -> Watch:
+    return Watch(Config(run_id="soak-unit"), sample_s=1)
+
+
+def test_memory_report_measures_growth_of_the_longest_lived_process() -> None:
+    w = _watch()
+    # pid 1 lives 100 s and grows fast; pid 2 (after a restart) lives 1,000 s at +1 MB per 100 s
+    w.memory["trainer"] = [(t, 1, (500 + t) * MB) for t in range(0, 100, 10)]
+    w.memory["trainer"] += [(t, 2, int((300 + (t - 100) / 100) * MB)) for t in range(100, 1100, 10)]
+    m = w.memory_report(settle_s=300)["trainer"]
+    assert m["growth_mb_per_h"] == pytest.approx(36.0, abs=0.2)
+    assert m["first_mb"] == 500.0 and m["max_mb"] == 590.0 and m["last_mb"] == pytest.approx(309.9)
+    assert m["measured_over_s"] == 690
+
+
+def test_checkpoint_report_finds_the_longest_time_without_a_new_version() -> None:
+    w = _watch()
+    w.versions = [(0, 1), (10, 1), (20, 2), (90, 2), (100, 3), (110, 3)]
+    assert w.checkpoint_report() == {"first_version": 1, "last_version": 3, "longest_gap_s": 80}
+    w.versions = [(0, 4), (50, 4)]  # never a new one: the whole time counts
+    assert w.checkpoint_report()["longest_gap_s"] == 50
+    assert _watch().checkpoint_report()["last_version"] is None
+
+
+def test_totals_by_label() -> None:
+    w = _watch()
+    w.last = {
+        ("dynaweb_client_acked_records_total", (("client", "a"), ("topic", "t1"))): 5.0,
+        ("dynaweb_client_acked_records_total", (("client", "b"), ("topic", "t1"))): 7.0,
+        ("dynaweb_client_acked_records_total", (("client", "b"), ("topic", "t2"))): 1.0,
+        ("dynaweb_trainer_steps_total", (("model", "policy"),)): 3.0,
+    }
+    assert w.total("dynaweb_client_acked_records_total", by="topic") == {"t1": 12.0, "t2": 1.0}
+    assert w.total("dynaweb_trainer_steps_total") == {"all": 3.0}
+
+
+def test_render_names_every_fault_topic_and_component() -> None:
+    rep = {
+        "run": "r",
+        "duration_s": 60,
+        "faults": [{"fault": "s3-stall", "outage_s": 8.0, "recovery_s": None, "ok": False}],
+        "probe": {
+            "sent": 3,
+            "acked": 3,
+            "found": 3,
+            "missing": 0,
+            "duplicates": 0,
+            "resent": 1,
+            "rebuilds": 0,
+        },  # fmt: skip
+        "topics": {"dynaweb.r.real": {"acked": 5, "read": 6, "distinct": 5, "complete": True}},
+        "memory": {
+            "trainer": {"first_mb": 1.0, "last_mb": 2.0, "max_mb": 2.0, "growth_mb_per_h": None}
+        },  # fmt: skip
+        "restarts": {"trainer": 1},
+        "checkpoints": {"first_version": 0, "last_version": 4, "longest_gap_s": 30},
+        "progress": {},
+    }
+    text = render(rep)
+    for needle in ("s3-stall", "dynaweb.r.real", "trainer", "v0 -> v4", "re-sent 1"):
+        assert needle in text, text
+
+
+def test_chaos_refuses_unknown_faults_and_a_missing_loop(tmp_path: Path) -> None:
+    cfg = Config(run_id="no-loop-here", home=str(tmp_path))
+    with pytest.raises(ChaosError, match="unknown fault"):
+        run(cfg, 1, 1, ["kill-everything"], 1)
+    with pytest.raises(ChaosError, match="start `dynaweb up` first"):
+        run(cfg, 1, 1, list(FAULTS), 1, warmup_s=0.5)
+
+
+def test_flood_records_are_malformed() -> None:
+    from streams import records
+
+    for i in range(4):
+        with pytest.raises(records.RecordError):
+            records.decode(bad_record(i))
+
+
+def test_stable_id_drops_the_pid_of_a_default_id() -> None:
+    assert stable_id({"component_id": "dream-vm-3346", "pid": "3346"}) == "dream-vm"
+    assert stable_id({"component_id": "collector-expert-r1", "pid": "77"}) == "collector-expert-r1"

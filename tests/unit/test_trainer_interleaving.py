@@ -1,0 +1,146 @@
+"""The trainer's interleaving of policy and world-model steps with a backlog of policy batches.
+
+A restarted trainer's replay is empty, and the consumer (kafka-python) hands out the records it
+fetched for one partition before the next one's: with a backlog in the policy-batch topic, a
+poll returns policy batches only, up to ``max_poll_records`` (64).  The rule
+(``models.trainer.Trainer.poll_into``): the trainer polls on every iteration, with the
+policy-batch partitions paused while ``PENDING_BATCHES`` batches wait, so world-model transitions
+reach the replay behind at most that many policy steps, and world-model steps follow.  The
+consumer here is a fake with kafka-python's order; the trainer's real ``loop`` and ``poll`` run,
+the steps themselves are counted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import asdict
+from types import SimpleNamespace
+
+from kafka import TopicPartition
+
+from core.bounded import BoundedSet
+from core.config import load_config
+from models.trainer import PENDING_BATCHES, Trainer
+from streams import records
+from streams.topics import Topics
+
+BACKLOG = 120
+MAX_POLL_RECORDS = 64
+
+
+class FakeConsumer:
+    """A poll returns the records of the first partition that has some (up to 64), as
+    kafka-python drains one partition's fetched records before the next; paused partitions
+    return nothing until resumed."""
+
+    def __init__(self, queues: dict[TopicPartition, deque]):
+        self.queues = queues
+        self.paused: set[TopicPartition] = set()
+        self.polls = 0
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.queues)
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self.paused.update(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self.paused.difference_update(tps)
+
+    def poll(self, timeout_ms: int = 0) -> dict:
+        self.polls += 1
+        for tp, q in self.queues.items():
+            if q and tp not in self.paused:
+                return {tp: [q.popleft() for _ in range(min(MAX_POLL_RECORDS, len(q)))]}
+        return {}
+
+
+def _transition(run: str, i: int) -> records.Transition:
+    obs = {"instruction": "i", "tree": f"p{i}"}
+    return records.Transition(
+        run_id=run,
+        episode_id=f"e{i}",
+        step=0,
+        task="miniwob/click-button",
+        seed=1,
+        source="real",
+        policy_version=0,
+        world_model_version=0,
+        obs=obs,
+        action="click(1)",
+        next_obs=obs,
+        reward=0.0,
+        done=True,
+    )
+
+
+def _backlog(run: str, topics: Topics) -> dict[TopicPartition, deque]:
+    batches = deque()
+    for i in range(BACKLOG):
+        traj = records.Trajectory.from_transitions([_transition(run, 10_000 + i)])
+        b = records.TrainingBatch(
+            run_id=run,
+            batch_id=f"b{i}",
+            worker_id="w",
+            kind="expert_only",
+            trajectories=[asdict(traj)],
+            expert_fraction=1.0,
+        )
+        batches.append(SimpleNamespace(offset=i, value=records.encode(b)))
+    wm = deque(
+        SimpleNamespace(offset=i, value=records.encode(_transition(run, i))) for i in range(200)
+    )
+    # the batch topic first: its fetched records are handed out first
+    return {
+        TopicPartition(topics.policy_batches, 0): batches,
+        TopicPartition(topics.world_model, 0): wm,
+    }
+
+
+def _trainer(**trainer: object) -> Trainer:
+    env = {"DYNAWEB_RUN_ID": "u", "DYNAWEB_TRAINER__MAX_STEPS": str(BACKLOG)}
+    env.update({f"DYNAWEB_TRAINER__{k.upper()}": str(v) for k, v in trainer.items()})
+    cfg = load_config(env=env)
+    tr = object.__new__(Trainer)  # no models, no Kafka: the loop's bookkeeping only
+    tr.cfg, tr.run, tr.topics, tr.stop = cfg, cfg.run_id, Topics(cfg.run_id), threading.Event()
+    tr.consumer = FakeConsumer(_backlog(cfg.run_id, tr.topics))
+    tr.offsets, tr.seen_batches, tr.seen_wm = {}, BoundedSet(), BoundedSet()
+    tr.wm_buffer, tr.wm_fresh, tr.eval_window = deque(), deque(), deque()
+    tr.policy_steps = tr.wm_steps = tr.version = 0
+    tr.last_ckpt_time = time.time()
+    tr.pub = SimpleNamespace(check=lambda: None)
+    tr.order = []
+
+    def policy_step(item: tuple) -> bool:
+        if item[0] is None:
+            return False
+        tr.policy_steps += 1
+        tr.order.append("p")
+        return True
+
+    def wm_step() -> None:
+        tr.wm_steps += 1
+        tr.order.append("w")
+
+    tr.policy_step, tr.wm_step = policy_step, wm_step
+    tr.checkpoint = tr.report_fidelity = tr.publish_progress = lambda: None
+    return tr
+
+
+def test_world_model_steps_start_behind_a_few_policy_steps_of_a_backlog() -> None:
+    tr = _trainer(checkpoint_every=10_000)
+    tr.loop()
+    assert tr.policy_steps == BACKLOG  # the whole backlog trained: paused partitions resumed
+    first_wm = tr.order.index("w")
+    assert tr.order[:first_wm].count("p") <= PENDING_BATCHES + 1, "".join(tr.order[:80])
+    # from then on one world-model step per policy step (wm_steps_per_policy_step 0: always-on)
+    assert tr.wm_steps >= BACKLOG - PENDING_BATCHES - 1
+    assert not tr.consumer.paused or len(tr.consumer.paused) == 1
+
+
+def test_the_fixed_ratio_still_holds() -> None:
+    tr = _trainer(checkpoint_every=10_000, wm_steps_per_policy_step=0.5)
+    tr.loop()
+    assert tr.policy_steps == BACKLOG
+    assert tr.wm_steps == BACKLOG // 2
