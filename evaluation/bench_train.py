@@ -71,6 +71,8 @@ import torch
 
 from core.config import Config
 from core.spaces import Observation
+from evaluation.operations import BrokerFactory, StackFactory
+from evaluation.synthetic import synthetic_batch
 
 
 def _p95(xs: list[int]) -> int:
@@ -227,62 +229,6 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
 # --- train ---------------------------------------------------------------------
 
 
-def _synthetic_batch(cfg: Config, obs: list[Observation], k: int) -> tuple[list, list]:
-    """(trajectories, world-model transitions) shaped like the stream worker's."""
-    from models.candidates import candidate_actions
-    from streams.records import Trajectory, Transition
-
-    n = cfg.stream.batch_trajectories
-    G, H = cfg.stream.group_size, cfg.dream.horizon
-    n_exp = int(round(n * cfg.stream.expert_fraction))
-
-    def traj(o: Observation, source: str, ep: str, gid: str, reward: float, j: int) -> Any:
-        cands = candidate_actions(o)
-        steps = []
-        for s in range(H):
-            a = cands[(j + s) % len(cands)].to_text()
-            nxt = {**o.to_dict(), "tree": o.tree + f'\n[{o.next_id + s}] text "step {s}"'}
-            steps.append(
-                Transition(
-                    run_id="bench",
-                    episode_id=ep,
-                    step=s,
-                    task="t",
-                    seed=0,
-                    source=source,
-                    policy_version=0,
-                    world_model_version=0,
-                    obs=o.to_dict(),
-                    action=a,
-                    next_obs=nxt,
-                    reward=reward if s == H - 1 else 0.0,
-                    done=s == H - 1,
-                    group_id=gid,
-                    behaviour_logprob=None if source == "expert" else -12.0,
-                    action_tokens=len(a) + 1,
-                )
-            )
-        return Trajectory.from_transitions(steps), steps
-
-    trajs, trans = [], []
-    for i in range(n_exp):
-        t, st = traj(obs[(k + i) % len(obs)], "expert", f"e{k}-{i}", "", 1.0, i)
-        trajs.append(t)
-        trans += st
-    start = obs[(k + n_exp) % len(obs)]
-    for i in range(n - n_exp):
-        g = f"g{k}-{i // G}"
-        t, _ = traj(start, "dream", f"d{k}-{i}", g, float(i % 2), i)
-        trajs.append(t)
-    i = n_exp
-    while (
-        len(trans) < cfg.trainer.wm_batch
-    ):  # the world-model batch is real transitions, as many as asked
-        trans += traj(obs[(k + i) % len(obs)], "expert", f"w{k}-{i}", "", 1.0, i)[1]
-        i += 1
-    return trajs, trans[: cfg.trainer.wm_batch]
-
-
 def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Config) -> None:
     """Forward + backward of each step's chosen action tokens only (the policy objective before it
     became pi_T over the candidate set), in the trainer's micro-batches; gradients dropped."""
@@ -296,11 +242,25 @@ def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Config) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def bench_train(cfg: Config, starts: list[dict], steps: int = 3) -> dict:
+def _mfu_figures(p: dict, w: dict) -> dict:
+    """Model FLOPs on unpadded unique tokens / the best sgemm rate at this thread count."""
+    return {
+        "mfu_policy": round(p["mfu"], 4),
+        "mfu_world_model": round(w["mfu"], 4),
+        "policy_model_gflops_per_s": round(p["model_flops_per_s"] / 1e9, 3),
+        "world_model_model_gflops_per_s": round(w["model_flops_per_s"] / 1e9, 3),
+        "policy_train_tokens_per_s": round(p["tokens_per_s"], 1),
+        "world_model_train_tokens_per_s": round(w["tokens_per_s"], 1),
+    }
+
+
+def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | None = None) -> dict:
     from evaluation.bench_collect import MemorySampler
+    from evaluation.mfu import FlopMeter, mfu, sgemm_peak
     from models.engine import trainer_engine
     from models.learner import policy_update, world_model_update
     from models.policy import make_policy
+    from models.tokenizer import pad_id
     from models.world_model import make_world_model
 
     torch.set_num_threads(cfg.threads)
@@ -315,7 +275,7 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3) -> dict:
     wm, wtok = make_world_model(cfg.model)
     pe = trainer_engine(pol, cfg.trainer, "policy")
     we = trainer_engine(wm, cfg.trainer, "world_model")
-    batches = [_synthetic_batch(cfg, obs, k * 7) for k in range(steps + 1)]
+    batches = [synthetic_batch(cfg, obs, k * 7) for k in range(steps + 1)]
 
     p_stats: list[dict] = []
 
@@ -331,7 +291,8 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3) -> dict:
     w_step(batches[0][1])
     t0 = time.perf_counter()
     n_traj = n_steps = 0
-    with MemorySampler(every=0.02) as mem_p:  # the resident set while the policy steps run
+    p_meter = FlopMeter(pol, pad_id(tok))
+    with MemorySampler(every=0.02) as mem_p, p_meter:  # the resident set while the policy steps run
         base_p = mem_p.peak_mb
         for trajs, _ in batches[1:]:
             p_step(trajs)
@@ -348,13 +309,18 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3) -> dict:
     cand = p_stats[1:]
     t0 = time.perf_counter()
     n_tr = 0
-    with MemorySampler(every=0.02) as mem_w:
+    w_meter = FlopMeter(wm, pad_id(wtok))
+    with MemorySampler(every=0.02) as mem_w, w_meter:
         base_w = mem_w.peak_mb
         for _, trans in batches[1:]:
             w_step(trans)
             n_tr += len(trans)
     tw = time.perf_counter() - t0
+    peak = peak or sgemm_peak([pol, wm])
     return {
+        **_mfu_figures(mfu(p_meter, tp, peak["peak_flops"]), mfu(w_meter, tw, peak["peak_flops"])),
+        "peak_gflops": round(peak["peak_flops"] / 1e9, 3),
+        "peak": peak,
         "policy_trajectories_per_s": round(n_traj / tp, 3),
         "policy_steps_per_s": round(n_steps / tp, 3),
         "policy_s_per_batch": round(tp / steps, 3),
@@ -399,7 +365,7 @@ def tokens_per_transition(cfg: Config, tok: Any, obs: list[Observation], steps: 
     mp = cfg.model.max_positions
     pol = pol_full = n_pol = wm = wm_full = n_wm = 0
     for k in range(steps + 1):
-        trajs, trans = _synthetic_batch(cfg, obs, k * 7)
+        trajs, trans = synthetic_batch(cfg, obs, k * 7)
         for t in trajs:
             st = t.steps()
             for (p, a), (j, s) in zip(trajectory_rows(tok, st, mp), enumerate(st), strict=True):
@@ -433,6 +399,10 @@ TOKENIZER_KEYS = (
     "world_model_s_per_batch",
     "policy_step_rss_growth_mib",
     "world_model_step_rss_growth_mib",
+    "mfu_policy",
+    "mfu_world_model",
+    "policy_model_gflops_per_s",
+    "world_model_model_gflops_per_s",
     "load_avg_1m",
 )  # per run (the peak RSS is the process's)
 
@@ -447,9 +417,11 @@ def bench_train_tokenizers(cfg: Config, starts: list[dict], steps: int = 3) -> d
     first = cfg.model.tokenizer
     res: dict = {}
     per: dict = {}
+    peak = None  # measured once, in the first run
     for kind in [first] + [k for k in KINDS if k != first]:
         c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, tokenizer=kind))
-        r = bench_train(c, starts, steps)
+        r = bench_train(c, starts, steps, peak)
+        peak = r["peak"]
         if kind == first:
             res = r
         per[kind] = {
@@ -487,15 +459,44 @@ def _print(res: dict, as_json: bool, title: str) -> None:
     print(json.dumps(res))
 
 
-def main(args: Any, cfg: Config) -> int:
-    """``dynaweb bench dream|train`` (``args``: the CLI namespace; options read with defaults)."""
+def live_steps_per_s(start_broker: BrokerFactory, seconds: float = 10.0) -> dict:
+    """Live collection in the same run as the dream figures: ``bench collect``'s 4-context run of
+    expert episodes (real Chromium, the settle wait of ``collector.settle_ms``, every transition
+    published to a private broker and acknowledged)."""
+    from evaluation.bench_collect import run_bench
+
+    r = run_bench(seconds=seconds, contexts=(4,), start_broker=start_broker)
+    return {"steps_per_s": r["steps_per_s_4"], "contexts": 4, "seconds": seconds}
+
+
+def main(
+    args: Any,
+    cfg: Config,
+    start_broker: BrokerFactory | None = None,
+    stack_factory: StackFactory | None = None,
+) -> int:
+    """``dynaweb bench dream|train`` (``args``: the CLI namespace; options read with defaults).
+    ``start_broker``: dream measures live collection beside it (``dream_over_live``);
+    ``stack_factory``: ``train --stream`` runs the trainer on the embedded stack."""
     starts = start_states(cfg, getattr(args, "starts", None))
     if not starts:
         raise ValueError("no start states")
     rounds = max(1, int(getattr(args, "rounds", None) or 1))
     if args.target == "dream":
         res = bench_dream(cfg, starts, int(getattr(args, "wm_tokens", None) or 48), rounds)
+        if start_broker is not None:
+            live = live_steps_per_s(start_broker)
+            res["live_steps_per_s"] = live["steps_per_s"]
+            res["dream_over_live"] = round(res["dream_steps_per_s_b16"] / live["steps_per_s"], 3)
+            res["live"] = live
         _print(res, args.json, "dream throughput (from-config models, CPU)")
+    elif args.target == "train" and getattr(args, "stream", False):
+        from evaluation.bench_train_stream import main as stream_main
+
+        if stack_factory is None:
+            raise ValueError("bench train --stream needs the stack (S3 and the broker)")
+        res = stream_main(args, cfg, stack_factory, starts)
+        _print(res, args.json, "trainer fed by the topics vs in-memory batches (same run)")
     elif args.target == "train":
         res = bench_train_tokenizers(cfg, starts, steps=max(1, rounds * 3))
         _print(res, args.json, "trainer throughput (DeepSpeed on CPU)")

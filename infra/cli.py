@@ -212,6 +212,12 @@ def _bench_command(add: AddCommand) -> None:
         "--wm-tokens", type=int, default=48, help="dream: world-model tokens generated per step"
     )
     p.add_argument(
+        "--stream",
+        action="store_true",
+        help="train: feed the trainer from the real topics (embedded stack) and compare with the "
+        "same trainer on in-memory batches (stream_over_synthetic)",
+    )
+    p.add_argument(
         "--json", action="store_true", help="only the JSON summary (always the last line)"
     )
 

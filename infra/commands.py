@@ -327,7 +327,11 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
         from infra.stack import PrivateBroker
 
         # a bench with a broker of its own is given the operations that start it
-        extra = {"start_broker": PrivateBroker} if args.target == "collect" else {}
+        extra: dict = {"start_broker": PrivateBroker} if args.target in ("collect", "dream") else {}
+        if args.target == "train" and getattr(args, "stream", False):
+            from infra.stack import Stack
+
+            extra = {"stack_factory": Stack}
         return mod.main(args, cfg, **extra) or 0
     from evaluation.bench_streams import main
     from infra.stack import PrivateBroker, Stack

@@ -22,10 +22,16 @@ from models.wm_loss import world_model_batch_loss
 
 
 def policy_update(
-    engine: Any, tokenizer: Any, trajectories: list, cfg: TrainerConfig, model_cfg: ModelConfig
+    engine: Any,
+    tokenizer: Any,
+    trajectories: list,
+    cfg: TrainerConfig,
+    model_cfg: ModelConfig,
+    prepared: dict | None = None,
 ) -> tuple:
     """``policy_batch_loss`` + the engine's step; in micro-batches of ``cfg.chunk_rows`` step rows
-    (each one forward + ``engine.backward``) where the engine allows it.  Returns
+    (each one forward + ``engine.backward``) where the engine allows it; ``prepared``: the
+    trajectories' decisions built ahead (``models.policy_loss.prepare_decisions``).  Returns
     ``(loss, stats, grad_norm, time the loss was done)``."""
     chunked = cfg.chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
     loss, stats = policy_batch_loss(
@@ -37,6 +43,7 @@ def policy_update(
         backward=chunked,
         chunk_rows=max(1, cfg.chunk_rows),
         backward_fn=engine.backward if chunked else None,
+        prepared=prepared,
     )
     t1 = time.time()
     return loss, stats, engine_step(engine, None if chunked else loss), t1

@@ -387,19 +387,35 @@ def _plan_step(rows: _Rows, d: Decision, gspo: bool, cnt: dict) -> tuple:
     return ids, k, fb, d.temperature
 
 
+def prepare_decisions(
+    tokenizer: Any, trajectories: list, max_positions: int, default_temperature: float = 1.0
+) -> dict[int, list[Decision]]:
+    """Each trajectory's ``trajectory_decisions`` (candidates and tokens: the loss's CPU work before
+    any forward) by ``id``, computed ahead: the trainer builds the next batch's while the current
+    one trains (``Trainer.prepare``) and hands them to ``policy_batch_loss(prepared=...)``."""
+    return {
+        id(tr): trajectory_decisions(tokenizer, tr.steps(), max_positions, default_temperature)
+        for tr in trajectories
+    }
+
+
 def _plan_chunk(
-    tokenizer: Any, chunk: list[tuple], max_pos: int, t_default: float, cnt: dict
+    tokenizer: Any,
+    chunk: list[tuple],
+    max_pos: int,
+    t_default: float,
+    cnt: dict,
+    prepared: dict[int, list[Decision]] | None = None,
 ) -> tuple[_Rows, list[list[tuple]]]:
-    """The micro-batch's distinct rows to score and, per item, the ``_plan_step`` of each step."""
+    """The micro-batch's distinct rows to score and, per item, the ``_plan_step`` of each step
+    (decisions from ``prepared`` where the trajectory is there, else built now)."""
     rows = _Rows()
     plan = []
-    for kind, _, _, st in chunk:
-        plan.append(
-            [
-                _plan_step(rows, d, kind == "gspo", cnt)
-                for d in trajectory_decisions(tokenizer, st, max_pos, t_default)
-            ]
-        )
+    for kind, _, tr, st in chunk:
+        ds = prepared.get(id(tr)) if prepared else None
+        if ds is None:
+            ds = trajectory_decisions(tokenizer, st, max_pos, t_default)
+        plan.append([_plan_step(rows, d, kind == "gspo", cnt) for d in ds])
     cnt["cand_rows"] += len(rows.rows)
     return rows, plan
 
@@ -515,6 +531,7 @@ def policy_batch_loss(
     backward: bool = False,
     chunk_rows: int = 32,
     backward_fn: Callable | None = None,
+    prepared: dict[int, list[Decision]] | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """GSPO on trajectories with behaviour log-probs + bc_weight * BC on expert ones (see module doc).
 
@@ -538,7 +555,7 @@ def policy_batch_loss(
     total = torch.zeros(())
     dev = next(model.parameters()).device
     for chunk in _chunk_items(split, backward, chunk_rows):
-        rows, plan = _plan_chunk(tokenizer, chunk, max_pos, t_default, tot.cnt)
+        rows, plan = _plan_chunk(tokenizer, chunk, max_pos, t_default, tot.cnt, prepared)
         per_traj = _decision_logprobs(model, tokenizer, rows, plan)
         part = torch.zeros((), device=dev)
         g_term = _gspo_term(chunk, per_traj, adv, len(gspo), cfg, tot)

@@ -44,6 +44,7 @@ from models.checkpoint import KINDS, CheckpointStore
 from models.checkpoint_writer import CheckpointWriter
 from models.component import close_component
 from models.engine import current_lr, trainer_engine
+from models.prepare import BatchPreparer
 from streams import records
 from streams.kafka import (
     assignable,
@@ -70,6 +71,8 @@ PENDING_BATCHES = 4  # policy batches polled ahead of training (Trainer.poll_int
 
 
 class Trainer:
+    preparer: BatchPreparer | None = None  # builds the next batch ahead (set up with the tokenizer)
+
     def __init__(self, cfg: Config, stop: threading.Event | None = None):
         self.cfg = cfg
         self.stop = stop or threading.Event()
@@ -127,6 +130,9 @@ class Trainer:
             dirs.get("world_model") and dirs["world_model"] / "hf",
         )
         self.policy_model, self.tokenizer = models["policy"]
+        self.preparer = BatchPreparer(
+            self.tokenizer, self.cfg.model.max_positions, self.cfg.trainer.policy_temperature
+        )
         self.wm_model, self.wm_tokenizer = models["world_model"]
         tc = self.cfg.trainer
         self.p_engine = trainer_engine(
@@ -327,7 +333,8 @@ class Trainer:
             self._advance(topic, partition, next_offset)
             return False
         t0 = time.time()
-        trajs = self.drop_stale(batch.trajs())
+        all_trajs, prepared = self.preparer.take(batch) if self.preparer else (batch.trajs(), None)
+        trajs = self.drop_stale(all_trajs)
         if batch.kind == "mixed" and all(t.source == "expert" for t in trajs):
             M.TRAINER_BATCH_KIND.labels(self.run, "stale_skipped").inc()
             self._count_consumed(batch)
@@ -335,7 +342,7 @@ class Trainer:
             return False
         self.p_engine.train()
         loss, stats, gn, t1 = policy_update(
-            self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model
+            self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model, prepared
         )
         t2 = time.time()
         self.policy_steps += 1
@@ -457,7 +464,10 @@ class Trainer:
             did = False
             while pending and pending[0][0] is None:
                 self.policy_step(pending.popleft())  # skipped records: advance the offset only
-            if pending and self.policy_step(pending.popleft()):
+            item = pending.popleft() if pending else None
+            if self.preparer is not None:
+                self.preparer.prepare(pending)  # the next batch, while this one trains
+            if item is not None and self.policy_step(item):
                 did = True
                 due = self.policy_steps % tc.checkpoint_every == 0
                 if due or time.time() - self.last_ckpt_time > tc.checkpoint_every_s:
@@ -501,6 +511,8 @@ class Trainer:
         return r <= 0 or self.wm_steps < r * max(1, self.policy_steps)
 
     def close(self) -> None:
+        if self.preparer is not None:
+            self.preparer.close()
         close_component(self.consumer, self.pub, self.work)
 
 

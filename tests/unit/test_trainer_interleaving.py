@@ -110,6 +110,7 @@ def _trainer(**trainer: object) -> Trainer:
     tr.policy_steps = tr.wm_steps = tr.version = 0
     tr.last_ckpt_time = time.time()
     tr.pub = SimpleNamespace(check=lambda: None)
+    tr.preparer = None  # no tokenizer: batches are not prepared ahead
     tr.order = []
 
     def policy_step(item: tuple) -> bool:
