@@ -35,6 +35,7 @@ done; the step limit (the horizon) truncates.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -116,8 +117,11 @@ def dream_rollouts(
     greedy: bool = False,
     sample_world: bool = False,
     batch: int | None = None,
+    abort: Callable[[], bool] | None = None,
 ) -> list[Rollout]:
     """G rollouts per start state (sharing a fresh group id), at most ``horizon`` steps.
+    ``abort``: asked before each step after the first; when it says so the round is given up
+    and nothing is returned (the dream generator: a new checkpoint was announced).
 
     ``start_states``: Observations (or objects with ``.obs``).  Step dict keys:
     obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob =
@@ -135,7 +139,9 @@ def dream_rollouts(
             rollouts.append(ro)
             state.append((ro, obs, []))
     cap = batch or len(state) or 1
-    for _ in range(horizon):
+    for h in range(horizon):
+        if h and abort is not None and abort():
+            return []
         active = [k for k, (ro, _, _) in enumerate(state) if not (ro and ro[-1]["done"])]
         if not active:
             break

@@ -104,6 +104,7 @@ class Dreamer:
         self._runners: tuple | None = None
         self.consumer = None
         self._announced = threading.Event()  # set by the watcher's thread, taken by poll()
+        self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.reload_clock = ReloadClock(self.run, "dream")
         self.watcher = CheckpointWatcher(
             cfg.kafka,
@@ -190,6 +191,9 @@ class Dreamer:
         pr, wr = self.runners()
         pv, wv = self.slots["policy"].version, self.slots["world_model"].version
         t0 = time.time()
+        # a checkpoint announced mid-round: give the round up and dream with it at once (the
+        # round after an abandoned one always completes, so frequent checkpoints cannot starve)
+        abort = None if self.abandoned_last else self._announced.is_set
         with torch.no_grad():
             rollouts = dream_rollouts(
                 pr,
@@ -198,7 +202,12 @@ class Dreamer:
                 cfg.group_size,
                 cfg.horizon,
                 temperature=cfg.temperature,
+                abort=abort,
             )
+        self.abandoned_last = not rollouts
+        if not rollouts:
+            M.DREAM_ABANDONED.labels(self.run).inc()
+            return 0
         n = 0
         successes = 0
         per_task: dict[str, list[int]] = {}
@@ -262,8 +271,17 @@ class Dreamer:
         if self.rate_factor < 1.0 or limit:
             # back-pressure: stretch this round so the rate scales with the factor
             target = n / limit if limit else elapsed / self.rate_factor
-            self.stop.wait(max(0.0, target - elapsed))
+            self._pace(time.time() + max(0.0, target - elapsed))
         return n
+
+    def _pace(self, until: float) -> None:
+        """Wait until ``until``, or less: a stop or a checkpoint's announcement ends the wait (a
+        reload is never held back by back-pressure pacing)."""
+        while not self.stop.is_set() and not self._announced.is_set():
+            left = until - time.time()
+            if left <= 0:
+                return
+            self.stop.wait(min(left, 0.1))
 
     def loop(self) -> None:
         while not self.stop.is_set():

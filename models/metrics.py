@@ -123,6 +123,12 @@ TRAINER_SOURCE_NONZERO = Gauge(
 # --- dream generator ---------------------------------------------------------
 DREAM_STEPS = Counter("dynaweb_dream_steps_total", "Dreamed transitions published.", ["run"])
 DREAM_ROLLOUTS = Counter("dynaweb_dream_rollouts_total", "Dreamed rollouts published.", ["run"])
+DREAM_ABANDONED = Counter(
+    "dynaweb_dream_rounds_abandoned_total",
+    "Dream rounds given up because a new checkpoint was announced mid-round (the next round "
+    "runs with it; never two in a row).",
+    ["run"],
+)
 DREAM_ROLLOUT_LEN = Histogram(
     "dynaweb_dream_rollout_length_steps",
     "Dream rollout length.",

@@ -1,0 +1,94 @@
+"""Hot reload in the dream generator: a round is given up when a checkpoint is announced mid-round
+(never two rounds in a row), and back-pressure pacing never holds a reload back."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from types import SimpleNamespace
+
+from core.config import load_config
+from core.spaces import Observation, parse_action
+from models import metrics as M
+from models.dream_env import dream_rollouts
+from models.dreamer import Dreamer, StartState
+from models.world_model import Prediction
+
+PAGE = Observation(
+    instruction="Click OK",
+    url="http://127.0.0.1/t",
+    tree='[1] button "OK"\n[2] button "No"',
+    next_id=3,
+)
+
+
+class _Policy:
+    def __init__(self):
+        self.calls = 0
+
+    def act(self, obs_b, hist, temperature=1.0, greedy=False):
+        self.calls += 1
+        return [(parse_action("click(2)"), -0.7, 3) for _ in obs_b]
+
+
+class _SamePage:
+    def predict(self, obs_list, actions, sample=False):
+        return [Prediction(o, 0.0, False, True, "", "") for o in obs_list]
+
+
+def test_rollouts_are_given_up_when_abort_says_so_after_the_first_step():
+    pol = _Policy()
+    full = dream_rollouts(pol, _SamePage(), [PAGE], group_size=2, horizon=4, abort=lambda: False)
+    assert len(full) == 2 and all(len(r) == 4 for r in full)
+    asked = []
+
+    def abort():
+        asked.append(pol.calls)
+        return len(asked) >= 2  # a checkpoint arrives during the second step
+
+    pol.calls = 0
+    assert dream_rollouts(pol, _SamePage(), [PAGE], group_size=2, horizon=4, abort=abort) == []
+    assert asked == [1, 2] and pol.calls == 2  # asked before steps 2 and 3; step 3 never ran
+
+
+def _dreamer() -> Dreamer:
+    cfg = load_config(env={"DYNAWEB_RUN_ID": "abandon"})
+    d = object.__new__(Dreamer)  # no Kafka, no S3: the round's bookkeeping only
+    d.cfg, d.run, d.stop = cfg, cfg.run_id, threading.Event()
+    d.rng, d.producer_id, d.rate_factor, d.steps_published = random.Random(0), "p", 1.0, 0
+    d.starts = deque([StartState(PAGE, "miniwob/click-test", 1)])
+    d.slots = {"policy": SimpleNamespace(version=3), "world_model": SimpleNamespace(version=3)}
+    d.runners = lambda: (_Policy(), _SamePage())
+    d.sent = []
+    d.pub = SimpleNamespace(send=lambda topic, rec, key=None: d.sent.append(rec))
+    d.topics = SimpleNamespace(dream="dream")
+    d.reload_clock = SimpleNamespace(used=lambda v: None)
+    d._announced, d.abandoned_last = threading.Event(), False
+    return d
+
+
+def test_a_round_is_abandoned_for_an_announcement_but_never_two_in_a_row():
+    d = _dreamer()
+    given_up = M.DREAM_ABANDONED.labels(d.run)
+    before = given_up._value.get()
+    assert d.dream_once() > 0 and not d.abandoned_last  # nothing announced: the round completes
+    d._announced.set()  # announced (and not yet taken by poll) during the next round
+    assert d.dream_once() == 0 and d.abandoned_last
+    assert given_up._value.get() == before + 1
+    n = len(d.sent)
+    assert d.dream_once() > 0 and not d.abandoned_last  # the round after an abandoned one completes
+    assert len(d.sent) > n and given_up._value.get() == before + 1
+
+
+def test_pacing_ends_at_an_announcement():
+    d = _dreamer()
+    t0 = time.time()
+    threading.Timer(0.2, d._announced.set).start()
+    d._pace(time.time() + 30)
+    assert time.time() - t0 < 5
+    d._announced.clear()
+    t0 = time.time()
+    d._pace(time.time() + 0.3)  # no announcement: the whole wait
+    assert time.time() - t0 >= 0.29
