@@ -344,6 +344,7 @@ def run(
         "restarts": watch.restarts(),
         "checkpoints": watch.checkpoint_report(),
         "load": watch.load_report(),
+        "cpu": watch.cpu_report(),
         "progress": _progress_totals(watch),
         "read_errors": [],
     }

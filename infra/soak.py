@@ -27,10 +27,14 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1024 * 1024
 
 
-def tree_rss(pid: int, proc: Path = Path("/proc")) -> int:
-    """Resident bytes of process ``pid`` and all its descendants (a collector's Playwright driver
-    and Chromium start their own process groups, so the tree is followed, not the group)."""
-    rss: dict[int, int] = {}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int, proc: Path) -> list[list[str]]:
+    """The ``stat`` fields (after ``pid (comm) ``) of ``pid`` and all its descendants (a
+    collector's Playwright driver and Chromium start their own process groups, so the tree is
+    followed, not the group)."""
+    stats: dict[int, list[str]] = {}
     children: dict[int, list[int]] = defaultdict(list)
     for d in proc.iterdir():
         if not d.name.isdigit():
@@ -40,14 +44,25 @@ def tree_rss(pid: int, proc: Path = Path("/proc")) -> int:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid ...
-        rss[int(d.name)] = int(fields[21]) * PAGE
+        stats[int(d.name)] = fields
         children[int(fields[1])].append(int(d.name))
-    total, todo = 0, [pid]
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
+        if p in stats:
+            out.append(stats[p])
         todo.extend(children.get(p, ()))
-    return total
+    return out
+
+
+def tree_rss(pid: int, proc: Path = Path("/proc")) -> int:
+    """Resident bytes of process ``pid`` and all its descendants."""
+    return sum(int(f[21]) * PAGE for f in _tree(pid, proc))
+
+
+def tree_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
+    """CPU seconds (user + system, with reaped children's) of ``pid`` and all its descendants."""
+    return sum(sum(int(x) for x in f[11:15]) for f in _tree(pid, proc)) / TICK
 
 
 def stable_id(labels: dict) -> str:
@@ -80,8 +95,12 @@ class Watch:
         self.pids: dict[str, list[int]] = defaultdict(list)  # component_id -> pids in order
         self.versions: list[tuple[float, float]] = []  # (t, trainer policy version)
         self.load: list[float] = []  # the machine's 1-minute load average at each sample
+        self.cpu: dict[str, dict[int, list[float]]] = defaultdict(
+            dict
+        )  # cid -> pid -> [first, last]
         self.last: dict[tuple, float] = {}  # (name, labels) -> total at the last sample
         self.started = time.time()
+        self.last_sample: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-watch", daemon=True)
         self._lock = threading.Lock()
@@ -100,7 +119,7 @@ class Watch:
             self.sample()
 
     def sample(self) -> None:
-        now = time.time()
+        now = self.last_sample = time.time()
         self.load.append(os.getloadavg()[0])
         for _f, entry in run_targets(self.cfg):
             cid, pid = stable_id(entry["labels"]), int(entry["labels"]["pid"])
@@ -109,6 +128,8 @@ class Watch:
             rss = tree_rss(pid)
             if rss:
                 self.memory[cid].append((now, pid, rss))
+                cpu = tree_cpu_s(pid)
+                self.cpu[cid].setdefault(pid, [cpu, cpu])[1] = cpu
         samples = self.totals.samples(scrape_targets(self.cfg))
         with self._lock:
             for name, labels, value in samples:
@@ -136,6 +157,22 @@ class Watch:
         if not self.load:
             return {"mean": None, "max": None}
         return {"mean": round(sum(self.load) / len(self.load), 2), "max": round(max(self.load), 2)}
+
+    def cpu_report(self) -> dict:
+        """How the cores were shared: per component, the cores its process tree kept busy on
+        average between the first and the last sample (every process of it, restarts included),
+        and the components together against the machine's cores."""
+        wall = max(1e-9, (self.last_sample or self.started) - self.started)
+        per = {
+            cid: round(sum(b - a for a, b in pids.values()) / wall, 3)
+            for cid, pids in sorted(self.cpu.items())
+        }
+        return {
+            "cores": per,
+            "components_total": round(sum(per.values()), 3),
+            "machine_cores": os.cpu_count(),
+            "over_s": round(wall),
+        }
 
     def restarts(self) -> dict[str, int]:
         return {cid: len(pids) - 1 for cid, pids in sorted(self.pids.items())}
@@ -236,6 +273,12 @@ def render(rep: dict) -> str:
     )
     for err in rep.get("read_errors", []):
         lines.append(f"read error: {err}")
+    if rep.get("cpu"):
+        cores = ", ".join(f"{k} {v}" for k, v in rep["cpu"]["cores"].items())
+        lines.append(
+            f"cores busy: {cores} (components {rep['cpu']['components_total']} of "
+            f"{rep['cpu']['machine_cores']})"
+        )
     if rep.get("load"):
         lines.append(f"load average (1 min): mean {rep['load']['mean']}, max {rep['load']['max']}")
     return "\n".join(lines)

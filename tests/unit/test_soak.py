@@ -120,3 +120,30 @@ def test_flood_records_are_malformed() -> None:
 def test_stable_id_drops_the_pid_of_a_default_id() -> None:
     assert stable_id({"component_id": "dream-vm-3346", "pid": "3346"}) == "dream-vm"
     assert stable_id({"component_id": "collector-expert-r1", "pid": "77"}) == "collector-expert-r1"
+
+
+def _proc_cpu(root: Path, pid: int, ppid: int, ticks: int) -> None:
+    d = root / str(pid)
+    d.mkdir()
+    rest = ["S", str(ppid)] + ["0"] * 9 + [str(ticks), str(ticks), "0", "0"] + ["0"] * 30
+    (d / "stat").write_text(f"{pid} (x) " + " ".join(rest) + "\n")
+
+
+def test_tree_cpu_sums_user_and_system_time_of_the_tree(tmp_path: Path) -> None:
+    from infra.soak import TICK, tree_cpu_s
+
+    _proc_cpu(tmp_path, 10, 1, 100)
+    _proc_cpu(tmp_path, 11, 10, 50)
+    _proc_cpu(tmp_path, 20, 1, 999)
+    assert tree_cpu_s(10, tmp_path) == 300 / TICK
+    assert tree_cpu_s(11, tmp_path) == 100 / TICK
+
+
+def test_cpu_report_counts_every_process_of_a_component() -> None:
+    w = Watch(Config())
+    w.started, w.last_sample = 1000.0, 1100.0
+    w.cpu["trainer"] = {5: [10.0, 60.0], 6: [0.0, 30.0]}  # restarted once: both processes count
+    w.cpu["dream"] = {7: [5.0, 25.0]}
+    rep = w.cpu_report()
+    assert rep["cores"] == {"dream": 0.2, "trainer": 0.8}
+    assert rep["components_total"] == 1.0 and rep["over_s"] == 100
