@@ -233,8 +233,12 @@ class KillingExpert(ExpertAgent):
         if self.starts >= 2 and not self.killed and any(len(h) == 1 for h in histories):
             self.killed = sorted(self.pids())
             assert len(self.killed) == 1, self.killed
-            os.kill(self.killed[0], signal.SIGKILL)
-            psutil.wait_procs([psutil.Process(self.killed[0])], timeout=10)
+            try:
+                proc = psutil.Process(self.killed[0])
+            except psutil.NoSuchProcess:  # gone between listing and killing
+                return out
+            os.kill(proc.pid, signal.SIGKILL)
+            psutil.wait_procs([proc], timeout=10)
         return out
 
 
