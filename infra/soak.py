@@ -189,11 +189,22 @@ class Watch:
             born = longest[0][0]
             settled = [(t, rss / MB) for t, rss in longest if t - born >= settle_s]
             growth = slope_per_h(settled)
+            # the same over the second half of that window: a leak keeps its slope, warm-up
+            # (allocator arenas, caches filling) flattens out
+            late = (
+                [p for p in settled if p[0] >= (settled[0][0] + settled[-1][0]) / 2]
+                if settled
+                else []
+            )
+            late_growth = slope_per_h(late)
             out[cid] = {
                 "first_mb": round(pts[0][2] / MB, 1),
                 "last_mb": round(pts[-1][2] / MB, 1),
                 "max_mb": round(max(r for _t, _p, r in pts) / MB, 1),
                 "growth_mb_per_h": None if growth is None else round(growth, 1),
+                "growth_mb_per_h_second_half": None
+                if late_growth is None
+                else round(late_growth, 1),
                 "measured_over_s": round(settled[-1][0] - settled[0][0]) if settled else 0,
             }
         return out
@@ -258,13 +269,16 @@ def render(rep: dict) -> str:
             f"  {name:44s} {t['acked']:8d} {t['read']:8d} {t['distinct']:9d}  {t['complete']}"
         )
     lines.append(
-        f"  {'component':40s} {'first MB':>9s} {'last MB':>8s} {'max MB':>7s} {'MB/h':>6s} restarts"
+        f"  {'component':40s} {'first MB':>9s} {'last MB':>8s} {'max MB':>7s} {'MB/h':>6s} "
+        f"{'late MB/h':>9s} restarts"
     )
     for cid, m in rep["memory"].items():
         g = "-" if m["growth_mb_per_h"] is None else f"{m['growth_mb_per_h']:.1f}"
+        late = m.get("growth_mb_per_h_second_half")
+        gl = "-" if late is None else f"{late:.1f}"
         lines.append(
             f"  {cid:40s} {m['first_mb']:9.1f} {m['last_mb']:8.1f} {m['max_mb']:7.1f} {g:>6s} "
-            f"{rep['restarts'].get(cid, 0)}"
+            f"{gl:>9s} {rep['restarts'].get(cid, 0)}"
         )
     c = rep["checkpoints"]
     lines.append(

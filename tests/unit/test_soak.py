@@ -147,3 +147,13 @@ def test_cpu_report_counts_every_process_of_a_component() -> None:
     rep = w.cpu_report()
     assert rep["cores"] == {"dream": 0.2, "trainer": 0.8}
     assert rep["components_total"] == 1.0 and rep["over_s"] == 100
+
+
+def test_memory_report_tells_a_plateau_from_a_leak() -> None:
+    w = _watch()
+    # warm-up: +360 MB/h for 1,000 s, then flat; a leak: +36 MB/h throughout
+    w.memory["dream"] = [(t, 1, int((200 + min(t, 1000) / 10) * MB)) for t in range(0, 3000, 10)]
+    w.memory["trainer"] = [(t, 2, int((300 + t / 100) * MB)) for t in range(0, 3000, 10)]
+    rep = w.memory_report(settle_s=300)
+    assert rep["dream"]["growth_mb_per_h"] > 36 and rep["dream"]["growth_mb_per_h_second_half"] == 0
+    assert rep["trainer"]["growth_mb_per_h_second_half"] == pytest.approx(36.0, abs=0.5)
