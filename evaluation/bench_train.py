@@ -157,10 +157,49 @@ class FixedLengthWM:
             r.max_change_tokens, r.ignore_eos = old
 
 
+class TimedPolicy:
+    """A ``PolicyRunner`` whose ``act`` time is added up (the dream's policy share)."""
+
+    def __init__(self, runner: Any):
+        self.runner, self.seconds = runner, 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runner, name)
+
+    def act(self, *a: Any, **k: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self.runner.act(*a, **k)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+
+def _dream_cost(steps: int, secs: float, policy_s: float) -> dict:
+    """Where a dream step's time goes (policy acting, world-model prefill, world-model decode,
+    the rest) and its tokens (world-model prompt and generated tokens per step)."""
+    from models.wm_decoding import PHASES
+
+    rest = secs - policy_s - PHASES.prefill_s - PHASES.decode_s
+    share = lambda x: round(x / max(secs, 1e-9), 3)  # noqa: E731
+    return {
+        "share": {
+            "policy": share(policy_s),
+            "wm_prefill": share(PHASES.prefill_s),
+            "wm_decode": share(PHASES.decode_s),
+            "other": share(rest),
+        },
+        "ms_per_step": round(1000 * secs / max(1, steps), 2),
+        "wm_prompt_tokens_per_step": round(PHASES.prefill_tokens / max(1, steps), 1),
+        "wm_generated_tokens_per_step": round(PHASES.decode_tokens / max(1, steps), 1),
+        "wm_decode_tokens_per_s": round(PHASES.decode_tokens / max(PHASES.decode_s, 1e-9), 1),
+    }
+
+
 def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: int = 1) -> dict:
     from models.dream_env import dream_rollouts
     from models.policy import PolicyRunner, make_policy
     from models.prompts import policy_prompt_ids
+    from models.wm_decoding import PHASES
     from models.world_model import WorldModelRunner, make_world_model
 
     torch.set_num_threads(cfg.threads)
@@ -168,6 +207,7 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
     pol, ptok = make_policy(cfg.model)
     wm, wtok = make_world_model(cfg.model)
     pr = PolicyRunner(pol, ptok, cfg.model, seed=0)
+    timed = TimedPolicy(pr)
     wr = FixedLengthWM(WorldModelRunner(wm, wtok, cfg), wm_tokens)
     G, H = cfg.dream.group_size, cfg.dream.horizon
     per_round = max(1, 16 // G)
@@ -176,17 +216,22 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
     def run(batch: int, k0: int, n_starts: int = per_round, group: int = G) -> tuple[int, float]:
         sel = [obs[(k0 + i) % len(obs)] for i in range(n_starts)]
         t0 = time.perf_counter()
-        ros = dream_rollouts(pr, wr, sel, group, H, temperature=cfg.dream.temperature, batch=batch)
+        ros = dream_rollouts(
+            timed, wr, sel, group, H, temperature=cfg.dream.temperature, batch=batch
+        )
         return sum(len(r) for r in ros), time.perf_counter() - t0
 
     run(16, 0)  # warm-up (allocator, first-call overheads)
     res = {}
     for b in (1, 16):
         steps, secs = 0, 0.0
+        PHASES.reset()
+        timed.seconds = 0.0
         for r in range(rounds):
             s, t = run(b, r * per_round)
             steps, secs = steps + s, secs + t
         res[b] = (steps, secs)
+    where = _dream_cost(steps, secs, timed.seconds)  # of the batch-16 rounds
     # 16 rollouts from 16 distinct pages (G = 1): what batching gives without any shared page
     steps, secs = run(16, 3, n_starts=16, group=1)
     distinct = steps / secs
@@ -211,6 +256,7 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
         "dream_steps_per_s_b16": round(b16, 3),
         "b16_over_b1": round(b16 / b1, 3),
         "dream_steps_per_s_b16_distinct_pages": round(distinct, 3),
+        "dream_cost_b16": where,
         "policy_tokens_per_s": round(logical / pt, 1),
         "policy_model_tokens_per_s": round(pr.stats["tokens"] / pt, 1),
         "policy_ms_per_page": round(1000 * pt / len(pages), 1),

@@ -105,6 +105,7 @@ class Dreamer:
         self.consumer = None
         self._announced = threading.Event()  # set by the watcher's thread, taken by poll()
         self.abandoned_last = False  # the last round was given up for a new checkpoint
+        self.first_round = True  # no round has run with the loaded weights yet
         self.reload_clock = ReloadClock(self.run, "dream")
         self.watcher = CheckpointWatcher(
             cfg.kafka,
@@ -138,6 +139,7 @@ class Dreamer:
             changed |= slot.poll() if poll else slot.refresh()
         if changed:
             self._runners = None
+            self.first_round = True
 
     @property
     def ready(self) -> bool:
@@ -186,7 +188,9 @@ class Dreamer:
         from models.dream_env import dream_rollouts
 
         cfg = self.cfg.dream
-        n_start = max(1, cfg.batch // cfg.group_size)
+        # the first round with new weights dreams one group: its group is out in half the time
+        # of a full round (the reload's latency to first use), the next rounds are full
+        n_start = 1 if self.first_round else max(1, cfg.batch // cfg.group_size)
         starts = [self.rng.choice(self.starts) for _ in range(n_start)]
         pr, wr = self.runners()
         pv, wv = self.slots["policy"].version, self.slots["world_model"].version
@@ -205,6 +209,7 @@ class Dreamer:
                 abort=abort,
             )
         self.abandoned_last = not rollouts
+        self.first_round = self.first_round and not rollouts
         if not rollouts:
             M.DREAM_ABANDONED.labels(self.run).inc()
             return 0

@@ -18,6 +18,7 @@ given prompt positions, read from those two passes: the reward/done heads' input
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -277,6 +278,32 @@ def _decode_loop(
     return gen
 
 
+class _Phases:
+    """Running totals of the generation's two phases in this process (``dynaweb bench dream``
+    reads them): seconds and tokens in the prefill (every prompt token, shared prefixes once in
+    compute but counted per row here) and in the decode loop (tokens generated)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.prefill_s = self.decode_s = 0.0
+        self.prefill_tokens = self.decode_tokens = 0
+        self.calls = 0
+
+    def add(
+        self, prefill_s: float, decode_s: float, prefill_tokens: int, decode_tokens: int
+    ) -> None:
+        self.prefill_s += prefill_s
+        self.decode_s += decode_s
+        self.prefill_tokens += prefill_tokens
+        self.decode_tokens += decode_tokens
+        self.calls += 1
+
+
+PHASES = _Phases()
+
+
 def generate_tokens(
     model: Any,
     prompts: list[list[int]],
@@ -295,6 +322,7 @@ def generate_tokens(
     ``hidden_positions[b]`` (default: its last prompt token), (B, d), read from the prefill passes
     (``output_hidden_states`` on them, no extra forward; else None).  Call under
     ``torch.no_grad()``."""
+    t0 = time.perf_counter()
     lay = _layout(prompts, new, max_positions)
     cache = preallocated_cache(lay.Pp + lay.S + new)
     keep = torch.zeros(len(prompts), lay.Pp + lay.S + new, dtype=torch.bool)
@@ -307,6 +335,7 @@ def generate_tokens(
         positions = hidden_positions or [[len(p) - 1] for p in prompts]
         last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions)
     plen = torch.tensor([len(p) for p in prompts])
+    t1 = time.perf_counter()
     gen = _decode_loop(
         model,
         out.logits[:, -1],
@@ -320,4 +349,5 @@ def generate_tokens(
         temperature,
         ignore_eos,
     )
+    PHASES.add(t1 - t0, time.perf_counter() - t1, sum(len(p) for p in prompts), sum(map(len, gen)))
     return gen, last_hidden

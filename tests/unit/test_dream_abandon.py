@@ -65,7 +65,7 @@ def _dreamer() -> Dreamer:
     d.pub = SimpleNamespace(send=lambda topic, rec, key=None: d.sent.append(rec))
     d.topics = SimpleNamespace(dream="dream")
     d.reload_clock = SimpleNamespace(used=lambda v: None)
-    d._announced, d.abandoned_last = threading.Event(), False
+    d._announced, d.abandoned_last, d.first_round = threading.Event(), False, False
     return d
 
 
@@ -92,3 +92,17 @@ def test_pacing_ends_at_an_announcement():
     t0 = time.time()
     d._pace(time.time() + 0.3)  # no announcement: the whole wait
     assert time.time() - t0 >= 0.29
+
+
+def test_the_first_round_with_new_weights_dreams_one_group():
+    d = _dreamer()
+    d.starts.append(StartState(PAGE, "miniwob/click-test", 2))
+    G, full = d.cfg.dream.group_size, d.cfg.dream.batch // d.cfg.dream.group_size
+    assert full >= 2
+    d.first_round = True  # as refresh_models leaves it after loading a new version
+    n1 = d.dream_once()
+    groups = {r.group_id for r in d.sent}
+    assert len(groups) == 1 and not d.first_round
+    d.sent.clear()
+    d.dream_once()
+    assert len({r.group_id for r in d.sent}) == full and n1 > 0 and G > 1
