@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from collectors.experts import EXPERTS, WAIT, Expert
+from collectors.perturbed import PerturbedExpertAgent
 from collectors.random_policy import RandomPolicy
 from core.config import Config
 from core.spaces import Action, Observation
@@ -98,12 +99,15 @@ class RandomAgent:
 
 
 def default_agent_factory(cfg: Config) -> Agent:
-    """``collector.policy``: ``expert`` or ``random`` (``latest`` needs a model agent from the caller)."""
+    """``collector.policy``: ``expert``, ``random`` or ``perturbed`` (``latest`` needs a model agent
+    from the caller)."""
     p = cfg.collector.policy
     if p == "expert":
         return ExpertAgent()
     if p == "random":
         return RandomAgent()
+    if p == "perturbed":
+        return PerturbedExpertAgent(ExpertAgent(), cfg.collector.perturb_prob)
     raise ValueError(f"collector.policy={p!r} needs an agent_factory that loads the policy model")
 
 

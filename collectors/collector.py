@@ -399,6 +399,8 @@ class _Collector:
             candidates_hash=str(pinfo.get("candidates_hash") or ""),
             info={k: info[k] for k in _INFO_KEYS if info.get(k)},
         )
+        if pinfo.get("perturbed"):  # a near miss of the perturbed expert (collectors/perturbed.py)
+            rec.info["perturbed"] = str(pinfo["perturbed"])
         if pinfo.get("temperature") is not None:  # the T of behaviour_logprob = log pi_T
             rec.info["temperature"] = float(pinfo["temperature"])
         return rec

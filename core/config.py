@@ -110,7 +110,14 @@ class CollectorConfig:
     tasks: list = _f(
         ["miniwob/click-button", "miniwob/click-link", "miniwob/enter-text"], "Tasks to collect on."
     )
-    policy: Literal["expert", "latest", "random"] = _f("expert", "expert, latest or random.")
+    policy: Literal["expert", "latest", "random", "perturbed"] = _f(
+        "expert",
+        "expert, latest, random or perturbed (the expert with near misses, "
+        "collectors/perturbed.py).",
+    )
+    perturb_prob: float = _f(
+        0.25, "perturbed: chance of a near miss (wrong element, option or text) at each step."
+    )
     contexts: int = _f(2, "Browser contexts (one page each) run concurrently.")
     seed_start: int = _f(0, "First training seed.")
     seed_stop: int = _f(
@@ -325,6 +332,11 @@ class UpConfig:
         4.0,
         "Rate limit of that collector: real data is meant to be scarce, and "
         "CPU left to the trainer is worth more than surplus expert steps.",
+    )
+    perturbed_collectors: int = _f(
+        0,
+        "Perturbed-expert collectors started by `up` (collector.policy=perturbed, 1 context "
+        "each, at expert_steps_per_s): near misses beside the successes for the world model.",
     )
     policy_collectors: int = _f(
         1,

@@ -85,7 +85,7 @@ def _component_commands(add: AddCommand) -> None:
     """``collect``, ``stream-worker``, ``train``, ``dream``: the long-running components."""
     p = add("collect", "run a Playwright collector (joins a running system)")
     p.add_argument("--tasks", help="comma separated task names (default: config)")
-    p.add_argument("--policy", choices=["expert", "latest", "random"], help="who acts")
+    p.add_argument("--policy", choices=["expert", "latest", "random", "perturbed"], help="who acts")
     p.add_argument("--contexts", type=int, help="browser contexts (one page each)")
     p.add_argument("--max-episodes", type=int, help="stop after N episodes")
     p.add_argument("--id", dest="collector_id", help="collector id (default host-pid)")

@@ -42,6 +42,18 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
         "--set",
         f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}",
     ]
+    for i in range(cfg.up.perturbed_collectors):
+        comps[f"collector-perturbed-{i}"] = [
+            "collect",
+            "--policy",
+            "perturbed",
+            "--contexts",
+            "1",
+            "--id",
+            f"collector-perturbed-{i}-{cfg.run_id}",
+            "--set",
+            f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}",
+        ]
     if cfg.gate.enabled:  # candidates become LATEST only through the gate's probes
         comps["gate"] = ["gate"]
     for i in range(cfg.up.policy_collectors):
