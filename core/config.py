@@ -322,6 +322,12 @@ class DreamConfig:
         "with either decoding.",
     )
     start_pool: int = _f(256, "Real start states kept.")
+    start_from: Literal["any", "first"] = _f(
+        "any",
+        "Dream start states: 'any' real step's page (expert and live), or 'first' (step-0 pages "
+        "only). A dream from a later step starts with an empty action history, as its trajectory "
+        "is rebuilt by the trainer (its own steps only), so the behaviour log-probs match.",
+    )
     rate_limit_per_s: float = _f(0.0, "Max dream steps/s (0 = unlimited; back-pressure lowers it).")
 
 

@@ -173,7 +173,9 @@ class Dreamer:
                 if isinstance(rec, records.Control) and rec.kind == "backpressure":
                     self.rate_factor = max(0.01, min(1.0, float(rec.value)))
                     M.DREAM_RATE_FACTOR.labels(self.run).set(self.rate_factor)
-                elif isinstance(rec, records.Transition) and rec.step == 0:
+                elif isinstance(rec, records.Transition) and (
+                    rec.step == 0 or self.cfg.dream.start_from == "any"
+                ):
                     self.starts.append(
                         StartState(Observation.from_dict(rec.obs), rec.task, rec.seed)
                     )

@@ -106,3 +106,27 @@ def test_the_first_round_with_new_weights_dreams_one_group():
     d.sent.clear()
     d.dream_once()
     assert len({r.group_id for r in d.sent}) == full and n1 > 0 and G > 1
+
+
+def _transition(step: int) -> bytes:
+    from streams import records
+
+    rec = records.Transition(
+        run_id="abandon", episode_id="e1", step=step, task="miniwob/click-test", seed=4,
+        source="expert", policy_version=0, world_model_version=0, obs=PAGE.to_dict(),
+        action="click(1)", next_obs=PAGE.to_dict(), reward=0.0, done=False,
+    )  # fmt: skip
+    return records.encode(rec)
+
+
+def test_dreams_start_from_any_real_step_or_only_the_first():
+    for start_from, expected in (("any", [0, 2]), ("first", [0])):
+        d = _dreamer()
+        d.cfg.dream.start_from = start_from
+        d.starts.clear()
+        msgs = [SimpleNamespace(value=_transition(s)) for s in (0, 2)]
+        d.consumer = SimpleNamespace(poll=lambda timeout_ms, msgs=msgs: {"tp": msgs})
+        d.slots = {k: SimpleNamespace(poll_due=lambda: False) for k in ("policy", "world_model")}
+        d.poll(0)
+        assert len(d.starts) == len(expected), start_from
+        assert all(s.task == "miniwob/click-test" and s.seed == 4 for s in d.starts)
