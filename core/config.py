@@ -322,6 +322,17 @@ class DreamConfig:
         "with either decoding.",
     )
     start_pool: int = _f(256, "Real start states kept.")
+    wm_gate: bool = _f(
+        False,
+        "Dream only with a world model that beats 'nothing changes' on held-out real transitions "
+        "(models/wm_gate.py; off by default: a run from scratch starts at the baseline).",
+    )
+    wm_gate_margin: float = _f(
+        0.0, "wm_gate: exact-match margin over 'nothing changes' the world model must reach."
+    )
+    wm_gate_min_samples: int = _f(
+        32, "wm_gate: held-out transitions the margin must be measured on."
+    )
     start_from: Literal["any", "first"] = _f(
         "any",
         "Dream start states: 'any' real step's page (expert and live), or 'first' (step-0 pages "

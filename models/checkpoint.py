@@ -386,6 +386,7 @@ class ModelSlot:
         self.model: Any = None
         self.tokenizer: Any = None
         self.refused: set[int] = set()
+        self.extra: dict = {}  # the loaded version's manifest ``extra``
         self._read_at: float | None = None  # when LATEST was last read
         if poll_s > 0:
             M.DREAM_POLL_RELOADS.labels(run, kind)  # export 0 before the first poll reload
@@ -425,7 +426,7 @@ class ModelSlot:
         t0 = time.time()
         dest = self.work / f"{self.kind}-{version}"
         try:
-            self.store.download(self.kind, version, dest, manifest_sha256)
+            manifest = self.store.download(self.kind, version, dest, manifest_sha256)
         except CorruptCheckpoint as e:
             log.error("refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version)
             M.DREAM_RELOADS.labels(self.run, self.kind, "refused").inc()
@@ -440,6 +441,7 @@ class ModelSlot:
         model.eval()
         old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
         self.model, self.tokenizer, self.version = model, tok, version
+        self.extra = dict((manifest or {}).get("extra") or {})  # e.g. the world model's wm_gate
         if old is not None and old != dest:
             shutil.rmtree(old, ignore_errors=True)
         M.DREAM_RELOADS.labels(self.run, self.kind, "loaded").inc()

@@ -106,6 +106,7 @@ class Dreamer:
         self._announced = threading.Event()  # set by the watcher's thread, taken by poll()
         self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.first_round = True  # no round has run with the loaded weights yet
+        self.gate_reason = ""  # the last gate decision's reason (logged when it changes)
         self.reload_clock = ReloadClock(self.run, "dream")
         self.watcher = CheckpointWatcher(
             cfg.kafka,
@@ -290,12 +291,42 @@ class Dreamer:
                 return
             self.stop.wait(min(left, 0.1))
 
+    def gate_open(self) -> bool:
+        """Whether the loaded world model may be dreamed with (``models/wm_gate.py``)."""
+        if not self.cfg.dream.wm_gate:
+            return True
+        from models.wm_gate import gate_decision
+
+        d = self.cfg.dream
+        ok, why = gate_decision(
+            self.slots["world_model"].extra.get("wm_gate"), d.wm_gate_margin, d.wm_gate_min_samples
+        )
+        if why != self.gate_reason:
+            log.info(
+                "world model v%s %s dreams: %s",
+                self.slots["world_model"].version,
+                "opens" if ok else "holds back",
+                why,
+            )
+            self.gate_reason = why
+        return ok
+
     def loop(self) -> None:
         while not self.stop.is_set():
+            t0 = time.time()
             can_dream = self.ready and bool(self.starts)
             self.poll(timeout_ms=0 if can_dream else 500)
+            state = "idle"
             if self.ready and self.starts:
-                self.dream_once()
+                gate = self.gate_open()
+                M.DREAM_GATE_OPEN.labels(self.run).set(float(gate))
+                if gate:
+                    self.dream_once()
+                    state = "dreaming"
+                else:
+                    state = "gated"
+                    self.stop.wait(1.0)
+            M.DREAM_SECONDS.labels(self.run, state).inc(time.time() - t0)
             self.pub.check()
             self.watcher.check()
 

@@ -123,6 +123,18 @@ TRAINER_SOURCE_NONZERO = Gauge(
 # --- dream generator ---------------------------------------------------------
 DREAM_STEPS = Counter("dynaweb_dream_steps_total", "Dreamed transitions published.", ["run"])
 DREAM_ROLLOUTS = Counter("dynaweb_dream_rollouts_total", "Dreamed rollouts published.", ["run"])
+DREAM_GATE_OPEN = Gauge(
+    "dynaweb_dream_gate_open",
+    "1 when the loaded world model may be dreamed with (dream.wm_gate off, or its held-out "
+    "margin over 'nothing changes' reaches dream.wm_gate_margin), else 0.",
+    ["run"],
+)
+DREAM_SECONDS = Counter(
+    "dynaweb_dream_seconds_total",
+    "Dream generator time by state: dreaming, gated (waiting for a world model worth dreaming "
+    "in), idle (no models or start states yet).",
+    ["run", "state"],
+)
 DREAM_ABANDONED = Counter(
     "dynaweb_dream_rounds_abandoned_total",
     "Dream rounds given up because a new checkpoint was announced mid-round (the next round "

@@ -45,6 +45,7 @@ from models.checkpoint_writer import CheckpointWriter
 from models.component import close_component
 from models.engine import current_lr, trainer_engine
 from models.prepare import BatchPreparer
+from models.wm_gate import FidelityWindow
 from streams import records
 from streams.kafka import (
     assignable,
@@ -94,6 +95,7 @@ class Trainer:
         self.wm_buffer: deque = deque(maxlen=20_000)
         self.wm_fresh: deque = deque(maxlen=256)
         self.eval_window: deque = deque(maxlen=64)
+        self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
         self.batches_consumed = 0
         self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
         self.last_ckpt_time = time.time()
@@ -222,6 +224,7 @@ class Trainer:
             "wm_steps": self.wm_steps,
             "batches_consumed": self.batches_consumed,
             "consumed_by_worker": dict(self.consumed_by_worker),
+            "wm_gate": self.fidelity_window.summary(),  # models/wm_gate.py
         }
         gated = self.cfg.gate.enabled
         for kind, engine, tok in (
@@ -431,6 +434,10 @@ class Trainer:
             [Observation.from_dict(t.next_obs) for t in sample],
             [t.reward for t in sample],
             [t.done for t in sample],
+        )
+        self.fidelity_window.add(preds, [t.next_obs["tree"] for t in sample])
+        M.TRAINER_FIDELITY.labels(self.run, "window_margin").set(
+            self.fidelity_window.summary()["margin"]
         )
         for k, v in fid.items():
             if isinstance(v, int | float):

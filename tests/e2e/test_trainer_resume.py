@@ -122,6 +122,8 @@ def test_sigkill_resume(run_cfg: Config, tmp_path: Path) -> None:
     after, _ = store.manifest("policy", final)
     # consumption restarted from the manifest's offsets: each batch trained exactly once overall
     assert after["extra"]["policy_steps"] == N_BATCHES
+    # the world model's held-out score travels with the checkpoint (dream.wm_gate reads it)
+    assert set(after["extra"]["wm_gate"]) == {"n", "exact_match", "baseline_exact_match", "margin"}
     assert after["offsets"][topics.policy_batches] == {"0": N_BATCHES}
     # the optimizer state was restored, not rebuilt: Adam's step count continues across the kill
     assert _opt_steps(store, killed_at, tmp_path) == 2 * killed_at
