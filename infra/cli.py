@@ -227,9 +227,10 @@ def _eval_command(add: AddCommand) -> None:
     p = add(
         "eval",
         "evaluate a checkpoint: world-model fidelity on held-out real transitions, or the policy "
-        "in the live browser on evaluation seeds",
+        "in the live browser on evaluation seeds; replay: the run's dreams replayed live "
+        "(AUROC of the dreamed reward against real success)",
     )
-    p.add_argument("target", choices=["world-model", "policy"])
+    p.add_argument("target", choices=["world-model", "policy", "replay"])
     p.add_argument(
         "--checkpoint", default="latest", help="VERSION, 'latest', or a local HF directory"
     )
@@ -266,6 +267,9 @@ def _eval_command(add: AddCommand) -> None:
         "--temperature", type=float, default=1.0, help="policy: sampling temperature (--no-greedy)"
     )
     p.add_argument("--contexts", type=int, default=1, help="policy: browser contexts")
+    p.add_argument(
+        "--n", type=int, default=50, help="replay: dreamed rollouts replayed in the live browser"
+    )
     p.add_argument(
         "--dreams",
         action=argparse.BooleanOptionalAction,

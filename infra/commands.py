@@ -344,6 +344,8 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     if args.target == "world-model":
         from evaluation.wm_fidelity import main
+    elif args.target == "replay":
+        from evaluation.replay_check import main
     else:
         from evaluation.live_eval import main
 

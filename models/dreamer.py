@@ -47,6 +47,7 @@ class StartState:
     obs: Observation
     task: str
     seed: int
+    step: int = 0  # the real step whose page it is
 
 
 def rollout_end(ro: Any) -> str:
@@ -178,7 +179,7 @@ class Dreamer:
                     rec.step == 0 or self.cfg.dream.start_from == "any"
                 ):
                     self.starts.append(
-                        StartState(Observation.from_dict(rec.obs), rec.task, rec.seed)
+                        StartState(Observation.from_dict(rec.obs), rec.task, rec.seed, rec.step)
                     )
         M.DREAM_START_STATES.labels(self.run).set(len(self.starts))
         if self._announced.is_set():
@@ -245,6 +246,7 @@ class Dreamer:
                     action_tokens=int(st["ntokens"]),
                     candidates_hash=str(st.get("candidates_hash") or ""),
                     info={
+                        "start_step": start.step,  # the real step the dream started from
                         "wm_ok": bool(st.get("ok", True)),
                         "temperature": float(st.get("temperature") or 1.0),
                         **(
