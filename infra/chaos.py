@@ -298,10 +298,13 @@ def run(
     sample_s: float = 15.0,
     log: Callable[[str], None] = print,
     on_report: Callable[[dict], None] | None = None,
+    max_checkpoint_gap_s: float = 600.0,
 ) -> dict:
     """Inject ``faults`` in turn every ``every_s`` into the running loop for ``duration_s``; the
     soak's report (``ok``: every fault recovered within ``recovery_s``, no acknowledged probe
-    missing, every topic holds at least what was acknowledged)."""
+    missing, every topic holds at least what was acknowledged, and the trainer never went longer
+    than ``max_checkpoint_gap_s`` without a new version: a component can make progress of some
+    kind and still be stalled where it matters)."""
     from infra.soak import Watch, topic_check
 
     unknown = [f for f in faults if f not in FAULTS]
@@ -361,8 +364,11 @@ def run(
         )
     except (TimeoutError, OSError) as e:
         report["read_errors"].append(f"topic check: {type(e).__name__}: {e}")
+    gap = report["checkpoints"]["longest_gap_s"]
+    report["checkpoint_gap_ok"] = gap is not None and gap <= max_checkpoint_gap_s
     report["ok"] = (
-        all(e.ok for e in events)
+        report["checkpoint_gap_ok"]
+        and all(e.ok for e in events)
         and not report["read_errors"]
         and report["probe"]["missing"] == 0
         and counts["lost"] == 0

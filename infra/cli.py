@@ -61,6 +61,12 @@ def _stack_commands(add: AddCommand) -> None:
     )
     p.add_argument("--recovery", type=float, default=60, help="bound on each fault's recovery (s)")
     p.add_argument(
+        "--max-checkpoint-gap",
+        type=float,
+        default=600,
+        help="longest time without a new trainer version for the run to pass (s)",
+    )
+    p.add_argument(
         "--warmup", type=float, default=600, help="seconds to wait for every component's progress"
     )
     p.add_argument(

@@ -132,6 +132,7 @@ def cmd_chaos(args: argparse.Namespace, cfg: Config) -> int:
         warmup_s=args.warmup,
         log=log,
         on_report=write,
+        max_checkpoint_gap_s=args.max_checkpoint_gap,
     )
     write(rep)
     if not quiet:

@@ -4,10 +4,8 @@ Inputs (Kafka, manual partition assignment, no consumer group):
 ``train.policy`` (mixed TrainingBatch records from the stream worker),
 ``train.world_model`` (real + expert transitions only, never dreams) and
 ``eval.world_model`` (held-out real transitions for the rolling fidelity).
-It polls on every iteration, with the policy-batch partitions paused while a few batches
-wait (``Trainer.poll_into``), so a backlog of policy batches never holds back the world
-model's transitions: world-model steps run on every iteration that has replay data (or at
-the fixed ``trainer.wm_steps_per_policy_step`` ratio), behind at most a few policy steps.
+Policy batches come through a consumer of their own, polled only while few wait
+(``Trainer.poll_into``), so a backlog never holds back the world model's transitions.
 
 Every ``checkpoint_every`` policy steps (or ``checkpoint_every_s``) it writes
 both models to S3 (``models.checkpoint``), with the offsets it had consumed in
@@ -32,6 +30,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -89,7 +88,8 @@ class Trainer:
         self.policy_steps = 0
         self.wm_steps = 0
         self.offsets: dict[str, dict[int, int]] = {}
-        self.consumer = None  # opened by setup()
+        self.consumer = None  # world-model and evaluation topics; opened by setup()
+        self.batch_consumer = None  # the policy-batch topic, polled only when there is room
         self.seen_batches = BoundedSet()
         self.seen_wm = BoundedSet(500_000)
         self.wm_buffer: deque = deque(maxlen=20_000)
@@ -200,18 +200,22 @@ class Trainer:
         return self.store.newest(kind) if self.cfg.gate.enabled else self.store.latest(kind)
 
     def _open_consumer(self) -> None:
+        """Two consumers assigned by hand at the checkpoint's offsets (or the beginning): the
+        world-model topics', and the policy batches' (``poll_into`` says when each is polled)."""
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=64)
-        tps = assignable(
-            self.consumer,
-            (self.topics.policy_batches, self.topics.world_model, self.topics.world_model_eval),
-        )
-        self.consumer.assign(tps)
+        self.batch_consumer = make_consumer(self.cfg.kafka, max_poll_records=PENDING_BATCHES)
+        self._assign(self.consumer, (self.topics.world_model, self.topics.world_model_eval))
+        self._assign(self.batch_consumer, (self.topics.policy_batches,))
+
+    def _assign(self, consumer: Any, topics: tuple) -> None:
+        tps = assignable(consumer, topics)
+        consumer.assign(tps)
         for tp in tps:
             off = self.offsets.get(tp.topic, {}).get(tp.partition)
             if off is None:
-                self.consumer.seek_to_beginning(tp)
+                consumer.seek_to_beginning(tp)
             else:
-                self.consumer.seek(tp, off)
+                consumer.seek(tp, off)
 
     # --- checkpoints --------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -270,7 +274,7 @@ class Trainer:
         )
 
     # --- data ----------------------------------------------------------------
-    def poll(self, timeout_ms: int) -> list:
+    def poll(self, timeout_ms: int, consumer: Any = None, max_records: int | None = None) -> list:
         """New training batches as (batch, topic, partition, next offset).
 
         The offset of a policy batch only counts as consumed once the batch is trained
@@ -278,7 +282,8 @@ class Trainer:
         but not yet trained.  World-model transitions count when they enter the replay.
         """
         batches = []
-        polled = self.consumer.poll(timeout_ms=timeout_ms)
+        kw = {} if max_records is None else {"max_records": max_records}
+        polled = (consumer or self.consumer).poll(timeout_ms=timeout_ms, **kw)
         for tp, msgs in polled.items():
             for m in msgs:
                 is_batch = tp.topic == self.topics.policy_batches
@@ -494,21 +499,24 @@ class Trainer:
                 log.info("reached max_steps=%d", tc.max_steps)
                 break
 
-    def poll_into(self, pending: deque, paused: bool) -> bool:
-        """Poll on every iteration into ``pending``; the policy-batch partitions are paused while
-        ``PENDING_BATCHES`` batches wait (a lagging trainer leaves its backlog in Kafka, not in
-        memory) and resumed below it.  Returns whether they are paused now.
+    def poll_into(self, pending: deque, paused: bool = False) -> bool:
+        """Poll on every iteration: the world-model topics always, the policy batches only while
+        fewer than ``PENDING_BATCHES`` wait in ``pending`` (a lagging trainer leaves its backlog in
+        Kafka, not in memory).  Returns whether the batches were left unpolled (full).
 
-        World-model transitions keep arriving meanwhile: kafka-python hands out one partition's
-        fetched records before the next one's, so when the trainer polled only with fewer than
-        ``PENDING_BATCHES`` batches waiting, a restart's backlog of policy batches came first and
-        its empty replay got nothing until the backlog was trained (world-model training starved
-        for minutes; tests/unit/test_trainer_interleaving.py)."""
+        Two consumers, not one with pause/resume: a kafka-python consumer on the embedded broker
+        never fetched a resumed partition again (the soak: no policy step for 20 minutes after a
+        broker restart; docs/reliability.md); and one consumer hands out one partition's records
+        before the next's, so a backlog starved world-model training (test_trainer_interleaving)."""
         full = len(pending) >= PENDING_BATCHES
-        if full != paused:
-            tps = [t for t in self.consumer.assignment() if t.topic == self.topics.policy_batches]
-            (self.consumer.pause if full else self.consumer.resume)(*tps)
-        pending.extend(self.poll(timeout_ms=0 if (pending or self.wm_buffer) else 500))
+        idle = not (pending or self.wm_buffer)
+        if not full:
+            room = PENDING_BATCHES - len(pending)
+            pending.extend(
+                self.poll(250 if idle else 0, consumer=self.batch_consumer, max_records=room)
+            )
+        idle = not (pending or self.wm_buffer)
+        pending.extend(self.poll(timeout_ms=250 if idle else 0))
         return full
 
     def _wm_due(self) -> bool:
@@ -520,7 +528,11 @@ class Trainer:
     def close(self) -> None:
         if self.preparer is not None:
             self.preparer.close()
-        close_component(self.consumer, self.pub, self.work)
+        try:
+            if self.batch_consumer is not None:
+                self.batch_consumer.close()
+        finally:
+            close_component(self.consumer, self.pub, self.work)
 
 
 def export_source_stats(run: str, stats: dict) -> None:
