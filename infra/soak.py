@@ -30,8 +30,8 @@ MB = 1024 * 1024
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree(pid: int, proc: Path) -> list[list[str]]:
-    """The ``stat`` fields (after ``pid (comm) ``) of ``pid`` and all its descendants (a
+def process_tree(pid: int, proc: Path = Path("/proc")) -> dict[int, list[str]]:
+    """pid -> ``stat`` fields (after ``pid (comm) ``) of ``pid`` and all its descendants (a
     collector's Playwright driver and Chromium start their own process groups, so the tree is
     followed, not the group)."""
     stats: dict[int, list[str]] = {}
@@ -46,23 +46,27 @@ def _tree(pid: int, proc: Path) -> list[list[str]]:
         fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid ...
         stats[int(d.name)] = fields
         children[int(fields[1])].append(int(d.name))
-    out, todo = [], [pid]
+    out: dict[int, list[str]] = {}
+    seen, todo = set(), [pid]
     while todo:
         p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
         if p in stats:
-            out.append(stats[p])
+            out[p] = stats[p]
         todo.extend(children.get(p, ()))
     return out
 
 
 def tree_rss(pid: int, proc: Path = Path("/proc")) -> int:
     """Resident bytes of process ``pid`` and all its descendants."""
-    return sum(int(f[21]) * PAGE for f in _tree(pid, proc))
+    return sum(int(f[21]) * PAGE for f in process_tree(pid, proc).values())
 
 
 def tree_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
     """CPU seconds (user + system, with reaped children's) of ``pid`` and all its descendants."""
-    return sum(sum(int(x) for x in f[11:15]) for f in _tree(pid, proc)) / TICK
+    return sum(sum(int(x) for x in f[11:15]) for f in process_tree(pid, proc).values()) / TICK
 
 
 def stable_id(labels: dict) -> str:

@@ -27,47 +27,40 @@ from core.supervise import Supervisor
 from infra.stack import Stack
 
 
-def component_argv(cfg: Config) -> dict[str, list[str]]:
-    comps = {"stream-worker": ["stream-worker"], "trainer": ["train"]}
-    for i in range(cfg.up.dreamers):
-        comps[f"dream-{i}"] = ["dream"]
-    comps["collector-expert"] = [
+def _collect(policy: str, contexts: int, cid: str, setting: str) -> list[str]:
+    return [
         "collect",
         "--policy",
-        "expert",
+        policy,
         "--contexts",
-        str(cfg.up.expert_contexts),
+        str(contexts),
         "--id",
-        f"collector-expert-{cfg.run_id}",
+        cid,
         "--set",
-        f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}",
+        setting,
     ]
-    for i in range(cfg.up.perturbed_collectors):
-        comps[f"collector-perturbed-{i}"] = [
-            "collect",
-            "--policy",
-            "perturbed",
-            "--contexts",
-            "1",
-            "--id",
-            f"collector-perturbed-{i}-{cfg.run_id}",
-            "--set",
-            f"collector.max_steps_per_s={cfg.up.expert_steps_per_s}",
-        ]
+
+
+def component_argv(cfg: Config) -> dict[str, list[str]]:
+    up, run = cfg.up, cfg.run_id
+    comps = {"stream-worker": ["stream-worker"], "trainer": ["train"]}
+    for i in range(up.dreamers):
+        comps[f"dream-{i}"] = ["dream"]
+    expert_rate = f"collector.max_steps_per_s={up.expert_steps_per_s}"
+    comps["collector-expert"] = _collect(
+        "expert", up.expert_contexts, f"collector-expert-{run}", expert_rate
+    )
+    for i in range(up.perturbed_collectors):
+        comps[f"collector-perturbed-{i}"] = _collect(
+            "perturbed", 1, f"collector-perturbed-{i}-{run}", expert_rate
+        )
     if cfg.gate.enabled:  # candidates become LATEST only through the gate's probes
         comps["gate"] = ["gate"]
-    for i in range(cfg.up.policy_collectors):
-        comps[f"collector-latest-{i}"] = [
-            "collect",
-            "--policy",
-            "latest",
-            "--contexts",
-            "1",
-            "--id",
-            f"collector-latest-{i}-{cfg.run_id}",
-            "--set",
-            f"collector.groups_per_version={cfg.up.policy_groups_per_version}",
-        ]
+    pacing = f"collector.groups_per_version={up.policy_groups_per_version}"
+    for i in range(up.policy_collectors):
+        comps[f"collector-latest-{i}"] = _collect(
+            "latest", 1, f"collector-latest-{i}-{run}", pacing
+        )
     return comps
 
 

@@ -213,10 +213,10 @@ class Dreamer:
                 abort=abort,
             )
         self.abandoned_last = not rollouts
-        self.first_round = self.first_round and not rollouts
         if not rollouts:
             M.DREAM_ABANDONED.labels(self.run).inc()
             return 0
+        self.first_round = False
         n = 0
         successes = 0
         per_task: dict[str, list[int]] = {}

@@ -469,10 +469,9 @@ class Trainer:
         tc = self.cfg.trainer
         last_progress = 0.0
         pending: deque = deque()
-        paused = False
         while not self.stop.is_set():
             t0 = time.time()
-            paused = self.poll_into(pending, paused)
+            self.poll_into(pending)
             did = False
             while pending and pending[0][0] is None:
                 self.policy_step(pending.popleft())  # skipped records: advance the offset only
@@ -499,25 +498,23 @@ class Trainer:
                 log.info("reached max_steps=%d", tc.max_steps)
                 break
 
-    def poll_into(self, pending: deque, paused: bool = False) -> bool:
+    def poll_into(self, pending: deque) -> None:
         """Poll on every iteration: the world-model topics always, the policy batches only while
         fewer than ``PENDING_BATCHES`` wait in ``pending`` (a lagging trainer leaves its backlog in
-        Kafka, not in memory).  Returns whether the batches were left unpolled (full).
+        Kafka, not in memory).
 
         Two consumers, not one with pause/resume: a kafka-python consumer on the embedded broker
         never fetched a resumed partition again (the soak: no policy step for 20 minutes after a
         broker restart; docs/reliability.md); and one consumer hands out one partition's records
         before the next's, so a backlog starved world-model training (test_trainer_interleaving)."""
-        full = len(pending) >= PENDING_BATCHES
+        room = PENDING_BATCHES - len(pending)
         idle = not (pending or self.wm_buffer)
-        if not full:
-            room = PENDING_BATCHES - len(pending)
+        if room > 0:
             pending.extend(
                 self.poll(250 if idle else 0, consumer=self.batch_consumer, max_records=room)
             )
         idle = not (pending or self.wm_buffer)
         pending.extend(self.poll(timeout_ms=250 if idle else 0))
-        return full
 
     def _wm_due(self) -> bool:
         """World-model steps run whenever there is time, or (``wm_steps_per_policy_step`` > 0) at a

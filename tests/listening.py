@@ -11,6 +11,8 @@ import socket
 from pathlib import Path
 from typing import NamedTuple
 
+from infra import soak
+
 
 class Listening(NamedTuple):
     pid: int
@@ -83,23 +85,8 @@ def _proc_listening(pids: set[int], proc: Path = Path("/proc")) -> list[Listenin
 
 
 def _proc_children(pid: int, proc: Path = Path("/proc")) -> set[int]:
-    parents: dict[int, list[int]] = {}
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(d.name))
-    tree, todo = set(), [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            if child not in tree:
-                tree.add(child)
-                todo.append(child)
-    return tree
+    """Every descendant of ``pid`` (``infra.soak.process_tree``; its own stat need not be readable)."""
+    return set(soak.process_tree(pid, proc)) - {pid}
 
 
 # --- the interface -----------------------------------------------------------------------------

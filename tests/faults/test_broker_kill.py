@@ -15,7 +15,7 @@ import pytest
 
 from core.config import Config
 from infra.stack import Stack
-from tests.faults.harness import OUTAGE_S, RECOVERY_S, Probe, report
+from tests.faults.harness import OUTAGE_S, RECOVERY_S, Probe, acknowledged, publish_past, report
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -24,8 +24,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 def test_broker_kill_and_restart(run_cfg: Config, outage_s: float) -> None:
     probe = Probe(run_cfg).start()
     try:
-        time.sleep(3)  # a healthy start
-        assert probe.pub.acked > 0, "nothing acknowledged before the fault"
+        acknowledged(probe)
         Stack(run_cfg).kill("broker")  # -9 to its process group; returns once it is gone
         killed_at = time.time()
         try:
@@ -34,7 +33,7 @@ def test_broker_kill_and_restart(run_cfg: Config, outage_s: float) -> None:
             Stack(run_cfg).up(only=["broker"])  # raises if it does not come up healthy
         probe.fault_ended()
         recovery = probe.wait_progress(RECOVERY_S)
-        time.sleep(2)  # keep publishing a moment after the recovery
+        publish_past(probe)
     finally:
         probe.halt()
     counts = probe.stop()

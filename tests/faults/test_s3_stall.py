@@ -12,7 +12,17 @@ import time
 import pytest
 
 from core.config import Config
-from tests.faults.harness import OUTAGE_S, RECOVERY_S, Probe, freeze, report, service_pid, thaw
+from tests.faults.harness import (
+    OUTAGE_S,
+    RECOVERY_S,
+    Probe,
+    acknowledged,
+    freeze,
+    publish_past,
+    report,
+    service_pid,
+    thaw,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -20,8 +30,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 def test_s3_store_stalled(run_cfg: Config) -> None:
     probe = Probe(run_cfg, idempotence=True).start()
     try:
-        time.sleep(3)
-        assert probe.pub.acked > 0, "nothing acknowledged before the fault"
+        acknowledged(probe)
         pid = service_pid(run_cfg, "s3")
         freeze(pid)
         try:
@@ -30,7 +39,7 @@ def test_s3_store_stalled(run_cfg: Config) -> None:
             thaw(pid)
         probe.fault_ended()
         recovery = probe.wait_progress(RECOVERY_S)
-        time.sleep(2)
+        publish_past(probe)
     finally:
         probe.halt()
     counts = probe.stop()

@@ -3,11 +3,11 @@
 A restarted trainer's replay is empty, and the consumer (kafka-python) hands out the records it
 fetched for one partition before the next one's: with a backlog in the policy-batch topic, a
 poll returns policy batches only, up to ``max_poll_records`` (64).  The rule
-(``models.trainer.Trainer.poll_into``): the trainer polls on every iteration, with the
-policy-batch partitions paused while ``PENDING_BATCHES`` batches wait, so world-model transitions
-reach the replay behind at most that many policy steps, and world-model steps follow.  The
-consumer here is a fake with kafka-python's order; the trainer's real ``loop`` and ``poll`` run,
-the steps themselves are counted."""
+(``models.trainer.Trainer.poll_into``): the trainer polls the world-model topics on every
+iteration and the policy batches, through a consumer of their own, only while fewer than
+``PENDING_BATCHES`` wait, so world-model transitions reach the replay behind at most that many
+policy steps, and world-model steps follow.  The consumers here are fakes with kafka-python's
+order; the trainer's real ``loop`` and ``poll`` run, the steps themselves are counted."""
 
 from __future__ import annotations
 
@@ -133,10 +133,9 @@ def _trainer(**trainer: object) -> Trainer:
     tr.pending_seen = []
     poll_into = tr.poll_into
 
-    def counted(pending, paused=False):
-        out = poll_into(pending, paused)
+    def counted(pending):
+        poll_into(pending)
         tr.pending_seen.append(len(pending))
-        return out
 
     tr.poll_into = counted
     tr.checkpoint = tr.report_fidelity = tr.publish_progress = lambda: None
