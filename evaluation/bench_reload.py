@@ -3,7 +3,7 @@
 On the embedded stack (S3 on loopback; started if it is not running) a dream generator and a
 ``latest``-policy live collector run as supervised components (``core.supervise``, as in
 ``dynaweb up``); the bench plays the trainer.  It writes version 0 of both models (the default
-model, fresh), waits until both readers act with it, then for ``--checkpoints`` N new versions,
+model, fresh; with the trainer's optimizer state beside the weights, as the trainer uploads), waits until both readers act with it, then for ``--checkpoints`` N new versions,
 one every ``--interval`` seconds: uploads the policy and world model to S3, sets ``LATEST`` and
 announces both (``models.checkpoint_writer``, as the trainer does), and times from the
 announcement's acknowledgement to
@@ -116,16 +116,33 @@ def _save_models(cfg: Config, work: Path) -> dict[str, Path]:
         (d / "hf").mkdir(parents=True)
         model.save_pretrained(str(d / "hf"))
         tok.save_pretrained(str(d / "hf"))
+        _trainer_state(model, d / "state" / "ds")
         dirs[kind] = d
     return dirs
 
 
+def _trainer_state(model: Any, d: Path) -> None:
+    """What the trainer uploads beside ``hf/``: DeepSpeed's ``mp_rank_00_model_states.pt`` (the
+    module and Adam's two moments, three times the weights), so the bench's checkpoints are as
+    large as the trainer's and a reader that fetched them would pay for it here too."""
+    import torch
+
+    d.mkdir(parents=True)
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in sd.items()}
+    torch.save({"module": sd, "optimizer": moments}, d / "mp_rank_00_model_states.pt")
+    (d.parent / "latest").write_text("ds")
+
+
 def _publish(writer: CheckpointWriter, cfg: Config, dirs: dict[str, Path], version: int) -> float:
-    """Both models as ``version``, LATEST, announced; the time the announcements were
-    acknowledged."""
-    for kind in KINDS:
-        saved = writer.upload(kind, version, dirs[kind], cfg.to_dict(), {}, {}, set_latest=True)
-        writer.announce(saved)
+    """Both models as ``version``, LATEST, then both announced (as the trainer does); the time
+    the announcements were acknowledged."""
+    saved = [
+        writer.upload(kind, version, dirs[kind], cfg.to_dict(), {}, {}, set_latest=True)
+        for kind in KINDS
+    ]
+    for s in saved:
+        writer.announce(s)
     writer.flush()
     return time.time()
 

@@ -87,6 +87,13 @@ class Broker:
         self.stack.up(["s3", "broker"])
         return cfg
 
+    def pids(self) -> list[int]:
+        """The broker's processes (Tansu; with s3 storage, SeaweedFS too)."""
+        if self.tansu is not None:
+            return [self.tansu.proc.pid] if self.tansu.proc is not None else []
+        pids = [self.stack.pid(n) for n in ("broker", "s3")] if self.stack is not None else []
+        return [p for p in pids if p]
+
     def stop(self) -> None:
         if self.tansu is not None:
             self.tansu.stop()
@@ -281,6 +288,23 @@ def latencies(cfg: Config, topic: str, want: int, timeout: float) -> list[float]
     return out
 
 
+def cpu_seconds(who: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each named group of processes (gone ones: 0)."""
+    import psutil
+
+    out = {}
+    for name, pids in who.items():
+        total = 0.0
+        for pid in pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        out[name] = total
+    return out
+
+
 def _pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -294,6 +318,7 @@ def run_bench(
     obs_bytes: int = 1024,
     latency_s: float = 10.0,
     log=print,
+    latency_rate: float = 0.0,
     *,
     start_broker: BrokerFactory,
     stack_factory: StackFactory,
@@ -343,14 +368,26 @@ def run_bench(
         )
         # latency at half the worker's rate, or of the bench's producer when that is slower
         # (beyond it the producer's own queue, not the worker, would make the latency)
-        rate = min(worker_tps, produce_tps) / 2
+        rate = latency_rate or min(worker_tps, produce_tps) / 2
         lat_eps = episodes(cfg.run_id, int(rate * latency_s), obs_bytes, rng, prefix="L")
         lat_eps = [e for e in lat_eps if e[0].source != "expert"]  # the pool is already full
         want = sum(1 for e in lat_eps[::G])
+        # the cores each process used while the episodes were produced at that rate: the worker,
+        # the broker and this process (the bench's producer) share the machine
+        who = {
+            "worker": [worker.proc.pid],
+            "broker": broker.pids(),
+            "bench_producer": [os.getpid()],
+        }
+        cpu0, t_lat = cpu_seconds(who), time.time()
         produce(cfg, topics, lat_eps, rate=rate)
+        span_lat = max(1e-6, time.time() - t_lat)
+        cores = {k: round((v - cpu0[k]) / span_lat, 2) for k, v in cpu_seconds(who).items()}
+        cores["total"] = round(sum(cores.values()), 2)
         lats = latencies(cfg, topics.policy_batches, want, timeout=60 + latency_s)
         log(
-            f"latency over {len(lats)} batches at {rate:,.0f} transitions/s: p50 {_pct(lats, 0.5)}s p95 {_pct(lats, 0.95)}s"
+            f"latency over {len(lats)} batches at {rate:,.0f} transitions/s: p50 {_pct(lats, 0.5)}s "
+            f"p95 {_pct(lats, 0.95)}s; cores used meanwhile {cores} of {os.cpu_count()}"
         )
         final = worker.state() or st
         return {
@@ -372,6 +409,7 @@ def run_bench(
             "latency_expected_batches": want,
             "latency_p50_s": _pct(lats, 0.5),
             "latency_p95_s": _pct(lats, 0.95),
+            "latency_cores": cores,
             "batches": final.get("produced"),
             "duplicates": final.get("duplicates"),
             "load_avg_1m": round(os.getloadavg()[0], 2),
@@ -396,6 +434,12 @@ def main(
     ap.add_argument("--storage", choices=["memory", "s3"], default="memory")
     ap.add_argument("--n", type=int, default=20_000, help="transitions to push")
     ap.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
+    ap.add_argument(
+        "--latency-rate",
+        type=float,
+        default=0.0,
+        help="transitions/s of the latency phase (default: half the worker's measured rate)",
+    )
     ap.add_argument("--json", action="store_true", help="only the JSON summary")
     a = ap.parse_args(argv)
     res = run_bench(
@@ -403,6 +447,7 @@ def main(
         a.n,
         a.obs_bytes,
         log=(lambda *_: None) if a.json else print,
+        latency_rate=a.latency_rate,
         start_broker=start_broker,
         stack_factory=stack_factory,
     )

@@ -74,7 +74,7 @@ def load_checkpoint(cfg: Config, kind: str, spec: str | None) -> Loaded:
             )
         digest = None
     work = Path(tempfile.mkdtemp(prefix=f"dynaweb-eval-{kind}-"))
-    store.download(kind, version, work / "ckpt", digest)
+    store.download(kind, version, work / "ckpt", digest, only="hf/")
     model, tok = loader(str(work / "ckpt" / "hf"))
     return Loaded(model, tok, version, store.uri(kind, version), work)
 

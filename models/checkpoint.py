@@ -35,6 +35,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,8 +102,19 @@ def build_manifest(
     }
 
 
-def verify_manifest_files(manifest: dict, local_dir: Path) -> None:
-    for rel, meta in manifest["files"].items():
+def manifest_files(manifest: dict, only: str | None = None) -> dict:
+    """The manifest's files, or those under the folder ``only`` (e.g. ``"hf/"``)."""
+    files = manifest["files"]
+    return files if only is None else {r: m for r, m in files.items() if r.startswith(only)}
+
+
+def verify_manifest_files(manifest: dict, local_dir: Path, only: str | None = None) -> None:
+    files = manifest_files(manifest, only)
+    if only is not None and not files:
+        raise CorruptCheckpoint(
+            f"{manifest['kind']} v{manifest['version']}: the manifest lists no file under {only!r}"
+        )
+    for rel, meta in files.items():
         p = local_dir / rel
         if not p.exists():
             raise CorruptCheckpoint(
@@ -259,9 +271,16 @@ class CheckpointStore:
         return json.loads(body), digest
 
     def download(
-        self, kind: str, version: int, dest: Path, expected_sha256: str | None = None
+        self,
+        kind: str,
+        version: int,
+        dest: Path,
+        expected_sha256: str | None = None,
+        only: str | None = None,
     ) -> dict:
-        """Download into ``dest`` (replaced atomically) and verify every sha256."""
+        """Download into ``dest`` (replaced atomically) and verify every sha256; ``only``: just
+        the files under that folder (readers take ``"hf/"``, the weights they act with, and
+        leave the trainer's ``state/``, three times larger, in the store)."""
         manifest, _ = self.manifest(kind, version, expected_sha256)
         dest = Path(dest)
         tmp = Path(
@@ -271,10 +290,10 @@ class CheckpointStore:
         )
         try:
             pre = self.prefix(kind, version)
-            for rel in manifest["files"]:
+            for rel in manifest_files(manifest, only):
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 self.client.fget_object(self.bucket, pre + rel, str(tmp / rel))
-            verify_manifest_files(manifest, tmp)
+            verify_manifest_files(manifest, tmp, only)
             if dest.exists():
                 shutil.rmtree(dest)
             tmp.rename(dest)
@@ -362,6 +381,12 @@ class ReloadClock:
         return self.last
 
 
+# transformers' from_pretrained swaps torch's init functions for no-ops process-wide while it
+# builds a model and puts them back after: two loads at once could leave them swapped.  Slots
+# download in parallel (the dream generator's two kinds) and load one at a time.
+_LOAD_LOCK = threading.Lock()
+
+
 class ModelSlot:
     """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST.
 
@@ -383,6 +408,7 @@ class ModelSlot:
         self.store, self.kind, self.work, self.run = store, kind, work, run
         self.poll_s, self.component, self._clock = poll_s, component, clock
         self.version: int | None = None
+        self.loading: int | None = None  # the version being downloaded or loaded, if any
         self.model: Any = None
         self.tokenizer: Any = None
         self.refused: set[int] = set()
@@ -424,9 +450,21 @@ class ModelSlot:
 
     def load(self, version: int, manifest_sha256: str | None) -> bool:
         t0 = time.time()
+        self.loading = version
+        try:
+            return self._load(version, manifest_sha256, t0)
+        finally:
+            self.loading = None
+
+    def known(self, version: int) -> bool:
+        """Whether ``version`` is the loaded one or the one being loaded now (an older one may
+        be a rollback: not known)."""
+        return version in (self.version, self.loading)
+
+    def _load(self, version: int, manifest_sha256: str | None, t0: float) -> bool:
         dest = self.work / f"{self.kind}-{version}"
         try:
-            manifest = self.store.download(self.kind, version, dest, manifest_sha256)
+            manifest = self.store.download(self.kind, version, dest, manifest_sha256, only="hf/")
         except CorruptCheckpoint as e:
             log.error("refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version)
             M.DREAM_RELOADS.labels(self.run, self.kind, "refused").inc()
@@ -437,7 +475,8 @@ class ModelSlot:
             from models.policy import load_policy as loader
         else:
             from models.world_model import load_world_model as loader
-        model, tok = loader(str(dest / "hf"))
+        with _LOAD_LOCK:
+            model, tok = loader(str(dest / "hf"))
         model.eval()
         old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
         self.model, self.tokenizer, self.version = model, tok, version

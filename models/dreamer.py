@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,7 @@ class Dreamer:
             for k in ("policy", "world_model")
         }
         self.pub = make_publisher(cfg.kafka, client="dream", run=cfg.run_id)
+        self.loader = ThreadPoolExecutor(len(self.slots), thread_name_prefix="dream-load")
         self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
         self.rate_factor = 1.0
         self.steps_published = 0
@@ -120,6 +122,9 @@ class Dreamer:
     def _on_announcement(self, rec: records.CheckpointAnnouncement) -> None:
         if rec.kind == "policy":
             self.reload_clock.announced(rec.version)
+        slot = self.slots.get(rec.kind)
+        if slot is not None and slot.known(rec.version):
+            return  # loaded already (both kinds are read at the first of a pair's announcements)
         self._announced.set()
 
     def setup(self) -> None:
@@ -136,10 +141,11 @@ class Dreamer:
     def refresh_models(self, poll: bool = False) -> None:
         """Re-read LATEST of both kinds (``poll``: only those whose poll is due, S3 errors
         tolerated: ``ModelSlot.poll``)."""
-        changed = False
-        for slot in self.slots.values():
-            changed |= slot.poll() if poll else slot.refresh()
-        if changed:
+        # both kinds at once: their downloads and loads overlap (the reload's latency to first use)
+        results = list(
+            self.loader.map(lambda s: s.poll() if poll else s.refresh(), self.slots.values())
+        )
+        if any(results):
             self._runners = None
             self.first_round = True
 
@@ -334,6 +340,7 @@ class Dreamer:
 
     def close(self) -> None:
         self.watcher.stop()
+        self.loader.shutdown(wait=False, cancel_futures=True)
         close_component(self.consumer, self.pub, self.work)
 
 

@@ -231,6 +231,7 @@ class Trainer:
             "wm_gate": self.fidelity_window.summary(),  # models/wm_gate.py
         }
         gated = self.cfg.gate.enabled
+        to_announce = []
         for kind, engine, tok in (
             ("policy", self.p_engine, self.tokenizer),
             ("world_model", self.w_engine, self.wm_tokenizer),
@@ -248,20 +249,17 @@ class Trainer:
                 kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish
             )
             if publish:
-                self.writer.announce(saved)
-                if gated:
-                    self.writer.write_decision(
-                        kind,
-                        self.version,
-                        {
-                            "decision": "promoted",
-                            "by": "trainer",
-                            "reason": "first version (no LATEST yet)",
-                        },
-                    )
+                to_announce.append(saved)
             M.TRAINER_VERSION.labels(self.run, kind).set(self.version)
             M.TRAINER_CKPT_TIME.labels(self.run, kind).set(time.time())
             shutil.rmtree(d)
+        # announced once both are LATEST: a reader woken by the first loads the pair at once
+        for saved in to_announce:
+            self.writer.announce(saved)
+            if gated:
+                reason = "first version (no LATEST yet)"
+                decision = {"decision": "promoted", "by": "trainer", "reason": reason}
+                self.writer.write_decision(saved.kind, self.version, decision)
         self.writer.flush()
         self.writer.prune(self.cfg.trainer.keep_checkpoints)
         self.last_ckpt_time = time.time()

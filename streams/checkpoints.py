@@ -64,6 +64,12 @@ def announcement_of(
     return rec
 
 
+# The embedded broker answers an empty fetch only after the consumer's whole fetch wait, even
+# when a record arrives meanwhile (docs/broker.md): kafka-python's default 500 ms would delay
+# every announcement by up to that; 100 ms costs ten small fetches a second per watcher.
+WATCH_FETCH_WAIT_MS = 100
+
+
 class CheckpointWatcher:
     """Reads the checkpoints topic from the beginning in a daemon thread, with its own consumer
     (manual assignment, no consumer group, no commits, no dedupe: a reader re-reads ``LATEST``
@@ -87,7 +93,8 @@ class CheckpointWatcher:
       a tuple assigns exactly those partitions of each topic without asking (the dream
       generator and the collector policy: ``(0,)``, the topic's one partition).
     - ``poll_ms`` (collector policy 1000, dream generator 500, side reader 100) and
-      ``max_poll_records`` (None: the client's default; side reader 2000).
+      ``max_poll_records`` (None: the client's default; side reader 2000).  The fetch wait is
+      ``WATCH_FETCH_WAIT_MS`` for all of them: a poll returns within that of a record's arrival.
     - ``connect_in_thread``: False opens, assigns and seeks in ``start`` so a broker that is
       down or a missing topic raises there (dream generator, side reader); True does it in
       the thread (collector policy: its constructor never fails on Kafka, a watcher that
@@ -145,7 +152,7 @@ class CheckpointWatcher:
 
     def _connect(self, timeout: float):
         kw = {} if self.max_poll_records is None else {"max_poll_records": self.max_poll_records}
-        consumer = make_consumer(self.kc, **kw)
+        consumer = make_consumer(self.kc, fetch_max_wait_ms=WATCH_FETCH_WAIT_MS, **kw)
         try:
             if self.partitions is None:
                 tps = assignable(consumer, self.topics, timeout)

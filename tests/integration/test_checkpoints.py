@@ -35,6 +35,36 @@ def test_roundtrip_verifies_sha256_and_latest(run_cfg: Config, tmp_path: Path) -
         store.download("policy", 3, tmp_path / "dst2", "0" * 64)
 
 
+def test_readers_download_only_the_weights_they_act_with(run_cfg: Config, tmp_path: Path) -> None:
+    """``only="hf/"`` (the dream generator, the collector, eval): the trainer's state stays in the
+    store; what is downloaded is still verified, and a tampered weight file is still refused."""
+    client = make_client(run_cfg)
+    store = CheckpointStore(client, run_cfg.s3.bucket, run_cfg.run_id)
+    src = _dir(tmp_path / "src", b"w" * 100)
+    (src / "state" / "ds").mkdir(parents=True)
+    (src / "state" / "ds" / "optim.pt").write_bytes(b"o" * 300)
+    saved = store.save("policy", 5, src, {}, {})
+    m = store.download("policy", 5, tmp_path / "hf-only", saved.manifest_sha256, only="hf/")
+    assert "state/ds/optim.pt" in m["files"]  # listed in the manifest, not fetched
+    got = sorted(
+        p.relative_to(tmp_path / "hf-only").as_posix()
+        for p in (tmp_path / "hf-only").rglob("*")
+        if p.is_file()
+    )
+    assert got == ["hf/config.json", "hf/model.safetensors"]
+    full = store.download(
+        "policy", 5, tmp_path / "all", saved.manifest_sha256
+    )  # the trainer's resume
+    assert (tmp_path / "all" / "state" / "ds" / "optim.pt").read_bytes() == b"o" * 300 and full == m
+    with pytest.raises(CorruptCheckpoint, match="no file under 'nothing/'"):
+        store.download("policy", 5, tmp_path / "none", saved.manifest_sha256, only="nothing/")
+    key = store.prefix("policy", 5) + "hf/model.safetensors"
+    client.put_object(run_cfg.s3.bucket, key, io.BytesIO(b"evil"), 4)
+    with pytest.raises(CorruptCheckpoint, match="sha256 of hf/model.safetensors"):
+        store.download("policy", 5, tmp_path / "hf-only", saved.manifest_sha256, only="hf/")
+    assert (tmp_path / "hf-only" / "hf" / "model.safetensors").read_bytes() == b"w" * 100
+
+
 def test_corrupted_file_is_refused_and_destination_kept(run_cfg: Config, tmp_path: Path) -> None:
     client = make_client(run_cfg)
     store = CheckpointStore(client, run_cfg.s3.bucket, run_cfg.run_id)

@@ -44,3 +44,28 @@ def test_first_use_per_version_and_groups_mixing_versions() -> None:
     assert fu.used("dream", 1) == 5.0 and fu.used("dream", 2) is None
     assert fu.used("live", 2) == 8.0 and fu.used("live", 5) == 9.0
     assert fu.mixed_groups(max_staleness=2) == 1 and fu.mixed_groups(max_staleness=3) == 0
+
+
+def test_the_bench_uploads_the_trainers_state_beside_the_weights(tmp_path) -> None:
+    """The bench's checkpoints are the size of the trainer's: the module and Adam's two moments
+    beside ``hf/`` (a reader that fetched them would pay for it in the bench too)."""
+    import torch
+
+    from evaluation.bench_reload import _trainer_state
+
+    model = torch.nn.Linear(64, 64)
+    _trainer_state(model, tmp_path / "state" / "ds")
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    size = (tmp_path / "state" / "ds" / "mp_rank_00_model_states.pt").stat().st_size
+    assert 3 * weights <= size < 3 * weights + 64 * 1024
+    assert (tmp_path / "state" / "latest").read_text() == "ds"
+
+
+def test_cpu_seconds_of_named_processes() -> None:
+    import os
+
+    from evaluation.bench_streams import cpu_seconds
+
+    sum(i * i for i in range(200_000))  # some CPU of our own
+    got = cpu_seconds({"me": [os.getpid()], "gone": [2**22 + 12345]})
+    assert got["me"] > 0 and got["gone"] == 0.0

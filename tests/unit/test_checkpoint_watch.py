@@ -87,7 +87,8 @@ def test_announcement_of_skips_everything_but_wanted_announcements() -> None:
 
 def test_watcher_hands_over_wanted_announcements_and_closes(monkeypatch) -> None:
     consumer = _Consumer([_msgs(_ann("policy", 0), b"junk", None, _ann("world_model", 0))])
-    monkeypatch.setattr(sc, "make_consumer", lambda kc, **kw: consumer)
+    opened: list = []
+    monkeypatch.setattr(sc, "make_consumer", lambda kc, **kw: opened.append(kw) or consumer)
     got: list = []
     done = threading.Event()
 
@@ -107,6 +108,10 @@ def test_watcher_hands_over_wanted_announcements_and_closes(monkeypatch) -> None
     )
     assert consumer.closed and w.error is None
     w.check()
+    # the embedded broker holds an empty fetch for the whole wait: an announcement waits <= 100 ms
+    assert (
+        opened == [{"fetch_max_wait_ms": sc.WATCH_FETCH_WAIT_MS}] and sc.WATCH_FETCH_WAIT_MS <= 100
+    )
 
 
 def test_watcher_raw_values_assigned_hook_and_errors(monkeypatch) -> None:

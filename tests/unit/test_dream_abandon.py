@@ -130,3 +130,34 @@ def test_dreams_start_from_any_real_step_or_only_the_first():
         d.poll(0)
         assert len(d.starts) == len(expected), start_from
         assert all(s.task == "miniwob/click-test" and s.seed == 4 for s in d.starts)
+
+
+def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up():
+    """The trainer announces the policy and the world model once both are LATEST: the first
+    announcement loads the pair, the second (already loaded, or being loaded) must not abandon
+    the round that follows.  A newer version, or an older one (a rollback), still does."""
+    from models.checkpoint import ModelSlot
+    from streams import records
+
+    d = _dreamer()
+    d.reload_clock = SimpleNamespace(announced=lambda v: None)
+    d.slots = {k: object.__new__(ModelSlot) for k in ("policy", "world_model")}
+    for s in d.slots.values():
+        s.version, s.loading = 4, None
+    d.slots["world_model"].loading = 5
+
+    def ann(kind: str, v: int) -> records.CheckpointAnnouncement:
+        return records.CheckpointAnnouncement(
+            run_id="abandon", kind=kind, version=v, uri="s3://b/x", manifest_sha256="0" * 64
+        )
+
+    for kind, v, wakes in (
+        ("policy", 4, False),  # loaded
+        ("world_model", 5, False),  # being loaded now
+        ("world_model", 4, False),
+        ("policy", 5, True),  # new
+        ("policy", 2, True),  # a rollback
+    ):
+        d._announced.clear()
+        d._on_announcement(ann(kind, v))
+        assert d._announced.is_set() == wakes, (kind, v)
