@@ -205,6 +205,12 @@ def _bench_command(add: AddCommand) -> None:
     p.add_argument("--n", type=int, default=20_000, help="transitions to push")
     p.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
     p.add_argument(
+        "--latency-rate",
+        type=float,
+        default=0.0,
+        help="streams: transitions/s of the latency phase (default: half the worker's rate)",
+    )
+    p.add_argument(
         "--starts",
         help="dream/train: JSONL of start observations (default: live expert-task pages, cached)",
     )

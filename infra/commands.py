@@ -338,7 +338,7 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
     from infra.stack import PrivateBroker, Stack
 
     argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]
-    argv += ["--json"] if args.json else []
+    argv += ["--latency-rate", str(args.latency_rate)] + (["--json"] if args.json else [])
     return main(argv, start_broker=PrivateBroker, stack_factory=Stack)
 
 
