@@ -176,6 +176,11 @@ class StreamConfig:
     batch_trajectories: int = _f(16, "Trajectories per training batch.")
     group_size: int = _f(8, "Rollouts per GSPO group.")
     group_timeout_s: float = _f(30.0, "Emit or drop an incomplete group after this (s).")
+    fetch_wait_ms: int = _f(
+        20,
+        "The stream worker's fetch wait (ms): the embedded broker answers an empty fetch only "
+        "after it, so it bounds the latency a record waits when it arrives just after one.",
+    )
     emit_incomplete_groups: bool = _f(
         True, "Emit incomplete groups (with their size) instead of dropping."
     )

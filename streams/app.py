@@ -22,6 +22,7 @@ import os
 import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 import faust
 
@@ -80,34 +81,40 @@ def datadir(cfg: Config) -> Path:
     return p
 
 
-FETCH_MAX_WAIT_MS = 100
 PRODUCER_BATCH_BYTES = 256 * 1024
 
 
-def _short_fetch_wait() -> None:
-    """Faust hard-codes aiokafka's ``fetch_max_wait_ms=1500``; Tansu answers an
-    empty fetch only after that wait even when records arrive meanwhile, which
-    made the worker's median latency over a second. Lower it (idempotent)."""
+def _short_fetch_wait(ms: int) -> None:
+    """Faust hard-codes aiokafka's ``fetch_max_wait_ms=1500``; Tansu answers an empty fetch
+    only after that wait even when records arrive meanwhile (docs/broker.md), which made the
+    worker's median latency over a second.  Set it to ``stream.fetch_wait_ms``."""
     from faust.transport.drivers import aiokafka as drv
 
     cls = drv.AIOKafkaConsumerThread
+    cls._dynaweb_fetch_wait_ms = int(ms)
     if getattr(cls, "_dynaweb_fetch_wait", False):
         return
     orig = cls._create_worker_consumer
 
     def create(self, transport):
-        consumer = orig(self, transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-        return consumer
+        return with_fetch_wait(orig(self, transport))
 
     cls._create_worker_consumer = create
     cls._dynaweb_fetch_wait = True
 
 
+def with_fetch_wait(consumer: Any) -> Any:
+    """The aiokafka consumer Faust built, with the configured fetch wait."""
+    from faust.transport.drivers import aiokafka as drv
+
+    consumer._fetch_max_wait_ms = drv.AIOKafkaConsumerThread._dynaweb_fetch_wait_ms
+    return consumer
+
+
 def make_app(cfg: Config) -> faust.App:
     from streams.bulk import App
 
-    _short_fetch_wait()
+    _short_fetch_wait(cfg.stream.fetch_wait_ms)
     max_bytes = cfg.kafka.max_message_bytes
     return App(
         app_id(cfg),
