@@ -176,6 +176,12 @@ class StreamConfig:
     batch_trajectories: int = _f(16, "Trajectories per training batch.")
     group_size: int = _f(8, "Rollouts per GSPO group.")
     group_timeout_s: float = _f(30.0, "Emit or drop an incomplete group after this (s).")
+    policy_sources: list = _f(
+        ["real", "dream"],
+        "Non-expert sources whose trajectories go into policy batches; the others still feed the "
+        "world model (the study's dynaweb_dream_only arm: ['dream']). Dropped ones are counted "
+        "(dynaweb_stream_dropped_trajectories_total{reason='source_not_trained'}).",
+    )
     fetch_wait_ms: int = _f(
         20,
         "The stream worker's fetch wait (ms): the embedded broker answers an empty fetch only "

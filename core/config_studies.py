@@ -46,9 +46,11 @@ class ExperimentConfig:
         "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.",
     )
     arms: list = _f(
-        ["imitation", "imitation_matched", "real_only", "dynaweb"],
+        ["imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only"],
         "Arms to run: imitation (BC on the demos), imitation_matched (BC with the online arms' "
-        "policy steps and expert samples per step), real_only (live GSPO), dynaweb (dreamed GSPO).",
+        "policy steps and expert samples per step), real_only (live GSPO), dynaweb (dreamed GSPO "
+        "and a share of real groups), dynaweb_dream_only (dreamed GSPO; real groups train the "
+        "world model only).",
     )
     budget: list = _f(
         [200, 350, 500],
@@ -105,12 +107,12 @@ class ExperimentConfig:
     heads: int = _f(4, "Attention heads.")
     wm_steps_per_policy_step: float = _f(
         2.0,
-        "World-model steps per policy step in arms imitation and dynaweb "
+        "World-model steps per policy step in arms imitation, dynaweb and dynaweb_dream_only "
         "(fixed, so runs are reproducible whatever the machine's speed).",
     )
     parallel_arms: bool = _f(
         True,
-        "Run real_only and dynaweb of a seed at the same time (they only share the "
+        "Run the online arms of a seed at the same time (they only share the "
         "imitation checkpoint).",
     )
     cell_timeout_s: float = _f(

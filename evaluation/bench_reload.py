@@ -15,8 +15,9 @@ announcement's acknowledgement to
 
 It reports p50 and p95 of each and of both together (``reload_p50_s``, ``reload_p95_s``), the
 readers' own ``dynaweb_client_checkpoint_reload_to_use_seconds`` (announcement seen -> first
-use, scraped at the end), and whether any group mixed policy versions further apart than
-``stream.max_staleness`` (a group must not).  A dream round that started before a reload is
+use, scraped at the end), whether any group mixed policy versions further apart than
+``stream.max_staleness`` (a group must not), and each reader's memory growth per reload
+(``rss_mb_per_reload``: its own process's resident set after version 0 and after the last).  A dream round that started before a reload is
 published after it with the old version, so the dream figure includes up to one round.
 """
 
@@ -184,6 +185,19 @@ def _own_metric(cfg: Config) -> dict[str, dict]:
     }  # fmt: skip
 
 
+def _rss_mb(sup: Supervisor) -> dict[str, tuple[int, float]]:
+    """(pid, resident set in MB) of each reader's own process (not its browser)."""
+    import psutil
+
+    out = {}
+    for c in sup.children:
+        try:
+            out[c.name] = (c.proc.pid, psutil.Process(c.proc.pid).memory_info().rss / 2**20)
+        except (psutil.Error, AttributeError):
+            pass
+    return out
+
+
 def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
     topics = ensure_topics(cfg)
     work = Path(tempfile.mkdtemp(prefix="dynaweb-bench-reload-"))
@@ -202,6 +216,7 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
         _wait(lambda: tail.used("dream", 0) and tail.used("live", 0), READY_TIMEOUT_S,
               "a dream group and a live episode with version 0", sup)  # fmt: skip
         say(f"both readers act with version 0 after {time.time() - t0:.0f}s")
+        rss0 = _rss_mb(sup)
         lat: dict[str, list[float]] = {"dream": [], "live": []}
         for v in range(1, n + 1):
             began = time.time()
@@ -214,6 +229,7 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
                 "announcement")  # fmt: skip
             time.sleep(max(0.0, interval_s - (time.time() - began)))
         own = _own_metric(cfg)
+        rss1 = _rss_mb(sup)
     finally:
         tail.stop.set()
         sup.stop()
@@ -231,6 +247,12 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
         "groups": len(tail.group_versions),
         "groups_mixing_beyond_max_staleness": tail.mixed_groups(cfg.stream.max_staleness),
         "max_staleness": cfg.stream.max_staleness,
+        # the readers' memory per reload (their own process; a restarted one is left out)
+        "rss_mb_per_reload": {
+            k: round((rss1[k][1] - rss0[k][1]) / n, 2)
+            for k in rss0
+            if k in rss1 and rss1[k][0] == rss0[k][0] and n
+        },
     }
 
 

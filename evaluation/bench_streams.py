@@ -312,6 +312,25 @@ def _pct(xs: list[float], q: float) -> float | None:
     return round(xs[min(len(xs) - 1, int(q * len(xs)))], 4)
 
 
+def latency_phase(
+    cfg: Config, topics: Topics, worker: WorkerProc, broker: Broker, rate: float,
+    latency_s: float, obs_bytes: int, rng: random.Random,
+) -> tuple[list[float], int, dict]:  # fmt: skip
+    """New (non-expert) episodes produced at ``rate`` for ``latency_s``: the batch latencies, the
+    batches expected, and the cores each process used meanwhile (the worker, the broker and this
+    process, the bench's producer, share the machine)."""
+    lat_eps = episodes(cfg.run_id, int(rate * latency_s), obs_bytes, rng, prefix="L")
+    lat_eps = [e for e in lat_eps if e[0].source != "expert"]  # the pool is already full
+    want = sum(1 for e in lat_eps[::G])
+    who = {"worker": [worker.proc.pid], "broker": broker.pids(), "bench_producer": [os.getpid()]}
+    cpu0, t_lat = cpu_seconds(who), time.time()
+    produce(cfg, topics, lat_eps, rate=rate)
+    span_lat = max(1e-6, time.time() - t_lat)
+    cores = {k: round((v - cpu0[k]) / span_lat, 2) for k, v in cpu_seconds(who).items()}
+    cores["total"] = round(sum(cores.values()), 2)
+    return latencies(cfg, topics.policy_batches, want, timeout=60 + latency_s), want, cores
+
+
 def run_bench(
     storage: str = "memory",
     n: int = 20_000,
@@ -369,22 +388,9 @@ def run_bench(
         # latency at half the worker's rate, or of the bench's producer when that is slower
         # (beyond it the producer's own queue, not the worker, would make the latency)
         rate = latency_rate or min(worker_tps, produce_tps) / 2
-        lat_eps = episodes(cfg.run_id, int(rate * latency_s), obs_bytes, rng, prefix="L")
-        lat_eps = [e for e in lat_eps if e[0].source != "expert"]  # the pool is already full
-        want = sum(1 for e in lat_eps[::G])
-        # the cores each process used while the episodes were produced at that rate: the worker,
-        # the broker and this process (the bench's producer) share the machine
-        who = {
-            "worker": [worker.proc.pid],
-            "broker": broker.pids(),
-            "bench_producer": [os.getpid()],
-        }
-        cpu0, t_lat = cpu_seconds(who), time.time()
-        produce(cfg, topics, lat_eps, rate=rate)
-        span_lat = max(1e-6, time.time() - t_lat)
-        cores = {k: round((v - cpu0[k]) / span_lat, 2) for k, v in cpu_seconds(who).items()}
-        cores["total"] = round(sum(cores.values()), 2)
-        lats = latencies(cfg, topics.policy_batches, want, timeout=60 + latency_s)
+        lats, want, cores = latency_phase(
+            cfg, topics, worker, broker, rate, latency_s, obs_bytes, rng
+        )
         log(
             f"latency over {len(lats)} batches at {rate:,.0f} transitions/s: p50 {_pct(lats, 0.5)}s "
             f"p95 {_pct(lats, 0.95)}s; cores used meanwhile {cores} of {os.cpu_count()}"

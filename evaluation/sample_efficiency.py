@@ -1,6 +1,6 @@
 """``dynaweb experiment sample-efficiency``: does training by imagination save real interactions?
 
-Four arms, each run through the real system (the broker, the stream worker, the
+Five arms, each run through the real system (the broker, the stream worker, the
 DeepSpeed trainer, S3 checkpoints, Playwright collectors and, in ``dynaweb``, a dream
 generator: the same processes as ``dynaweb up``), one run id per (arm, seed):
 
@@ -19,8 +19,11 @@ generator: the same processes as ``dynaweb up``), one run id per (arm, seed):
 4. ``dynaweb``: from arm 1's checkpoint (policy and world model), the dream generator
    produces the GSPO groups; real interactions go only to a share of on-policy real
    groups (``dream_real_share`` groups per version), which also refresh the world model.
+5. ``dynaweb_dream_only``: as ``dynaweb``, but the policy learns from dreams and demonstrations
+   only (the paper's setting): the same real groups are collected and train the world model,
+   and the stream worker keeps them out of policy batches (``stream.policy_sources=['dream']``).
 
-Arms 2-4 take exactly ``online_policy_steps`` policy optimizer steps (``trainer.max_steps``,
+Arms 2-5 take exactly ``online_policy_steps`` policy optimizer steps (``trainer.max_steps``,
 one checkpoint per step, so version = policy steps); a cell ends when its trainer
 announces that last version.  Real steps are counted on the broker; demonstration steps
 count.  While a cell runs, the controller records which checkpoint version existed at
@@ -70,7 +73,7 @@ from evaluation.sample_efficiency_arms import (
 )
 from evaluation.sample_efficiency_cell import CellRun, ExperimentError, check_child_crashes
 from evaluation.sample_efficiency_diagnostics import diag_by_arm, per_task
-from evaluation.sample_efficiency_report import ARMS, ONLINE_ARMS, write_all
+from evaluation.sample_efficiency_report import ARMS, DREAM_ARMS, ONLINE_ARMS, write_all
 
 log = logging.getLogger(__name__)
 
@@ -260,39 +263,48 @@ class SampleEfficiency:
                 raise e
 
     def wm_probe(self, seed: int) -> None:
-        """World-model fidelity of arm 3's final world model (and of arm 1's, its start) on real
-        transitions it never trained on: those the real-only arm of the same seed collected,
-        next to the "nothing changes" baseline."""
-        f_d, f_r = self.cell_file("dynaweb", seed), self.cell_file("real_only", seed)
-        if not (f_d.exists() and f_r.exists()):
-            return
-        dyn = json.loads(f_d.read_text())
-        if "wm_fidelity" in dyn:
+        """World-model fidelity of each dream arm's final world model (and of arm 1's, its start)
+        on real transitions it never trained on: those the real-only arm of the same seed
+        collected, next to the "nothing changes" baseline."""
+        f_r = self.cell_file("real_only", seed)
+        if not f_r.exists():
             return
         from collectors.demos import to_line
         from evaluation.sources import read_topic
         from evaluation.wm_fidelity import eval_world_model
         from streams.topics import Topics
 
-        ro = json.loads(f_r.read_text())
-        rc = cell_config(self.base, self.ex, ro["run_id"], "real_only", seed)
         data = self.out / f"real-s{seed}.jsonl"
-        trans = read_topic(rc, Topics(rc.run_id, rc.kafka.partitions).real, 60)
-        data.write_text("".join(to_line(t) + "\n" for t in trans))
-        res: dict = {"data": str(data), "transitions": len(trans)}
-        if trans:
-            imit = json.loads(self.cell_file("imitation", seed).read_text())
-            for key, cell in (("dynaweb_final", dyn), ("imitation", imit)):
-                cc = cell_config(self.base, self.ex, cell["run_id"], cell["arm"], seed)
-                r = eval_world_model(cc, "latest", data=str(data), split="all", limit=200)
-                res[key] = {
-                    k: r[k] for k in r if isinstance(r[k], int | float | dict) and k != "seconds"
-                }
-        dyn["wm_fidelity"] = res
-        f_d.write_text(json.dumps(dyn, indent=1))
-        self.say(
-            f"seed {seed}: world-model fidelity on {len(trans)} held-out real transitions written"
-        )
+        trans = None
+        for arm in DREAM_ARMS:
+            f_d = self.cell_file(arm, seed)
+            if not f_d.exists():
+                continue
+            dyn = json.loads(f_d.read_text())
+            if "wm_fidelity" in dyn:
+                continue
+            if trans is None:
+                ro = json.loads(f_r.read_text())
+                rc = cell_config(self.base, self.ex, ro["run_id"], "real_only", seed)
+                trans = read_topic(rc, Topics(rc.run_id, rc.kafka.partitions).real, 60)
+                data.write_text("".join(to_line(t) + "\n" for t in trans))
+            res: dict = {"data": str(data), "transitions": len(trans)}
+            if trans:
+                imit = json.loads(self.cell_file("imitation", seed).read_text())
+                for key, cell in (("dynaweb_final", dyn), ("imitation", imit)):
+                    cc = cell_config(self.base, self.ex, cell["run_id"], cell["arm"], seed)
+                    r = eval_world_model(cc, "latest", data=str(data), split="all", limit=200)
+                    res[key] = {
+                        k: r[k]
+                        for k in r
+                        if isinstance(r[k], int | float | dict) and k != "seconds"
+                    }
+            dyn["wm_fidelity"] = res  # "dynaweb_final": this arm's final world model
+            f_d.write_text(json.dumps(dyn, indent=1))
+            self.say(
+                f"{arm} seed {seed}: world-model fidelity on {len(trans)} held-out real "
+                "transitions written"
+            )
 
     # --- the whole study -------------------------------------------------------------
     def run(self) -> dict:
@@ -300,7 +312,7 @@ class SampleEfficiency:
         self.say(
             f"{self.id}: {len(self.ex.seeds)} seeds x arms {', '.join(self.ex.arms)}, budget {self.ex.budget} "
             f"real steps, {self.ex.online_policy_steps} policy steps per arm after imitation; expected wall "
-            f"time on 2 cores: {'a few minutes' if self.quick else 'not yet measured for 4 arms (3 arms: 48 min)'}"
+            f"time on 2 cores: {'a few minutes' if self.quick else 'not yet measured for 5 arms (3 arms: 48 min)'}"
         )
         t0 = time.time()
         stack = self.stack_factory(self.base) if self.start_stack else None

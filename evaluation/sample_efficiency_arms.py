@@ -15,7 +15,7 @@ import hashlib
 import json
 
 from core.config import Config, ExperimentConfig
-from evaluation.sample_efficiency_report import ARMS
+from evaluation.sample_efficiency_report import ARMS, DREAM_ARMS
 
 QUICK = {  # --quick: every artifact through every real component in a few minutes, not a result
     "tasks": ["miniwob/click-collapsible", "miniwob/enter-text"],
@@ -149,7 +149,9 @@ def cell_config(
         s.group_timeout_s = 120.0
         t.max_steps = ex.online_policy_steps  # fixed: the cell ends when this many steps are taken
         t.checkpoint_every = 1  # a new version per step: on-policy collectors wait for it
-        t.train_world_model = arm == "dynaweb"
+        t.train_world_model = arm in DREAM_ARMS
+        if arm == "dynaweb_dream_only":  # the paper's setting: the policy learns from dreams
+            s.policy_sources = ["dream"]  # and demonstrations; real groups train the world model
         cc.group_size = ex.group_size
         cc.run_length = ex.group_size
         cc.policy = "latest"

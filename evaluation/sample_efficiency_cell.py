@@ -23,7 +23,7 @@ from core.config import Config, ExperimentConfig
 from core.supervise import Supervisor
 from evaluation.sample_efficiency_arms import expert_samples_per_step, matched_points, online_points
 from evaluation.sample_efficiency_diagnostics import scrape_selected, topic_stats
-from evaluation.sample_efficiency_report import ONLINE_ARMS
+from evaluation.sample_efficiency_report import DREAM_ARMS, ONLINE_ARMS
 
 LINGER_S = 900  # a finished trainer keeps serving /metrics this long (or until stopped) for the final scrape
 
@@ -117,7 +117,7 @@ def cell_components(arm: str, run_id: str, contexts: int) -> dict[str, list[str]
             "--id",
             f"collector-{run_id}",
         ]
-        if arm == "dynaweb":
+        if arm in DREAM_ARMS:
             comps["dream"] = ["dream"]
     return comps
 

@@ -55,12 +55,9 @@ def parse_scrape(scraped: list[tuple[dict, str]]) -> dict:
                 key = SELECTED.get(name)
                 if trainer and name == "dynaweb_trainer_steps_total":
                     key = f"trainer_{lab.get('model', '')}_steps"
-                elif (
-                    trainer
-                    and name == "dynaweb_trainer_samples_total"
-                    and lab.get("model") == "policy"
-                ):
-                    key = f"trainer_samples_{lab.get('source', '')}"
+                elif trainer and name == "dynaweb_trainer_samples_total":
+                    model = "" if lab.get("model") == "policy" else "wm_"
+                    key = f"trainer_{model}samples_{lab.get('source', '')}"
                 elif trainer and name in GSPO_COUNTERS:
                     d = gspo.setdefault(lab.get("source", ""), {})
                     d[GSPO_COUNTERS[name]] = round(d.get(GSPO_COUNTERS[name], 0.0) + v, 4)
@@ -96,6 +93,11 @@ def topic_stats(cfg: Config) -> dict:
         for t in trans:
             if t.done or t.truncated:
                 last[t.episode_id] = t
+        if (
+            name == "dream" and trans
+        ):  # every dream step, and those whose world-model output applied
+            out["topic_dream_steps"] = len(trans)
+            out["topic_dream_wm_ok"] = sum(1 for t in trans if (t.info or {}).get("wm_ok", True))
         if not last:
             continue
         out[f"topic_{name}_episodes"] = len(last)
@@ -112,6 +114,8 @@ DIAG_KEYS = (
     "trainer_samples_expert",
     "trainer_samples_real",
     "trainer_samples_dream",
+    "trainer_wm_samples_expert",
+    "trainer_wm_samples_real",
     "dream_steps",
     "wm_invalid_outputs",
     "stale_dropped",
@@ -119,6 +123,8 @@ DIAG_KEYS = (
     "topic_live_success",
     "topic_dream_episodes",
     "topic_dream_success",
+    "topic_dream_steps",
+    "topic_dream_wm_ok",
 )
 
 

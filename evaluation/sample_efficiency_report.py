@@ -16,13 +16,19 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb")
-ONLINE_ARMS = ("real_only", "dynaweb")  # the arms that interact (and run GSPO)
+ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only")
+ONLINE_ARMS = (
+    "real_only",
+    "dynaweb",
+    "dynaweb_dream_only",
+)  # the arms that interact (and run GSPO)
+DREAM_ARMS = ("dynaweb", "dynaweb_dream_only")  # a dream generator and an online world model
 LABELS = {
     "imitation": "Imitation only (K demos)",
     "imitation_matched": "Imitation, matched updates (online arms' steps and BC samples)",
     "real_only": "Real-only online GSPO",
     "dynaweb": "DynaWeb (dreamed GSPO groups)",
+    "dynaweb_dream_only": "DynaWeb, dreams only (real data trains the world model only)",
 }
 CSV_FIELDS = (
     "arm",
@@ -85,6 +91,8 @@ PAIRS = (
     ("real_only", "imitation_matched"),
     ("dynaweb", "imitation_matched"),
     ("dynaweb", "real_only"),
+    ("dynaweb_dream_only", "imitation_matched"),
+    ("dynaweb_dream_only", "real_only"),
 )
 
 
@@ -210,12 +218,13 @@ def headline(agg: dict[str, list[dict]]) -> dict:
             "seeds": last["n"],
         }
     out["improved"] = bool(ro and target > ro[0]["success"] + 1e-12)
-    if target is not None and "dynaweb" in out["arms"] and out["improved"]:
-        a, b = (
-            out["arms"]["dynaweb"]["steps_to_target"],
-            out["arms"]["real_only"]["steps_to_target"],
-        )
-        out["ratio"] = (a / b) if (a is not None and b) else None
+    out["ratios"] = {}
+    for arm in DREAM_ARMS:
+        if target is not None and arm in out["arms"] and out["improved"]:
+            a = out["arms"][arm]["steps_to_target"]
+            b = out["arms"]["real_only"]["steps_to_target"]
+            out["ratios"][arm] = (a / b) if (a is not None and b) else None
+    out["ratio"] = out["ratios"].get("dynaweb")
     return out
 
 
@@ -284,8 +293,48 @@ def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> 
             "expert_samples_per_step_trained": _r(sum(per_step) / len(per_step), 2)
             if per_step
             else None,
+            **imagination_summary(arm, cs),
         }
     return out
+
+
+def _mean_of(xs: list) -> float | None:
+    xs = [float(x) for x in xs if isinstance(x, int | float)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def imagination_summary(arm: str, cs: list[dict]) -> dict:
+    """What the world model and the dreams of an arm were (means over its cells): the real
+    transitions its world model trained on (``world_model_steps_real``: the trainer's world-model
+    samples of sources real and expert) and the dream steps made (read from the dream topic); for
+    the dream arms, the final
+    world model's fidelity on real transitions it never trained on (``wm_*``, the study's probe),
+    the share of dream steps whose world-model output applied without repair
+    (``dream_apply_rate``) and the replay check's AUROC of the dreamed reward against real success
+    (``dream_reward_auroc``); None where a cell did not measure it."""
+    diag = [c.get("diagnostics", {}) for c in cs]
+    wm_real = [
+        d.get("trainer_wm_samples_real", 0.0) + d.get("trainer_wm_samples_expert", 0.0)
+        for d in diag
+        if "trainer_wm_samples_real" in d or "trainer_wm_samples_expert" in d
+    ]
+    out = {
+        "world_model_steps_real": _r(_mean_of(wm_real), 1),
+        "dream_steps": _r(_mean_of([d.get("topic_dream_steps", 0.0) for d in diag]), 1),
+    }
+    if arm not in DREAM_ARMS:
+        return out
+    fids = [(c.get("wm_fidelity") or {}).get("dynaweb_final") or {} for c in cs]
+    steps = sum(float(d.get("topic_dream_steps") or 0.0) for d in diag)
+    bad = steps - sum(float(d.get("topic_dream_wm_ok") or 0.0) for d in diag)
+    return {
+        **out,
+        "wm_reward_bal_acc": _r(_mean_of([f.get("reward_bal_acc") for f in fids]), 4),
+        "wm_exact_match": _r(_mean_of([f.get("exact_match") for f in fids]), 4),
+        "wm_exact_match_baseline": _r(_mean_of([f.get("baseline_exact_match") for f in fids]), 4),
+        "dream_apply_rate": _r(1.0 - bad / steps, 4) if steps else None,
+        "dream_reward_auroc": _r(_mean_of([(c.get("replay") or {}).get("auroc") for c in cs]), 4),
+    }
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -309,6 +358,7 @@ def write_png(agg: dict[str, list[dict]], path: Path, title: str) -> None:
         "imitation_matched": "tab:green",
         "real_only": "tab:blue",
         "dynaweb": "tab:red",
+        "dynaweb_dream_only": "tab:purple",
     }
     for arm, curve in agg.items():
         if arm in ("imitation", "imitation_matched"):

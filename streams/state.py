@@ -58,6 +58,12 @@ _TOPIC_SOURCE = {"real": "real", "expert": "expert", "dream": "dream"}
 
 class StreamState:
     def __init__(self, cfg: Config, topics: Topics, clock=time.monotonic):
+        bad = set(cfg.stream.policy_sources) - {"real", "dream"}
+        if bad or not cfg.stream.policy_sources:
+            raise ValueError(
+                f"stream.policy_sources must be a non-empty subset of ['real', 'dream'], "
+                f"got {cfg.stream.policy_sources!r}"
+            )
         s = cfg.stream
         self.cfg, self.topics, self.clock = cfg, topics, clock
         self.worker_id = default_worker_id(cfg)
@@ -175,6 +181,9 @@ class StreamState:
             return
         if traj.source == "dream":  # generators run a hot-reloaded checkpoint: its version exists
             self.mixer.set_latest_version(traj.policy_version)
+        if traj.source not in self.cfg.stream.policy_sources:
+            self.mixer.drops["source_not_trained"] += 1  # it fed the world model only
+            return
         group = self.groups.add(traj, now)
         if group is not None:
             self.mixer.add_group(group, now)

@@ -1,7 +1,7 @@
 """`dynaweb experiment sample-efficiency --quick` as a user runs it, on the session's real stack.
 
 Checks that every artifact is produced and well formed (not the result): the CSV has all
-four arms, real steps within the budget at every budget point, the final point after the
+five arms, real steps within the budget at every budget point, the final point after the
 configured policy steps and the arms' curves starting at the imitation point; the matched
 imitation control takes the online arms' policy steps and no real step; the PNG is a PNG;
 the Markdown has the headline table; the JSON summary (the last line, and summary.json) has
@@ -56,7 +56,7 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     text = log.read_text()
     assert proc.returncode == 0, text[-4000:]
     summary = json.loads(text.strip().splitlines()[-1])
-    assert summary["quick"] is True and summary["cells"] == 4
+    assert summary["quick"] is True and summary["cells"] == 5
     assert summary == json.loads(
         (out / "summary.json").read_text()
     )  # the same object, kept in --out
@@ -66,7 +66,7 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     assert (
         list(summary["arms"])
         == list(ARMS)
-        == ["imitation", "imitation_matched", "real_only", "dynaweb"]
+        == ["imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only"]
     )
     for arm, a in summary["arms"].items():
         assert {"final_success", "ci95", "real_steps", "policy_steps", "nonzero_adv_share"} <= set(
@@ -88,6 +88,14 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     # live on-policy groups reached the trainer's loss (the share is a number, not null), and dreamed ones
     assert shares["real_only"]["live"] is not None and shares["real_only"]["dream"] is None, shares
     assert shares["dynaweb"]["dream"] is not None, shares
+    # dreams only: dreamed groups reached the loss, no live group did (they trained the world model)
+    assert shares["dynaweb_dream_only"]["dream"] is not None, shares
+    assert shares["dynaweb_dream_only"]["live"] is None, shares
+    for arm in ("dynaweb", "dynaweb_dream_only"):
+        a = summary["arms"][arm]
+        assert a["dream_steps"] > 0 and a["world_model_steps_real"] > 0, (arm, a)
+        assert {"wm_reward_bal_acc", "wm_exact_match", "wm_exact_match_baseline"} <= set(a)
+        assert a["dream_apply_rate"] is not None and 0.0 <= a["dream_apply_rate"] <= 1.0, a
     m, ro = summary["arms"]["imitation_matched"], summary["arms"]["real_only"]
     assert (
         m["real_steps"] == summary["arms"]["imitation"]["real_steps"] < ro["real_steps"]
@@ -108,7 +116,7 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     assert arms == set(ARMS), rows
     by_arm = {a: [r for r in rows if r["arm"] == a] for a in arms}
     assert len(by_arm["imitation"]) == 1
-    for arm in ("real_only", "dynaweb", "imitation_matched"):
+    for arm in ("real_only", "dynaweb", "dynaweb_dream_only", "imitation_matched"):
         pts = by_arm[arm]
         assert [int(r["point"]) for r in pts] == [0, 1, 2, 3, 4], pts
         assert (
@@ -139,12 +147,12 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     cells = {
         c["arm"]: c for c in (json.loads(f.read_text()) for f in (out / "cells").glob("*-s0.json"))
     }
-    assert len({c["run_id"] for c in cells.values()}) == 4  # one run id per arm
+    assert len({c["run_id"] for c in cells.values()}) == 5  # one run id per arm
     client = make_client(run_cfg)
     for arm, c in cells.items():
         store = CheckpointStore(client, run_cfg.s3.bucket, c["run_id"])
         assert store.latest("policy") is not None, arm
-        if arm in ("real_only", "dynaweb"):
+        if arm in ("real_only", "dynaweb", "dynaweb_dream_only"):
             assert c["live_steps"] > 0, c  # real interactions in the live browser
         else:
             assert c["live_steps"] == 0, c

@@ -204,6 +204,19 @@ def test_cell_configs_differ_only_where_the_arms_do():
         and cells["dynaweb"].trainer.train_world_model
     )
     assert not cells["real_only"].stream.expert_only_batches
+    # the paper's setting: the same collector and world model as dynaweb, no real group trained on
+    do, dy = cells["dynaweb_dream_only"], cells["dynaweb"]
+    assert do.stream.policy_sources == ["dream"] and dy.stream.policy_sources == ["real", "dream"]
+    assert do.trainer.train_world_model and do.collector.groups_per_version == ex.dream_real_share
+    assert (do.collector.policy, do.collector.seed_offset) == (
+        dy.collector.policy,
+        dy.collector.seed_offset,
+    )
+    from evaluation.sample_efficiency_cell import cell_components
+
+    assert "dream" in cell_components("dynaweb_dream_only", "r", 1)
+    assert "collector" in cell_components("dynaweb_dream_only", "r", 1)
+    assert "dream" not in cell_components("real_only", "r", 1)
 
 
 def test_experiment_id_and_validation():
@@ -389,7 +402,13 @@ def test_imitation_matched_has_the_online_arms_steps_init_and_expert_samples(qui
 
 def test_frozen_defaults_and_quick_keeps_scaled_down_values():
     ex = resolve_experiment(Config(), quick=False)
-    assert ex.arms == ["imitation", "imitation_matched", "real_only", "dynaweb"]
+    assert ex.arms == [
+        "imitation",
+        "imitation_matched",
+        "real_only",
+        "dynaweb",
+        "dynaweb_dream_only",
+    ]
     assert ex.group_size == 8 and ex.temperature == 1.0 and ex.online_policy_steps == 20
     assert ex.tasks == [
         "miniwob/click-collapsible",
@@ -499,9 +518,16 @@ def test_parse_scrape_reads_prometheus_client_output():
     groups.labels("r", "real").inc(4)
     nonzero.labels("r", "real").inc(3)
     adv.labels("r", "real").inc(2.5)
-    g = parse_scrape([({"component": "trainer"}, generate_latest(reg).decode())])["gspo"]
+    samples = Counter("dynaweb_trainer_samples", "s", ["run", "model", "source"], registry=reg)
+    samples.labels("r", "policy", "expert").inc(7)
+    samples.labels("r", "world_model", "real").inc(5)
+    samples.labels("r", "world_model", "expert").inc(2)
+    parsed = parse_scrape([({"component": "trainer"}, generate_latest(reg).decode())])
+    g = parsed["gspo"]
     assert g == {"real": {"groups": 4.0, "groups_nonzero": 3.0, "adv_abs_sum": 2.5}}
     assert nonzero_adv_share(g) == {"live": 0.75, "dream": None}
+    assert parsed["trainer_samples_expert"] == 7.0
+    assert (parsed["trainer_wm_samples_real"], parsed["trainer_wm_samples_expert"]) == (5.0, 2.0)
 
 
 def test_parse_scrape_reads_every_counter_the_trainer_declares():
@@ -531,7 +557,7 @@ def test_parse_scrape_reads_every_counter_the_trainer_declares():
 
 
 def _study_cells():
-    """Two seeds of all four arms, as ``run_cell`` writes them."""
+    """Two seeds of all five arms, as ``run_cell`` writes them."""
     cells = []
     for seed, (r, d, m) in enumerate(
         [([0.2, 0.3, 0.4], [0.3, 0.4, 0.5], 0.3), ([0.2, 0.2, 0.2], [0.4, 0.4, 0.4], 0.2)]
@@ -549,6 +575,7 @@ def _study_cells():
                     "dream": {"groups": 3.0, "groups_nonzero": 0.0},
                 },
             ),
+            ("dynaweb_dream_only", d, {"dream": {"groups": 4.0, "groups_nonzero": 2.0}}),
         ):
             c = _cell(
                 arm, seed, [(100, 3, 100, ys[0]), (200, 6, 200, ys[1]), (None, 20, 260, ys[2])]
@@ -559,7 +586,19 @@ def _study_cells():
                 "gspo": gspo,
                 "trainer_policy_steps": 20.0,
                 "trainer_samples_expert": 160.0,
+                "trainer_wm_samples_expert": 100.0 + seed,
+                "trainer_wm_samples_real": 50.0,
             }
+            if arm != "real_only":
+                c["diagnostics"].update(topic_dream_steps=400, topic_dream_wm_ok=400 - 100 * seed)
+                c["wm_fidelity"] = {
+                    "dynaweb_final": {
+                        "reward_bal_acc": 0.8 + 0.1 * seed,
+                        "exact_match": 0.6,
+                        "baseline_exact_match": 0.5,
+                    }
+                }
+                c["replay"] = {"auroc": 0.7} if seed == 0 else {}
             cells.append(c)
         mc = _cell(
             "imitation_matched", seed, [(100, 6, 50, m), (200, 20, 50, m), (None, 20, 50, m)]
@@ -574,7 +613,13 @@ def _study_cells():
 
 def test_arm_summary_shape_and_values():
     arms = arm_summary(_study_cells())
-    assert list(arms) == ["imitation", "imitation_matched", "real_only", "dynaweb"]
+    assert list(arms) == [
+        "imitation",
+        "imitation_matched",
+        "real_only",
+        "dynaweb",
+        "dynaweb_dream_only",
+    ]
     for a in arms.values():
         assert {"final_success", "ci95", "real_steps", "policy_steps", "nonzero_adv_share"} <= set(
             a
@@ -603,12 +648,23 @@ def test_arm_summary_shape_and_values():
     assert m["expert_samples_per_step"] == 8 and m["expert_samples_per_step_trained"] == 8.0
     imit = arms["imitation"]
     assert imit["policy_steps"] == 60 and imit["ci95"] == [0.1, 0.1]
+    # what the world model and the dreams were (issue 13's summary keys)
+    for arm in ("dynaweb", "dynaweb_dream_only"):
+        a = arms[arm]
+        assert a["world_model_steps_real"] == 150.5 and a["dream_steps"] == 400.0
+        assert a["wm_reward_bal_acc"] == pytest.approx(0.85) and a["wm_exact_match"] == 0.6
+        assert a["wm_exact_match_baseline"] == 0.5
+        assert a["dream_apply_rate"] == pytest.approx(1 - 100 / 800)  # pooled over seeds
+        assert a["dream_reward_auroc"] == 0.7  # the one seed that measured it
+    assert arms["dynaweb_dream_only"]["nonzero_adv_share"] == {"live": None, "dream": 0.5}
+    assert ro["dream_steps"] == 0.0 and "wm_reward_bal_acc" not in ro
+    assert arms["imitation_matched"]["world_model_steps_real"] is None  # not scraped
     one = arm_summary([c for c in _study_cells() if c["seed"] == 0])
     assert one["dynaweb"]["ci95"] == [None, None]  # one seed: no interval
     json.dumps(arms)  # plain JSON
 
 
-def test_write_all_with_four_arms(tmp_path):
+def test_write_all_with_five_arms(tmp_path):
     cells = _study_cells()
     res = write_all(
         cells,

@@ -122,3 +122,47 @@ def test_expert_only_batches_only_while_few_wait_for_a_trainer():
     )
     assert st.lag == 3 and st.expert_only_allowed()
     assert not make(expert_only_batches=False).expert_only_allowed()
+
+
+def test_a_source_left_out_of_policy_sources_feeds_the_world_model_only():
+    """``stream.policy_sources=['dream']`` (the dynaweb_dream_only arm): a real group is forwarded
+    to the world-model topics, counted as not trained, never batched, and its messages are
+    released for commit; dream groups are batched as before."""
+    env = {
+        "DYNAWEB_RUN_ID": "u",
+        "DYNAWEB_STREAM__WORKER_ID": "w1",
+        "DYNAWEB_STREAM__GROUP_SIZE": "2",
+        "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "4",
+        "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0",
+    }
+    cfg = load_config(env=env, overrides={"stream.policy_sources": ["dream"]})
+    st = StreamState(cfg, Topics("u"), clock=lambda: 0.0)
+    out = Out()
+    st.attach(out)
+    for e in ("e1", "e2"):
+        for s in range(2):
+            st.on_side(st.topics.expert, t(e, s, "expert", s == 1))
+    tp = ("real", 0)
+    for i, ep in enumerate(("r1", "r2")):
+        st.on_transition(st.topics.real, t(ep, 0, "real", True, "gr"), i, tp)
+    wm_topics = (st.topics.world_model, st.topics.world_model_eval)
+    assert len(out.sent) == 2 and all(topic in wm_topics for topic, _ in out.sent)
+    assert st.mixer.drops["source_not_trained"] == 2 and st.emit() == 0
+    st.settle()
+    assert st.commit_points() == {tp: 2}  # nothing held
+    dp = ("dream", 0)
+    for i, ep in enumerate(("d1", "d2")):
+        st.on_transition(st.topics.dream, t(ep, 0, "dream", True, "gd"), i, dp)
+    assert st.emit() == 1
+    batch = records.decode(out.sent[-1][1])
+    assert {tr["source"] for tr in batch.trajectories} == {"dream", "expert"}
+
+
+def test_policy_sources_must_name_real_or_dream():
+    import pytest
+
+    with pytest.raises(ValueError, match="stream.policy_sources"):
+        StreamState(
+            load_config(env={"DYNAWEB_RUN_ID": "u"}, overrides={"stream.policy_sources": ["live"]}),
+            Topics("u"),
+        )
