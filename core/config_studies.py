@@ -110,6 +110,11 @@ class ExperimentConfig:
         "World-model steps per policy step in arms imitation, dynaweb and dynaweb_dream_only "
         "(fixed, so runs are reproducible whatever the machine's speed).",
     )
+    replay_rollouts: int = _f(
+        40,
+        "Dreamed rollouts of each DynaWeb arm's cell replayed in the live browser after the cell "
+        "(the replay check: dream_reward_auroc in the summary); 0 = none.",
+    )
     parallel_arms: bool = _f(
         True,
         "Run the online arms of a seed at the same time (they only share the "

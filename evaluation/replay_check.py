@@ -137,17 +137,22 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
-def main(args: Any, cfg: Config) -> int:
+def check_run(cfg: Config, n: int) -> dict:
+    """Up to ``n`` of the run's complete dreamed rollouts from a first page (a fixed sample),
+    replayed live and summarised; ValueError when the run has none."""
     from evaluation.sources import read_topic
     from streams.topics import Topics
 
-    n = int(getattr(args, "n", None) or 50)
     topic = Topics(cfg.run_id, cfg.kafka.partitions).dream
     found = dreamed_rollouts(read_topic(cfg, topic, timeout=120.0))
     if not found:
         raise ValueError(f"no complete dreamed rollout from a first page on {topic}")
     picked = random.Random(0).sample(found, min(n, len(found)))
-    res = {"topic": topic, "rollouts_found": len(found), **summarize(replay(cfg, picked))}
+    return {"topic": topic, "rollouts_found": len(found), **summarize(replay(cfg, picked))}
+
+
+def main(args: Any, cfg: Config) -> int:
+    res = check_run(cfg, int(getattr(args, "n", None) or 50))
     if not args.json:
         print(
             f"{res['n']} dreamed rollouts replayed live: AUROC of the dreamed reward against real "

@@ -306,6 +306,31 @@ class SampleEfficiency:
                 "transitions written"
             )
 
+    def replay_probe(self, seed: int) -> None:
+        """The replay check (``evaluation.replay_check``) of each dream arm's dreams: up to
+        ``experiment.replay_rollouts`` of them replayed in the live browser, the AUROC of the
+        dreamed reward against real success kept in the cell (``replay``)."""
+        from evaluation.replay_check import check_run
+
+        for arm in DREAM_ARMS:
+            f = self.cell_file(arm, seed)
+            if not f.exists() or self.ex.replay_rollouts <= 0:
+                continue
+            cell = json.loads(f.read_text())
+            if "replay" in cell:
+                continue
+            cc = cell_config(self.base, self.ex, cell["run_id"], arm, seed)
+            try:
+                res = check_run(cc, self.ex.replay_rollouts)
+            except ValueError as e:  # no complete dream from a first page: said, not fatal
+                res = {"dream_reward_auroc": None, "n": 0, "error": str(e)}
+            cell["replay"] = {k: v for k, v in res.items() if k != "by_policy_version"}
+            f.write_text(json.dumps(cell, indent=1))
+            self.say(
+                f"{arm} seed {seed}: {res.get('n', 0)} dreams replayed live, AUROC "
+                f"{res.get('dream_reward_auroc')}"
+            )
+
     # --- the whole study -------------------------------------------------------------
     def run(self) -> dict:
         self._check_out()
@@ -334,10 +359,11 @@ class SampleEfficiency:
                     "imitation_matched" in todo
                 ):  # after the online arms: its read-outs follow their points
                     self.run_cell("imitation_matched", seed, demos)
-                try:
-                    self.wm_probe(seed)
-                except Exception as e:  # noqa: BLE001 - a diagnostic never fails the study
-                    log.warning("world-model probe for seed %s failed: %s", seed, e)
+                for probe in (self.wm_probe, self.replay_probe):
+                    try:
+                        probe(seed)
+                    except Exception as e:  # noqa: BLE001 - a diagnostic never fails the study
+                        log.warning("%s for seed %s failed: %s", probe.__name__, seed, e)
         finally:
             if stack is not None and stack.started:
                 stack.down(only=stack.started)

@@ -33,7 +33,8 @@ QUICK = {  # --quick: every artifact through every real component in a few minut
     "layers": 1,
     "d_model": 64,
     "heads": 2,
-    "cell_timeout_s": 240.0,
+    "cell_timeout_s": 480.0,
+    "replay_rollouts": 6,
 }
 REWARD = "binary: 1 if MiniWoB's raw reward > 0 else 0 (live and dreamed groups; evaluation counts the same success)"
 

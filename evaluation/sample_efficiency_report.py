@@ -333,7 +333,9 @@ def imagination_summary(arm: str, cs: list[dict]) -> dict:
         "wm_exact_match": _r(_mean_of([f.get("exact_match") for f in fids]), 4),
         "wm_exact_match_baseline": _r(_mean_of([f.get("baseline_exact_match") for f in fids]), 4),
         "dream_apply_rate": _r(1.0 - bad / steps, 4) if steps else None,
-        "dream_reward_auroc": _r(_mean_of([(c.get("replay") or {}).get("auroc") for c in cs]), 4),
+        "dream_reward_auroc": _r(
+            _mean_of([(c.get("replay") or {}).get("dream_reward_auroc") for c in cs]), 4
+        ),
     }
 
 

@@ -96,6 +96,7 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
         assert a["dream_steps"] > 0 and a["world_model_steps_real"] > 0, (arm, a)
         assert {"wm_reward_bal_acc", "wm_exact_match", "wm_exact_match_baseline"} <= set(a)
         assert a["dream_apply_rate"] is not None and 0.0 <= a["dream_apply_rate"] <= 1.0, a
+        assert "dream_reward_auroc" in a  # null when every replay had the same outcome
     m, ro = summary["arms"]["imitation_matched"], summary["arms"]["real_only"]
     assert (
         m["real_steps"] == summary["arms"]["imitation"]["real_steps"] < ro["real_steps"]
@@ -161,6 +162,11 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
             arm,
             c["diagnostics"],
         )
+    # the replay check ran on each DynaWeb arm's dreams (live Chromium)
+    for arm in ("dynaweb", "dynaweb_dream_only"):
+        rep = cells[arm]["replay"]
+        assert rep.get("n", 0) > 0 or "error" in rep, (arm, rep)
+        assert rep.get("n", 0) <= QUICK["replay_rollouts"], rep
     # the dreaming arm spent fewer real steps per policy version than the real-only arm
     assert len(cells["dynaweb"]["history"]) > 0 and len(cells["real_only"]["history"]) > 0
 

@@ -598,7 +598,7 @@ def _study_cells():
                         "baseline_exact_match": 0.5,
                     }
                 }
-                c["replay"] = {"auroc": 0.7} if seed == 0 else {}
+                c["replay"] = {"dream_reward_auroc": 0.7} if seed == 0 else {}
             cells.append(c)
         mc = _cell(
             "imitation_matched", seed, [(100, 6, 50, m), (200, 20, 50, m), (None, 20, 50, m)]
