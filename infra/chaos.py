@@ -299,12 +299,16 @@ def run(
     log: Callable[[str], None] = print,
     on_report: Callable[[dict], None] | None = None,
     max_checkpoint_gap_s: float = 600.0,
+    read_timeout_s: float = 1800.0,
 ) -> dict:
     """Inject ``faults`` in turn every ``every_s`` into the running loop for ``duration_s``; the
     soak's report (``ok``: every fault recovered within ``recovery_s``, no acknowledged probe
     missing, every topic holds at least what was acknowledged, and the trainer never went longer
     than ``max_checkpoint_gap_s`` without a new version: a component can make progress of some
-    kind and still be stalled where it matters)."""
+    kind and still be stalled where it matters).  Each final read from the first record (the
+    probe's, then each topic's) may take ``read_timeout_s``: on the embedded broker with s3
+    storage a read of an hour's probe topic (one record per batch) took over 10 minutes at load 10
+    and 16 s with the components paused."""
     from infra.soak import Watch, topic_check
 
     unknown = [f for f in faults if f not in FAULTS]
@@ -354,13 +358,13 @@ def run(
     if on_report is not None:
         on_report(report)  # what was watched is kept even if a final read fails
     try:
-        back = probe.read_back()
+        back = probe.read_back(read_timeout_s)
         report["probe"].update(back, missing=len(back["missing"]))
     except (TimeoutError, OSError) as e:
         report["read_errors"].append(f"probe read-back: {type(e).__name__}: {e}")
     try:
         report["topics"] = topic_check(
-            cfg, watch.total("dynaweb_client_acked_records_total", by="topic")
+            cfg, watch.total("dynaweb_client_acked_records_total", by="topic"), read_timeout_s
         )
     except (TimeoutError, OSError) as e:
         report["read_errors"].append(f"topic check: {type(e).__name__}: {e}")

@@ -67,6 +67,12 @@ def _stack_commands(add: AddCommand) -> None:
         help="longest time without a new trainer version for the run to pass (s)",
     )
     p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=1800,
+        help="bound on each final read from the first record (s); `up` must outlive the reads",
+    )
+    p.add_argument(
         "--warmup", type=float, default=600, help="seconds to wait for every component's progress"
     )
     p.add_argument(

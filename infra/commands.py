@@ -133,6 +133,7 @@ def cmd_chaos(args: argparse.Namespace, cfg: Config) -> int:
         log=log,
         on_report=write,
         max_checkpoint_gap_s=args.max_checkpoint_gap,
+        read_timeout_s=args.read_timeout,
     )
     write(rep)
     if not quiet:
