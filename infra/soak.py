@@ -110,6 +110,7 @@ class Watch:
         self._lock = threading.Lock()
 
     def start(self) -> Watch:
+        self.sample()  # every component's first process is seen before the first fault kills it
         self._thread.start()
         return self
 

@@ -3,6 +3,7 @@ command runs on the real loop in tests/faults/test_loop_faults.py."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,18 @@ def test_memory_report_tells_a_plateau_from_a_leak() -> None:
     rep = w.memory_report(settle_s=300)
     assert rep["dream"]["growth_mb_per_h"] > 36 and rep["dream"]["growth_mb_per_h_second_half"] == 0
     assert rep["trainer"]["growth_mb_per_h_second_half"] == pytest.approx(36.0, abs=0.5)
+
+
+def test_the_watch_samples_before_its_thread_starts(monkeypatch) -> None:
+    """A component killed by the first fault (seconds after chaos starts) had its first process
+    seen, so its restart is counted (the fourth soak showed the stream worker's first kill
+    uncounted: the first sample came 15 s after the start)."""
+    w = _watch()
+    seen: list[float] = []
+    monkeypatch.setattr(w, "sample", lambda: seen.append(time.time()))
+    w.sample_s = 3600  # the thread's own samples would come an hour later
+    w.start()
+    try:
+        assert len(seen) == 1
+    finally:
+        w._stop.set()
