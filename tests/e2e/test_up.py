@@ -183,19 +183,23 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     assert len([v for v in versions if v >= 1]) >= 2, versions
     assert store.latest("policy")["version"] == max(versions)
 
-    # hot reload: dreams at version >= 2 come from a producer that also dreamed at an older
-    # version, and whose process start time (scraped while running) never changed
+    # hot reload: one dream producer (one process: its start time, scraped while running, never
+    # changed) dreamed with several policy versions, up to one >= 2.  (Not "with a version < 2":
+    # checkpoints come every few seconds here, and the first round after the first load is given
+    # up when the next version is announced mid-round, so the first completed round may already
+    # carry v2; the loaded version is scraped every 2 s, so it may be first seen at v1 or v2.)
     late = [t for t in dreams if t.policy_version >= 2]
     assert late, (
         f"no dream stamped with policy version >= 2: {sorted({t.policy_version for t in dreams})}"
     )
-    producers = {t.producer_id for t in late}
-    early_producers = {t.producer_id for t in dreams if t.policy_version < 2}
-    assert producers & early_producers, (producers, early_producers)
+    by_producer: dict[str, set[int]] = {}
+    for t in dreams:
+        by_producer.setdefault(t.producer_id, set()).add(t.policy_version)
+    assert any(len(vs) >= 2 and max(vs) >= 2 for vs in by_producer.values()), by_producer
     starts = {s for s, _ in samples if s is not None}
     seen_versions = {v for _, v in samples if v is not None}
     assert len(starts) == 1, f"dream generator restarted: start times {starts}"
-    assert min(seen_versions) < 2 <= max(seen_versions), seen_versions
+    assert len(seen_versions) >= 2 and max(seen_versions) >= 2, seen_versions
     assert not any(k.startswith("dream") for k in summary.get("restarts", {})), summary
     # every dream carries both model versions
     assert all(t.world_model_version >= 0 and t.behaviour_logprob is not None for t in dreams)
