@@ -18,7 +18,7 @@ class Out:
         self.sent.append((topic, rec))
 
 
-def make(**stream) -> StreamState:
+def make(overrides: dict | None = None, **stream) -> StreamState:
     env = {
         "DYNAWEB_RUN_ID": "u",
         "DYNAWEB_STREAM__WORKER_ID": "w1",
@@ -27,7 +27,7 @@ def make(**stream) -> StreamState:
         "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0",
     }
     env.update({f"DYNAWEB_STREAM__{k.upper()}": str(v) for k, v in stream.items()})
-    st = StreamState(load_config(env=env), Topics("u"), clock=lambda: 0.0)
+    st = StreamState(load_config(env=env, overrides=overrides), Topics("u"), clock=lambda: 0.0)
     st.attach(Out())
     return st
 
@@ -128,17 +128,8 @@ def test_a_source_left_out_of_policy_sources_feeds_the_world_model_only():
     """``stream.policy_sources=['dream']`` (the dynaweb_dream_only arm): a real group is forwarded
     to the world-model topics, counted as not trained, never batched, and its messages are
     released for commit; dream groups are batched as before."""
-    env = {
-        "DYNAWEB_RUN_ID": "u",
-        "DYNAWEB_STREAM__WORKER_ID": "w1",
-        "DYNAWEB_STREAM__GROUP_SIZE": "2",
-        "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "4",
-        "DYNAWEB_STREAM__SAMPLES_PER_INSERT": "0",
-    }
-    cfg = load_config(env=env, overrides={"stream.policy_sources": ["dream"]})
-    st = StreamState(cfg, Topics("u"), clock=lambda: 0.0)
-    out = Out()
-    st.attach(out)
+    st = make({"stream.policy_sources": ["dream"]})
+    out = st.out
     for e in ("e1", "e2"):
         for s in range(2):
             st.on_side(st.topics.expert, t(e, s, "expert", s == 1))
