@@ -500,10 +500,13 @@ class ModelSlot:
             from models.policy import load_policy as loader
         else:
             from models.world_model import load_world_model as loader
+        t_dl = time.time()
         with _LOAD_LOCK:
+            t_lock = time.time()
             release_memory()  # the first time: freeze what the imports made
             model, tok = loader(str(dest / "hf"))
         model.eval()
+        t_done = time.time()
         old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
         self.model, self.tokenizer, self.version = model, tok, version
         self.extra = dict((manifest or {}).get("extra") or {})  # e.g. the world model's wm_gate
@@ -512,5 +515,13 @@ class ModelSlot:
         M.DREAM_RELOADS.labels(self.run, self.kind, "loaded").inc()
         M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(time.time() - t0)
         M.DREAM_VERSION.labels(self.run, self.kind).set(version)
-        log.info("loaded %s v%d in %.2fs", self.kind, version, time.time() - t0)
+        log.info(
+            "loaded %s v%d in %.2fs (download %.2fs, load lock %.2fs, load %.2fs)",
+            self.kind,
+            version,
+            t_done - t0,
+            t_dl - t0,
+            t_lock - t_dl,
+            t_done - t_lock,
+        )
         return True

@@ -190,7 +190,14 @@ class Dreamer:
         M.DREAM_START_STATES.labels(self.run).set(len(self.starts))
         if self._announced.is_set():
             self._announced.clear()
+            t0 = time.time()
             self.refresh_models()
+            if self.first_round:  # a new version: the reload's phases, for its latency to first use
+                log.info(
+                    "reload: announcement seen %.2fs before the reload began, reload %.2fs",
+                    t0 - (self.reload_clock.seen and max(self.reload_clock.seen.values()) or t0),
+                    time.time() - t0,
+                )
         elif any(slot.poll_due() for slot in self.slots.values()):
             self.refresh_models(poll=True)  # a lost announcement delays a reload, never prevents it
 
@@ -275,7 +282,7 @@ class Dreamer:
         observe_reward_signal(self.run, rollouts)
         M.DREAM_STEPS.labels(self.run).inc(n)
         if n:
-            self.reload_clock.used(pv)
+            self._used(pv, t0)
         M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
         if rollouts:
             M.DREAM_SUCCESS.labels(self.run).set(successes / len(rollouts))
@@ -289,6 +296,16 @@ class Dreamer:
             target = n / limit if limit else elapsed / self.rate_factor
             self._pace(time.time() + max(0.0, target - elapsed))
         return n
+
+    def _used(self, pv: int, round_t0: float) -> None:
+        late = self.reload_clock.used(pv)
+        if late is not None:
+            log.info(
+                "policy v%s first dreamed %.2fs after its announcement (round %.2fs)",
+                pv,
+                late,
+                time.time() - round_t0,
+            )
 
     def _pace(self, until: float) -> None:
         """Wait until ``until``, or less: a stop or a checkpoint's announcement ends the wait (a

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from models.lean_decode import LeanStep
 from models.policy import prefix_groups
 
 
@@ -240,10 +241,13 @@ def _decode_loop(
     sample: bool,
     temperature: float,
     ignore_eos: bool,
+    step: Any = None,
 ) -> list[list[int]]:
     """Up to ``new`` tokens per row from the prefill's ``logits`` (each row's eos included; with
     ``ignore_eos`` every row runs the whole budget); finished rows are dropped from the batch once
-    they are at least half of it (and more than 8 tokens remain)."""
+    they are at least half of it (and more than 8 tokens remain).  ``step``: a
+    ``models.lean_decode.LeanStep`` of ``model`` (the same logits without the module machinery), or
+    None for the model's own forward."""
     dev = next(model.parameters()).device
     neg = torch.finfo(torch.float32).min
     B = len(plen)
@@ -267,6 +271,9 @@ def _decode_loop(
         keep[rows, P + t] = True
         L = P + t + 1
         mask = torch.where(keep[rows, :L], 0.0, neg)[:, None, None, :]
+        if step is not None:
+            logits = step(nxt.to(dev), mask.to(dev), (plen[rows] + t).to(dev), cache)
+            continue
         out = model(
             input_ids=nxt[:, None].to(dev),
             attention_mask=mask.to(dev),
@@ -316,12 +323,14 @@ def generate_tokens(
     return_hidden: bool = False,
     ignore_eos: bool = False,
     hidden_positions: list[list[int]] | None = None,
+    lean: bool = True,
 ) -> tuple[list[list[int]], torch.Tensor | None]:
     """Up to ``new`` generated token ids per prompt (greedy, or sampled at ``temperature``), and with
     ``return_hidden`` each row's mean last-layer hidden state over its prompt positions
     ``hidden_positions[b]`` (default: its last prompt token), (B, d), read from the prefill passes
     (``output_hidden_states`` on them, no extra forward; else None).  Call under
-    ``torch.no_grad()``."""
+    ``torch.no_grad()``.  ``lean``: decode with ``models.lean_decode.LeanStep`` where it supports
+    the model (the same logits, about 1.3x faster per token), else the model's own forward."""
     t0 = time.perf_counter()
     lay = _layout(prompts, new, max_positions)
     cache = preallocated_cache(lay.Pp + lay.S + new)
@@ -348,6 +357,7 @@ def generate_tokens(
         sample,
         temperature,
         ignore_eos,
+        LeanStep(model) if lean and LeanStep.supports(model) else None,
     )
     PHASES.add(t1 - t0, time.perf_counter() - t1, sum(len(p) for p in prompts), sum(map(len, gen)))
     return gen, last_hidden

@@ -1,0 +1,97 @@
+"""One decoding step of a GPT-Neo causal LM as plain tensor ops (the world model's decode loop).
+
+``model(input_ids=..., past_key_values=...)`` for one new token per row goes through about 60
+``nn.Module`` calls, Hugging Face's mask and cache plumbing and three separate q/k/v projections.
+At the world model's size (4 layers of 256) and a dream batch of 8, that machinery cost as much as
+the matrix products themselves: a decode forward took 7.5 ms, 3.3 ms of it in ``linear``.
+``LeanStep`` computes the same step from the same weights with about a dozen ops per layer:
+
+- q, k and v in one product (their weights concatenated once per ``generate_tokens`` call, so a
+  model that trains between calls, as the trainer's fidelity check does, is always read fresh);
+- keys and values written into the same ``models.wm_decoding.PreallocatedLayer`` cache that the
+  prefill (Hugging Face's forward) filled;
+- attention as two small products with the additive mask, without GPT-Neo's 1/sqrt(d) scale
+  (GPT-Neo has none) and without its causal bias (the one new position may see every cached one);
+- the same layer norms, activation and tied head.
+
+``LeanStep.supports(model)`` says whether a model is one it computes exactly: a GPT-Neo with
+global attention only (local attention windows are not implemented), no dropout in use.  Other
+models (a local Hugging Face directory of another architecture) keep the full forward.
+``tests/unit/test_lean_decode.py`` checks the logits against the full forward and that greedy
+decoding writes the same tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+class LeanStep:
+    """``step(ids, mask, positions, cache) -> logits`` for one token per row (call under no_grad).
+
+    ``ids``, ``positions``: (B,) long; ``mask``: (B, 1, 1, L) additive float (0 keep, -inf-like
+    drop) over the cache's L positions after this token is written; returns (B, vocab) logits."""
+
+    def __init__(self, model: Any):
+        tr = model.transformer
+        self.wte, self.wpe = tr.wte.weight, tr.wpe.weight
+        self.head = model.lm_head.weight
+        self.ln_f = (tr.ln_f.weight, tr.ln_f.bias, tr.ln_f.eps)
+        self.layers = []
+        for blk in tr.h:
+            att = blk.attn.attention
+            qkv = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight], 0)
+            self.layers.append(
+                (
+                    (blk.ln_1.weight, blk.ln_1.bias, blk.ln_1.eps),
+                    qkv,
+                    att.out_proj.weight,
+                    att.out_proj.bias,
+                    (blk.ln_2.weight, blk.ln_2.bias, blk.ln_2.eps),
+                    blk.mlp.c_fc.weight,
+                    blk.mlp.c_fc.bias,
+                    blk.mlp.act,
+                    blk.mlp.c_proj.weight,
+                    blk.mlp.c_proj.bias,
+                )
+            )
+        self.heads = tr.h[0].attn.attention.num_heads
+        self.d = self.wte.shape[1]
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        """A GPT-Neo language model with global attention only, not training."""
+        if type(model).__name__ != "GPTNeoForCausalLM" or model.training:
+            return False
+        cfg = model.config
+        if any(t != "global" for t in getattr(cfg, "attention_layers", ["local"])):
+            return False
+        tr = model.transformer
+        return all(
+            getattr(blk.attn, "attention", None) is not None
+            and blk.attn.attention.q_proj.bias is None
+            and blk.attn.attention.k_proj.bias is None
+            and blk.attn.attention.v_proj.bias is None
+            for blk in tr.h
+        ) and bool(getattr(cfg, "tie_word_embeddings", True) or model.lm_head.bias is None)
+
+    def __call__(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        B, d, H = ids.shape[0], self.d, self.heads
+        hd = d // H
+        h = self.wte[ids] + self.wpe[positions]  # (B, d)
+        for i, (ln1, qkv_w, o_w, o_b, ln2, fc_w, fc_b, act, pr_w, pr_b) in enumerate(self.layers):
+            x = F.layer_norm(h, (d,), ln1[0], ln1[1], ln1[2])
+            q, k, v = F.linear(x, qkv_w).view(B, 3, H, 1, hd).unbind(1)  # each (B, H, 1, hd)
+            keys, values = cache.layers[i].update(k, v)  # (B, H, L, hd)
+            att = torch.softmax(torch.matmul(q, keys.transpose(-1, -2)) + mask, dim=-1)
+            a = torch.matmul(att, values).reshape(B, d)
+            h = h + F.linear(a, o_w, o_b)
+            x = F.layer_norm(h, (d,), ln2[0], ln2[1], ln2[2])
+            h = h + F.linear(act(F.linear(x, fc_w, fc_b)), pr_w, pr_b)
+        h = F.layer_norm(h, (d,), self.ln_f[0], self.ln_f[1], self.ln_f[2])
+        return F.linear(h, self.head)
