@@ -3,8 +3,10 @@
 A background thread watches the checkpoint topic (the topic's one watcher,
 ``streams.checkpoints.CheckpointWatcher``); on a policy announcement, and every
 ``s3.latest_poll_s`` in any case (an announcement may be lost), the agent
-re-reads ``LATEST`` in S3, verifying sha256 (``models.checkpoint.ModelSlot``),
-and swaps the model between two ``act`` calls, never in the middle of one.  The trainer publishes version 0
+re-reads ``LATEST`` in S3, verifying sha256 (``models.reader.ModelSlot``),
+and swaps the model between two ``act`` calls, never in the middle of one.  An
+announced version is downloaded and loaded in a thread of its own while the agent
+keeps acting (``models.reader.Prefetcher``); the swap itself is then instant.  The trainer publishes version 0
 before its first step, so ``act`` only waits at the very start of a run.
 """
 
@@ -20,7 +22,8 @@ from typing import Any
 from core.config import Config
 from core.s3 import make_client
 from core.spaces import Observation
-from models.checkpoint import CheckpointStore, ModelSlot, ReloadClock
+from models.checkpoint import CheckpointStore
+from models.reader import ModelSlot, Prefetcher, ReloadClock
 from streams.checkpoints import CheckpointWatcher
 from streams.topics import Topics
 
@@ -47,8 +50,14 @@ class LatestPolicyAgent:
             poll_s=cfg.s3.latest_poll_s,
             component="collector",
         )
-        self._dirty = threading.Event()
+        self._dirty = (
+            threading.Event()
+        )  # re-read LATEST at the next act (installs a prefetched one)
         self._dirty.set()
+        # an announced version is downloaded and loaded while episodes go on, then installed
+        self.prefetcher = Prefetcher(
+            [self.slot], self._dirty.set, self.stop, name="collector-prefetch"
+        ).start()
         self.reload_clock = ReloadClock(cfg.run_id, "collector")
         self._runner: Any = None
         self._lock = threading.Lock()
@@ -66,7 +75,8 @@ class LatestPolicyAgent:
 
     def _on_announcement(self, rec: Any) -> None:
         self.reload_clock.announced(rec.version)
-        self._dirty.set()
+        if not self.slot.known(rec.version):
+            self.prefetcher.want()
 
     @property
     def policy_version(self) -> int:

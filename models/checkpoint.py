@@ -29,26 +29,21 @@ reader that a version already written here is ``LATEST``.
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import hashlib
 import io
 import json
 import logging
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import urllib3
 from minio import Minio
 from minio.error import MinioException, S3Error
 
 from core.config import Config
-from models import metrics as M
 from streams.kafka import Publisher
 
 log = logging.getLogger(__name__)
@@ -352,176 +347,3 @@ def announce(
     finally:
         if publisher is None:
             pub.close()
-
-
-class ReloadClock:
-    """Time from a checkpoint's announcement (when this reader saw it) to its first use here,
-    observed once per version into ``dynaweb_client_checkpoint_reload_to_use_seconds``.  A version that
-    arrived by a ``LATEST`` poll (its announcement lost) is not timed."""
-
-    def __init__(self, run: str, component: str, clock=time.time):
-        self.metric = M.RELOAD_TO_USE.labels(run, component)
-        self.clock = clock
-        self.seen: dict[int, float] = {}
-        self.last: float | None = None  # the last latency observed (for logs and tests)
-
-    def announced(self, version: int) -> None:
-        self.seen.setdefault(int(version), self.clock())
-
-    def used(self, version: int | None) -> float | None:
-        """``version`` was used now: the latency, the first time it is used after its
-        announcement (older announced versions it superseded are dropped)."""
-        if version is None:
-            return None
-        t = self.seen.pop(int(version), None)
-        for v in [v for v in self.seen if v < int(version)]:
-            del self.seen[v]
-        if t is None:
-            return None
-        self.last = self.clock() - t
-        self.metric.observe(self.last)
-        return self.last
-
-
-_FROZEN = False
-
-
-def release_memory() -> None:
-    """Free a replaced model now.  A loaded model is held in reference cycles (modules and their
-    hooks), so only a full garbage collection frees it; in a process with torch and transformers
-    imported that took ~600 ms, so it came rarely and a hot-reloading reader's memory rose by
-    ~3.7 MB per reload (the soak's latest-policy collector: about 300 MB/h).  The objects that
-    exist before the first load (imports) are frozen out of collection once, after which a full
-    collection takes about a millisecond; ``malloc_trim`` hands the freed heap back to the OS."""
-    global _FROZEN
-    if not _FROZEN:
-        gc.collect()
-        gc.freeze()
-        _FROZEN = True
-        return
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
-
-
-# transformers' from_pretrained swaps torch's init functions for no-ops process-wide while it
-# builds a model and puts them back after: two loads at once could leave them swapped.  Slots
-# download in parallel (the dream generator's two kinds) and load one at a time.
-_LOAD_LOCK = threading.Lock()
-
-
-class ModelSlot:
-    """The loaded version of one model kind; ``refresh`` hot-reloads from LATEST.
-
-    Readers call ``refresh`` on an announcement and ``poll`` on every round: ``poll`` re-reads
-    LATEST once ``poll_s`` (``s3.latest_poll_s``) passed since the last read, so a lost
-    announcement delays a reload by at most ``poll_s``; an S3 error there is logged and counted
-    (``dynaweb_client_errors_total{service="s3"}``) and the loaded weights stay."""
-
-    def __init__(
-        self,
-        store: CheckpointStore,
-        kind: str,
-        work: Path,
-        run: str,
-        poll_s: float = 0.0,
-        component: str = "dream",
-        clock: Any = time.monotonic,
-    ):
-        self.store, self.kind, self.work, self.run = store, kind, work, run
-        self.poll_s, self.component, self._clock = poll_s, component, clock
-        self.version: int | None = None
-        self.loading: int | None = None  # the version being downloaded or loaded, if any
-        self.model: Any = None
-        self.tokenizer: Any = None
-        self.refused: set[int] = set()
-        self.extra: dict = {}  # the loaded version's manifest ``extra``
-        self._read_at: float | None = None  # when LATEST was last read
-        if poll_s > 0:
-            M.DREAM_POLL_RELOADS.labels(run, kind)  # export 0 before the first poll reload
-
-    def refresh(self) -> bool:
-        """Load LATEST if it differs from what is loaded; True if a new model was loaded."""
-        self._read_at = self._clock()
-        lat = self.store.latest(self.kind)
-        if lat is None or lat["version"] == self.version or lat["version"] in self.refused:
-            return False
-        return self.load(lat["version"], lat["manifest_sha256"])
-
-    def poll_due(self) -> bool:
-        return self.poll_s > 0 and (
-            self._read_at is None or self._clock() - self._read_at >= self.poll_s
-        )
-
-    def poll(self) -> bool:
-        """``refresh`` if ``poll_s`` passed since LATEST was last read; True if a new model was
-        loaded (counted in ``dynaweb_dream_latest_poll_reloads_total``)."""
-        if not self.poll_due():
-            return False
-        try:
-            loaded = self.refresh()
-        except S3_ERRORS as e:
-            M.CLIENT_ERRORS.labels(self.run, self.component, "s3").inc()
-            log.warning("polling %s LATEST failed: %s (keeping v%s)", self.kind, e, self.version)
-            return False
-        if loaded:
-            M.DREAM_POLL_RELOADS.labels(self.run, self.kind).inc()
-            log.info(
-                "%s v%s found by polling LATEST (no announcement seen)", self.kind, self.version
-            )
-        return loaded
-
-    def load(self, version: int, manifest_sha256: str | None) -> bool:
-        t0 = time.time()
-        self.loading = version
-        try:
-            return self._load(version, manifest_sha256, t0)
-        finally:
-            self.loading = None
-
-    def known(self, version: int) -> bool:
-        """Whether ``version`` is the loaded one or the one being loaded now (an older one may
-        be a rollback: not known)."""
-        return version in (self.version, self.loading)
-
-    def _load(self, version: int, manifest_sha256: str | None, t0: float) -> bool:
-        dest = self.work / f"{self.kind}-{version}"
-        try:
-            manifest = self.store.download(self.kind, version, dest, manifest_sha256, only="hf/")
-        except CorruptCheckpoint as e:
-            log.error("refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version)
-            M.DREAM_RELOADS.labels(self.run, self.kind, "refused").inc()
-            self.refused.add(version)
-            shutil.rmtree(dest, ignore_errors=True)
-            return False
-        if self.kind == "policy":
-            from models.policy import load_policy as loader
-        else:
-            from models.world_model import load_world_model as loader
-        t_dl = time.time()
-        with _LOAD_LOCK:
-            t_lock = time.time()
-            release_memory()  # the first time: freeze what the imports made
-            model, tok = loader(str(dest / "hf"))
-        model.eval()
-        t_done = time.time()
-        old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
-        self.model, self.tokenizer, self.version = model, tok, version
-        self.extra = dict((manifest or {}).get("extra") or {})  # e.g. the world model's wm_gate
-        if old is not None and old != dest:
-            shutil.rmtree(old, ignore_errors=True)
-        M.DREAM_RELOADS.labels(self.run, self.kind, "loaded").inc()
-        M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(time.time() - t0)
-        M.DREAM_VERSION.labels(self.run, self.kind).set(version)
-        log.info(
-            "loaded %s v%d in %.2fs (download %.2fs, load lock %.2fs, load %.2fs)",
-            self.kind,
-            version,
-            t_done - t0,
-            t_dl - t0,
-            t_lock - t_dl,
-            t_done - t_lock,
-        )
-        return True

@@ -10,7 +10,7 @@ An S3 outage or a broker outage never ends the trainer: an upload (and the S3 re
 and the announcements' flush are retried with back-off (1 s doubling to 30 s) until they succeed
 or the trainer is stopped; every failed attempt is logged and counted
 (``dynaweb_trainer_checkpoint_retries_total{stage}``).  ``LATEST`` is written before the
-announcement and stays the truth: readers also poll it (``models.checkpoint.ModelSlot.poll``), so
+announcement and stays the truth: readers also poll it (``models.reader.ModelSlot.poll``), so
 an announcement that comes late delays a reload and never prevents one.  An announcement the
 publisher gave up on (``PublishLost``) is sent again; ``PublisherDead`` (the broker gone for longer
 than ``kafka.producer_dead_after_s``) is not retried: the trainer exits and is restarted, and

@@ -4,7 +4,7 @@ It follows ``LATEST`` in S3 for both model kinds: on every checkpoint
 announcement (``streams.checkpoints.CheckpointWatcher``), at start, and when
 ``LATEST`` re-read every ``s3.latest_poll_s`` changed (an announcement may be
 lost) it downloads the new version, verifies every sha256 and swaps the models in place
-between two rounds without restarting (``models.checkpoint.ModelSlot``); a
+between two rounds without restarting (``models.reader.ModelSlot``); a
 checkpoint that fails verification is refused and the loaded weights stay.
 Start states are real first observations (step 0) read from the real and
 expert topics.
@@ -34,8 +34,9 @@ from core.process import start_component
 from core.s3 import make_client
 from core.spaces import Observation
 from models import metrics as M
-from models.checkpoint import CheckpointStore, ModelSlot, ReloadClock
+from models.checkpoint import CheckpointStore
 from models.component import close_component
+from models.reader import ModelSlot, Prefetcher, ReloadClock
 from streams import records
 from streams.checkpoints import CheckpointWatcher
 from streams.kafka import ensure_topics, make_consumer, make_publisher
@@ -106,7 +107,17 @@ class Dreamer:
         self.generator = sampler_generator(cfg.run_id, self.producer_id)
         self._runners: tuple | None = None
         self.consumer = None
-        self._announced = threading.Event()  # set by the watcher's thread, taken by poll()
+        # new weights are downloaded and loaded on an announcement while the round goes on
+        # (``Prefetcher``); then ``_announced`` is set, taken by poll(): the round in flight is
+        # given up and the ready weights are installed
+        self._announced = threading.Event()
+        self.prefetcher = Prefetcher(
+            list(self.slots.values()),
+            self._announced.set,
+            self.stop,
+            pool=self.loader,
+            name="dream-prefetch",
+        )
         self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.first_round = True  # no round has run with the loaded weights yet
         self.gate_reason = ""  # the last gate decision's reason (logged when it changes)
@@ -125,7 +136,7 @@ class Dreamer:
         slot = self.slots.get(rec.kind)
         if slot is not None and slot.known(rec.version):
             return  # loaded already (both kinds are read at the first of a pair's announcements)
-        self._announced.set()
+        self.prefetcher.want()
 
     def setup(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
@@ -137,6 +148,7 @@ class Dreamer:
         self.consumer.seek_to_beginning(*tps)
         self.watcher.start()
         self.refresh_models()
+        self.prefetcher.start()
 
     def refresh_models(self, poll: bool = False) -> None:
         """Re-read LATEST of both kinds (``poll``: only those whose poll is due, S3 errors

@@ -8,7 +8,7 @@ the trainer (version 0, and every version when ungated) and
 promote/rollback``) both call it.  ``CheckpointWatcher`` is the only loop that
 reads the topic: the dream generator (``models.dreamer``) and the ``latest``
 collector policy (``collectors.policy_agent``) re-read ``LATEST`` and reload
-their weights (``models.checkpoint.ModelSlot``) on what it reports; the stream
+their weights (``models.reader.ModelSlot``) on what it reports; the stream
 worker's side reader (``streams.side``) tails the expert and control topics
 with it in the same consumer.
 """

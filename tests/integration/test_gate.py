@@ -15,7 +15,8 @@ from core.s3 import make_client
 from core.spaces import Observation
 from evaluation.gate import GATE_DECISIONS, Gate
 from infra.cli import main
-from models.checkpoint import CheckpointStore, ModelSlot
+from models.checkpoint import CheckpointStore
+from models.reader import ModelSlot
 from models.trainer import Trainer
 from models.wm_loss import world_model_batch_loss
 from models.world_model import make_world_model

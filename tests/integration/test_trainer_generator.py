@@ -12,7 +12,8 @@ import torch
 
 from core.config import Config
 from core.s3 import make_client
-from models.checkpoint import CheckpointStore, ModelSlot
+from models.checkpoint import CheckpointStore
+from models.reader import ModelSlot
 from models.trainer import Trainer
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer

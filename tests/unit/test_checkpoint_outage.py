@@ -15,8 +15,9 @@ from kafka.errors import KafkaTimeoutError
 from collectors import metrics as CM
 from collectors.run import liveness_beat
 from models import metrics as M
-from models.checkpoint import ModelSlot, Saved
+from models.checkpoint import Saved
 from models.checkpoint_writer import CheckpointWriter, retry
+from models.reader import ModelSlot
 from streams import records
 from streams.kafka import PublisherDead, PublishLost
 
@@ -137,10 +138,8 @@ class Clock:
 
 
 class _Slot(ModelSlot):
-    def load(self, version, manifest_sha256):
-        self.version = version
-        self.model = object()
-        return True
+    def _prepare(self, version, manifest_sha256):
+        self._ready = (version, object(), None, {}, Path("/nonexistent") / str(version))
 
 
 class LatestOnly:

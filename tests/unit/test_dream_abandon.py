@@ -136,15 +136,16 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
     """The trainer announces the policy and the world model once both are LATEST: the first
     announcement loads the pair, the second (already loaded, or being loaded) must not abandon
     the round that follows.  A newer version, or an older one (a rollback), still does."""
-    from models.checkpoint import ModelSlot
+    from models.reader import ModelSlot, Prefetcher
     from streams import records
 
     d = _dreamer()
     d.reload_clock = SimpleNamespace(announced=lambda v: None)
     d.slots = {k: object.__new__(ModelSlot) for k in ("policy", "world_model")}
     for s in d.slots.values():
-        s.version, s.loading = 4, None
+        s.version, s.loading, s._ready = 4, None, None
     d.slots["world_model"].loading = 5
+    d.prefetcher = Prefetcher(list(d.slots.values()), d._announced.set, threading.Event())
 
     def ann(kind: str, v: int) -> records.CheckpointAnnouncement:
         return records.CheckpointAnnouncement(
@@ -158,6 +159,6 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
         ("policy", 5, True),  # new
         ("policy", 2, True),  # a rollback
     ):
-        d._announced.clear()
+        d.prefetcher._wanted.clear()
         d._on_announcement(ann(kind, v))
-        assert d._announced.is_set() == wakes, (kind, v)
+        assert d.prefetcher.wanted == wakes, (kind, v)

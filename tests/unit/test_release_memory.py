@@ -1,4 +1,4 @@
-"""``models.checkpoint.release_memory``: a replaced model held in reference cycles is freed at the
+"""``models.reader.release_memory``: a replaced model held in reference cycles is freed at the
 next load; the objects that existed at the first load are frozen out of collection."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import weakref
 
 import torch
 
-from models import checkpoint
+from models import reader as checkpoint
 
 
 class _Model(torch.nn.Module):

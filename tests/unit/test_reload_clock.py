@@ -1,9 +1,9 @@
-"""``models.checkpoint.ReloadClock``: announcement seen -> first use, once per version."""
+"""``models.reader.ReloadClock``: announcement seen -> first use, once per version."""
 
 from __future__ import annotations
 
 from models import metrics as M
-from models.checkpoint import ReloadClock
+from models.reader import ReloadClock
 
 
 def _count(run: str, component: str) -> float:
