@@ -247,6 +247,9 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
         "groups": len(tail.group_versions),
         "groups_mixing_beyond_max_staleness": tail.mixed_groups(cfg.stream.max_staleness),
         "max_staleness": cfg.stream.max_staleness,
+        # fresh weights never write eos: every world-model call writes this many tokens (a trained
+        # world model writes its change and stops: 31 tokens on average on the committed corpus)
+        "wm_tokens_per_call": cfg.dream.max_change_tokens,
         # the readers' memory per reload (their own process; a restarted one is left out)
         "rss_mb_per_reload": {
             k: round((rss1[k][1] - rss0[k][1]) / n, 2)
