@@ -1,6 +1,9 @@
-"""A lost announcement delays a reload, never prevents it: on the real S3 a checkpoint is written
+"""Hot reload of the ``latest`` collector policy on the real S3 and broker.
+
+A lost announcement delays a reload, never prevents it: on the real S3 a checkpoint is written
 (files, manifest, LATEST) and never announced, and the ``latest`` collector policy still loads it,
-from LATEST, within its poll interval."""
+from LATEST, within its poll interval.  An announced checkpoint is prefetched while the old
+one acts, then installed at once."""
 
 from __future__ import annotations
 
@@ -60,3 +63,38 @@ def test_latest_policy_reloads_from_latest_without_any_announcement(
     # and no announcement was ever on the topic
     anns = list(read_until_sentinel(cfg.kafka, topics.checkpoints, cfg.run_id, timeout=60))
     assert anns == []
+
+
+def test_an_announced_policy_is_prefetched_while_the_old_one_acts_then_installed_at_once(
+    run_cfg: Config, tmp_path: Path
+) -> None:
+    """On the real S3 and broker: after an announcement the ``latest`` collector policy downloads
+    and loads the new version in its prefetch thread while ``policy_version`` stays the old one
+    (no act has run); the next act's refresh then installs it without downloading it again."""
+    from collectors.policy_agent import LatestPolicyAgent
+    from models.checkpoint import announce
+
+    cfg = small(run_cfg)
+    cfg.s3.latest_poll_s = 600.0  # no poll during the test: only the announcement can bring v1
+    ensure_topics(cfg)  # as every component does at start: the watcher reads an existing topic
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    _write_policy(cfg, store, 0, tmp_path)
+    agent = LatestPolicyAgent(cfg)
+    try:
+        agent.wait_ready(timeout=120)
+        assert agent.policy_version == 0
+        in_use = agent.slot.model
+        _write_policy(cfg, store, 1, tmp_path)
+        announce(cfg, store, "policy", 1)
+        sent = time.monotonic()
+        while not agent._dirty.is_set() and time.monotonic() - sent < 60:
+            time.sleep(0.02)  # the prefetcher tells the agent once v1 is downloaded and loaded
+        assert agent._dirty.is_set(), "the announced v1 was never prefetched"
+        assert agent.slot.known(1) and agent.policy_version == 0 and agent.slot.model is in_use
+        t0 = time.monotonic()
+        agent._refresh()  # what every act() does first
+        installed = time.monotonic() - t0
+        assert agent.policy_version == 1 and agent.slot.model is not in_use
+        assert installed < 1.0, installed  # a LATEST read and a swap, no download and load
+    finally:
+        agent.stop.set()
