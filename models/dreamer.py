@@ -207,7 +207,7 @@ class Dreamer:
             if self.first_round:  # a new version: the reload's phases, for its latency to first use
                 log.info(
                     "reload: announcement seen %.2fs before the reload began, reload %.2fs",
-                    t0 - (self.reload_clock.seen and max(self.reload_clock.seen.values()) or t0),
+                    t0 - (self.reload_clock.last_seen() or t0),
                     time.time() - t0,
                 )
         elif any(slot.poll_due() for slot in self.slots.values()):

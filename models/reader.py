@@ -34,6 +34,10 @@ class ReloadClock:
     def announced(self, version: int) -> None:
         self.seen.setdefault(int(version), self.clock())
 
+    def last_seen(self) -> float | None:
+        """When the newest announcement not yet used was seen (None: none waits)."""
+        return max(self.seen.values(), default=None)
+
     def used(self, version: int | None) -> float | None:
         """``version`` was used now: the latency, the first time it is used after its
         announcement (older announced versions it superseded are dropped)."""
@@ -201,12 +205,6 @@ class ModelSlot:
                 "%s v%s found by polling LATEST (no announcement seen)", self.kind, self.version
             )
         return loaded
-
-    def load(self, version: int, manifest_sha256: str | None) -> bool:
-        """Download, load and put ``version`` in use now; True if it was (False: refused)."""
-        with self._fetch_lock:
-            self._prepare(version, manifest_sha256)
-        return self.install()
 
     def known(self, version: int) -> bool:
         """Whether ``version`` is the loaded one, the one being loaded now or one loaded and ready

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.config import Config
 from core.s3 import make_client
+from core.waiting import wait_until
 from models import metrics as M
 from models.checkpoint import CheckpointStore
 from streams.kafka import ensure_topics, read_until_sentinel
@@ -86,10 +87,8 @@ def test_an_announced_policy_is_prefetched_while_the_old_one_acts_then_installed
         in_use = agent.slot.model
         _write_policy(cfg, store, 1, tmp_path)
         announce(cfg, store, "policy", 1)
-        sent = time.monotonic()
-        while not agent._dirty.is_set() and time.monotonic() - sent < 60:
-            time.sleep(0.02)  # the prefetcher tells the agent once v1 is downloaded and loaded
-        assert agent._dirty.is_set(), "the announced v1 was never prefetched"
+        # the prefetcher tells the agent once v1 is downloaded and loaded
+        wait_until(agent._dirty.is_set, 60, "the announced v1 prefetched", every=0.02)
         assert agent.slot.known(1) and agent.policy_version == 0 and agent.slot.model is in_use
         t0 = time.monotonic()
         agent._refresh()  # what every act() does first
