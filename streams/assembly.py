@@ -65,8 +65,15 @@ class _Open:
 
 class EpisodeAssembler:
     def __init__(
-        self, idle_timeout_s: float = 60.0, max_open: int = 20_000, deduper: Deduper | None = None
+        self,
+        idle_timeout_s: float = 60.0,
+        max_open: int = 20_000,
+        deduper: Deduper | None = None,
+        next_obs: bool = True,
     ):
+        """``next_obs=False``: the trajectories' steps carry no ``next_obs`` (the stream worker's
+        episodes go into policy batches only: ``Trajectory.from_transitions``)."""
+        self.next_obs = next_obs
         self.idle_timeout_s = float(idle_timeout_s)
         self.max_open = max(1, int(max_open))
         self.deduper = deduper
@@ -125,7 +132,9 @@ class EpisodeAssembler:
         if self.deduper is not None:
             self.deduper.close(episode_id)
         self.stats["truncated" if truncated else "complete"] += 1
-        return Trajectory.from_transitions(steps, truncated=truncated, deep=False)
+        return Trajectory.from_transitions(
+            steps, truncated=truncated, deep=False, next_obs=self.next_obs
+        )
 
     def __len__(self) -> int:
         return len(self.open)

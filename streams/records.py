@@ -71,6 +71,11 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 NonEmptyList = Annotated[list, msgspec.Meta(min_length=1)]
 
 
+def asdict_step(t: Any) -> dict:
+    """A deep copy of transition ``t`` as a dict, without its ``next_obs`` (None)."""
+    return dataclasses.asdict(dataclasses.replace(t, next_obs=None))
+
+
 def _check_obs(o: dict, name: str) -> None:
     """An observation must carry its instruction and page tree (other keys are free)."""
     if not (isinstance(o.get("instruction"), str) and isinstance(o.get("tree"), str)):
@@ -103,7 +108,10 @@ class Transition:
     world_model_version: int  # absent in schema 1: read as 0
     obs: dict  # with string "instruction" and "tree" (``_check_obs``)
     action: str
-    next_obs: dict
+    # None only on the steps of a policy batch's trajectories (``Trajectory.from_transitions``
+    # with ``next_obs=False``): the policy never reads the next page, and the world model
+    # reads whole transitions from its own topics
+    next_obs: dict | None
     reward: float
     done: bool
     truncated: bool | None = False
@@ -134,9 +142,27 @@ class Transition:
         return _convert(Transition, d)
 
     def _checked(self) -> Transition:
+        if self.next_obs is None:
+            raise RecordError("missing_field", "next_obs is required on a transition")
         _check_obs(self.obs, "obs")
         _check_obs(self.next_obs, "next_obs")
         return self
+
+    @staticmethod
+    def validate_step(d: dict) -> Transition:
+        """A step of a trajectory: as ``validate``, except that ``next_obs`` may be None (a
+        policy batch's steps carry none)."""
+        if d.get("next_obs") is not None:
+            return Transition.validate(d)
+        if d.get("schema") == 1:
+            d.setdefault("world_model_version", 0)
+        try:
+            rec = msgspec.convert(d, Transition)
+        except msgspec.ValidationError as e:
+            raise RecordError(_reason(e), str(e).replace("`", "'")[:200]) from None
+        rec.schema = SCHEMA
+        _check_obs(rec.obs, "obs")
+        return rec
 
 
 @dataclass
@@ -161,13 +187,22 @@ class Trajectory:
 
     @staticmethod
     def from_transitions(
-        ts: list[Transition], truncated: bool = False, *, deep: bool = True
+        ts: list[Transition], truncated: bool = False, *, deep: bool = True, next_obs: bool = True
     ) -> Trajectory:
         """The episode of ``ts`` (any order).  ``deep``: the steps are deep copies
         (``dataclasses.asdict``); ``deep=False``, the stream worker's hot path, makes shallow
-        copies (``asdict`` deep-copies every observation: 2x slower)."""
+        copies (``asdict`` deep-copies every observation: 2x slower).  ``next_obs=False``: the
+        steps carry ``next_obs`` None, as in a policy batch (the policy learns from each step's
+        page, action and reward; each page is also the next step's ``obs``): half the bytes
+        the stream worker encodes, compresses and sends, and the trainer fetches and decodes."""
         ts = sorted(ts, key=lambda t: t.step)
         last = ts[-1]
+        if not next_obs:
+            steps = [
+                asdict_step(t) if deep else {**vars(t), "next_obs": None} for t in ts
+            ]  # fmt: skip
+        else:
+            steps = [dataclasses.asdict(t) if deep else dict(vars(t)) for t in ts]
         return Trajectory(
             run_id=last.run_id,
             episode_id=last.episode_id,
@@ -176,7 +211,7 @@ class Trajectory:
             seed=last.seed,
             policy_version=min(t.policy_version for t in ts),
             world_model_version=min(t.world_model_version for t in ts),
-            transitions=[dataclasses.asdict(t) if deep else dict(vars(t)) for t in ts],
+            transitions=steps,
             reward=float(last.reward),
             truncated=bool(truncated or last.truncated or not last.done),
             group_id=last.group_id,
@@ -184,7 +219,7 @@ class Trajectory:
         )
 
     def steps(self) -> list[Transition]:
-        return [Transition.validate(dict(t)) for t in self.transitions]
+        return [Transition.validate_step(dict(t)) for t in self.transitions]
 
     @staticmethod
     def validate(d: dict) -> Trajectory:

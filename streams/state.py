@@ -71,13 +71,15 @@ class StreamState:
         self.incarnation = records.new_id()[:12]
         self.m = M.Bound(cfg.run_id, self.worker_id)
         self.dedupe = Deduper(capacity=s.dedupe_capacity)
-        self.episodes = EpisodeAssembler(s.episode_idle_timeout_s, deduper=self.dedupe)
+        self.episodes = EpisodeAssembler(
+            s.episode_idle_timeout_s, deduper=self.dedupe, next_obs=False
+        )
         self.groups = GroupAssembler(
             s.group_size, s.group_timeout_s, s.emit_incomplete_groups, max_staleness=s.max_staleness
         )
         self.expert_dedupe = Deduper(capacity=10_000_000)
         self.expert_asm = EpisodeAssembler(
-            s.episode_idle_timeout_s, max_open=1_000_000, deduper=self.expert_dedupe
+            s.episode_idle_timeout_s, max_open=1_000_000, deduper=self.expert_dedupe, next_obs=False
         )
         self.mixer = HybridMixer(
             run_id=cfg.run_id,
@@ -240,7 +242,9 @@ class StreamState:
         for eid in emitted:
             self.dedupe.close(eid)
         stats, gstats = self.episodes.stats, self.groups.stats
-        self.episodes = EpisodeAssembler(s.episode_idle_timeout_s, deduper=self.dedupe)
+        self.episodes = EpisodeAssembler(
+            s.episode_idle_timeout_s, deduper=self.dedupe, next_obs=False
+        )
         self.groups = GroupAssembler(
             s.group_size, s.group_timeout_s, s.emit_incomplete_groups, max_staleness=s.max_staleness
         )

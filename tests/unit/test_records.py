@@ -49,6 +49,8 @@ def test_roundtrip_keeps_every_field() -> None:
         (lambda d: {**d, "source": "imagined"}, "bad_value"),
         (lambda d: {**d, "type": "bogus"}, "unknown_type"),
         (lambda d: {**d, "obs": {"instruction": "x"}}, "wrong_type"),
+        (lambda d: {**d, "next_obs": None}, "missing_field"),
+        (lambda d: {k: v for k, v in d.items() if k != "next_obs"}, "missing_field"),
         (lambda d: [1, 2], "wrong_type"),
     ],
 )
@@ -84,3 +86,26 @@ def test_trajectory_from_transitions_orders_and_marks_truncation() -> None:
     )
     assert not done.truncated and done.reward == 1.0
     assert decode(encode(done), expect="trajectory") == done
+
+
+def test_policy_steps_carry_no_next_obs_and_still_validate() -> None:
+    ts = [make(step=0, done=False, reward=0.0), make(step=1, reward=1.0)]
+    for deep in (True, False):
+        tr = records.Trajectory.from_transitions(ts, deep=deep, next_obs=False)
+        assert all(s["next_obs"] is None for s in tr.transitions)
+        steps = tr.steps()  # what the learner validates
+        assert [s.step for s in steps] == [0, 1] and steps[0].obs == ts[0].obs
+        assert all(s.next_obs is None for s in steps)
+        assert ts[0].next_obs is not None  # the transitions themselves are left as they were
+        back = decode(encode(tr), expect="trajectory")
+        assert back.steps()[1].action == ts[1].action
+    full = records.Trajectory.from_transitions(ts)
+    saved = sum(len(encode(t.next_obs)) - len(b"null") for t in ts)
+    assert (
+        saved > 0 and abs(len(encode(full)) - len(encode(tr)) - saved) <= 4
+    )  # created_at's digits
+    # a step without a page is still refused
+    bad = dict(tr.transitions[0], obs={"instruction": "x"})
+    with pytest.raises(RecordError) as ei:
+        records.Transition.validate_step(bad)
+    assert ei.value.reason == "wrong_type"

@@ -157,3 +157,27 @@ def test_policy_sources_must_name_real_or_dream():
             load_config(env={"DYNAWEB_RUN_ID": "u"}, overrides={"stream.policy_sources": ["live"]}),
             Topics("u"),
         )
+
+
+def test_policy_batches_carry_no_next_obs_and_the_world_model_topics_get_it_whole():
+    st = make()
+    tp = ("real", 0)
+    for e in ("e1", "e2"):
+        for s in range(2):
+            st.on_side(st.topics.expert, t(e, s, "expert", s == 1))
+    for i, ep in enumerate(("a", "b")):
+        st.on_transition(st.topics.real, t(ep, 0, "real", False, "g"), 2 * i, tp)
+        st.on_transition(st.topics.real, t(ep, 1, "real", True, "g"), 2 * i + 1, tp)
+    assert st.emit() == 1
+    sent = st.out.sent
+    batches = [records.decode(r, expect="training_batch") for topic, r in sent
+               if topic == st.topics.policy_batches]  # fmt: skip
+    assert len(batches) == 1
+    trajs = batches[0].trajs()
+    assert {tr.source for tr in trajs} == {"real", "expert"}
+    for tr in trajs:
+        assert all(s.next_obs is None and s.obs["tree"] for s in tr.steps())
+    fwd = [records.decode(r, expect="transition") for topic, r in sent
+           if topic in (st.topics.world_model, st.topics.world_model_eval)]  # fmt: skip
+    assert len(fwd) == 4 and all(f.next_obs == {"instruction": "i", "tree": f"p{f.step}"}
+                                 for f in fwd)  # fmt: skip
