@@ -57,6 +57,55 @@ class _Expert:
     traj: Trajectory
     uses: int = 0
     seq: int = 0
+    slot: int = -1  # its place in its bucket of ``_UseIndex``
+
+
+class _UseIndex:
+    """The pool's experts bucketed by their use count, so the least used ``n`` are picked in
+    O(n + distinct counts), not O(pool) (three scans and a sort of the pool were the stream
+    worker's largest per-batch cost: 2,000 experts by default)."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, list[_Expert]] = {}
+
+    def add(self, e: _Expert) -> None:
+        b = self.buckets.setdefault(e.uses, [])
+        e.slot = len(b)
+        b.append(e)
+
+    def remove(self, e: _Expert) -> None:
+        b = self.buckets[e.uses]
+        last = b.pop()
+        if last is not e:
+            b[e.slot] = last
+            last.slot = e.slot
+        if not b:
+            del self.buckets[e.uses]
+
+    def bump(self, e: _Expert) -> None:
+        self.remove(e)
+        e.uses += 1
+        self.add(e)
+
+    def count(self, below: float | None) -> int:
+        return sum(len(b) for u, b in self.buckets.items() if below is None or u < below)
+
+    def pick(self, n: int, below: float | None, rng: random.Random) -> list[_Expert] | None:
+        """The ``n`` least used (used fewer than ``below`` times, if given): every expert used less
+        than the n-th least used one, then a random sample of those used as often; None when fewer
+        than ``n`` qualify."""
+        out: list[_Expert] = []
+        for u in sorted(self.buckets):
+            if below is not None and u >= below:
+                break
+            b, need = self.buckets[u], n - len(out)
+            if len(b) <= need:
+                out.extend(b)
+            else:
+                out.extend(b[i] for i in rng.sample(range(len(b)), need))
+            if len(out) == n:
+                return out
+        return None
 
 
 @dataclass
@@ -98,6 +147,7 @@ class HybridMixer:
         self.rng = random.Random(seed)
 
         self.pool: OrderedDict[str, _Expert] = OrderedDict()  # episode_id -> entry, oldest first
+        self.index = _UseIndex()  # the same entries by use count
         self.pending: deque[_Pending] = deque()
         self.latest_version = 0
         self.last_batch_at: float | None = None
@@ -115,10 +165,11 @@ class HybridMixer:
             self.stats["expert_duplicates"] += 1
             return False
         self._expert_seq += 1
-        self.pool[traj.episode_id] = _Expert(traj, 0, self._expert_seq)
+        e = self.pool[traj.episode_id] = _Expert(traj, 0, self._expert_seq)
+        self.index.add(e)
         self.stats["experts_inserted"] += 1
         while len(self.pool) > self.pool_size:
-            self.pool.popitem(last=False)
+            self.index.remove(self.pool.popitem(last=False)[1])
             self.stats["experts_evicted"] += 1
         return True
 
@@ -176,25 +227,15 @@ class HybridMixer:
     def _target_nd(self) -> int:
         return max(1, int(round(self.batch_trajectories * (1.0 - self.f))))
 
-    def _available(self, bound: bool) -> list[_Expert]:
-        if not bound or self.spi <= 0:
-            return list(self.pool.values())
-        return [e for e in self.pool.values() if e.uses < self.spi]
+    def _bound(self, bound: bool) -> float | None:
+        return self.spi if bound and self.spi > 0 else None
 
     def _pick_experts(self, n: int, bound: bool) -> list[_Expert] | None:
+        """The ``n`` least used experts (within the reuse bound when ``bound``), ties broken at
+        random (so a fresh expert is preferred); None when the pool cannot supply them."""
         if n == 0:
             return []
-        avail = self._available(bound)
-        if len(avail) < n:
-            return None
-        # least used first; ties broken at random (so a fresh expert is preferred): every expert
-        # used less than the n-th least used one, then a random sample of those used as often
-        # (one sort of plain ints: a sort keyed by (uses, random()) cost ~2 ms a batch for a pool
-        # of 800, the stream worker's largest per-batch cost)
-        cut = sorted([e.uses for e in avail])[n - 1]
-        below = [e for e in avail if e.uses < cut]
-        at = [e for e in avail if e.uses == cut]
-        return below + self.rng.sample(at, n - len(below))
+        return self.index.pick(n, self._bound(bound), self.rng)
 
     def poll(self, now: float, allow_expert_only: bool = True) -> list[TrainingBatch]:
         if self.started_at is None:
@@ -259,7 +300,7 @@ class HybridMixer:
         since = self.started_at if self.last_batch_at is None else self.last_batch_at
         if now - since < self.cold_start_batch_s:
             return None
-        n = min(self.batch_trajectories, len(self._available(True)))
+        n = min(self.batch_trajectories, self.index.count(self._bound(True)))
         if n == 0:
             self.stats["expert_only_reuse_bound"] += 1
             return None
@@ -271,7 +312,7 @@ class HybridMixer:
         self, bid: str, kind: str, non_expert: list, experts: list[_Expert], now: float
     ) -> TrainingBatch:
         for e in experts:
-            e.uses += 1
+            self.index.bump(e)
         trajs = non_expert + [e.traj for e in experts]
         random.Random(bid).shuffle(trajs)
         n_e = len(experts)
