@@ -226,7 +226,12 @@ class _Collector:
             run_length,
             group,
             group_prefix=f"{self.collector_id}:{new_id()[:6]}",
+            version=self._agent_version if hasattr(self.agent, "policy_version") else None,
+            max_staleness=int(self.cfg.stream.max_staleness),
         )
+
+    def _agent_version(self) -> int:
+        return int(getattr(self.agent, "policy_version", 0) or 0)
 
     def _task_server(self) -> str:
         """The configured task server's URL, or (not reachable) an in-process one's."""
@@ -295,7 +300,16 @@ class _Collector:
             self.stop, self.schedule.starts_group
         ):
             return None
+        cut, was = self.schedule.groups_cut, self.schedule.group_version
         job = self.schedule.next(i)
+        if self.schedule.groups_cut > cut:
+            log.info(
+                "[%s] group closed short: it began with policy v%s, the agent acts with v%s",
+                self.collector_id,
+                was,
+                self.schedule.group_version,
+            )
+            _call(self.metrics, "on_group_cut")
         if job is None:
             return None
         spec, seed = job

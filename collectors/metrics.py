@@ -44,6 +44,12 @@ HEARTBEAT = Gauge(
 POLICY_VERSION = Gauge(
     "dynaweb_collector_policy_version", "Policy version acting.", ["run", "collector"]
 )
+GROUPS_CUT = Counter(
+    "dynaweb_collector_groups_cut_total",
+    "Groups closed short because the policy moved on by more than stream.max_staleness "
+    "versions while they were collected (a new group started).",
+    ["run", "collector"],
+)
 PUBLISH_ERRORS = Counter(
     "dynaweb_collector_publish_errors_total", "Failed asynchronous publishes.", ["run", "collector"]
 )

@@ -37,7 +37,12 @@ class PromMetrics:
         self.run, self.collector, self.policy = run, collector, policy
         self.recent: dict[str, deque] = defaultdict(lambda: deque(maxlen=50))
         self.agent: Any = None
-        for m in (M.BLOCKED, M.RESTARTS, M.PUBLISH_ERRORS):  # export 0 before the first increment
+        for m in (
+            M.BLOCKED,
+            M.RESTARTS,
+            M.PUBLISH_ERRORS,
+            M.GROUPS_CUT,
+        ):  # export 0 before the first increment
             m.labels(run, collector)
 
     def on_step(self, task: str, latency_s: float, source: str) -> None:
@@ -63,6 +68,9 @@ class PromMetrics:
 
     def on_restart(self) -> None:
         M.RESTARTS.labels(self.run, self.collector).inc()
+
+    def on_group_cut(self) -> None:
+        M.GROUPS_CUT.labels(self.run, self.collector).inc()
 
 
 class LatestAgentAdapter:

@@ -42,6 +42,8 @@ class _Schedule:
         run_length: int,
         group_size: int = 1,
         group_prefix: str = "",
+        version: Callable[[], int] | None = None,
+        max_staleness: int = 2,
     ):
         self.tasks = tasks
         self.seed_start = seed_start
@@ -57,6 +59,12 @@ class _Schedule:
         self.current: tuple[TaskSpec, int] | None = None
         self.group_prefix = group_prefix or new_id()[:8]
         self.group_id = ""  # the group of the episode handed out last ('' without groups)
+        # a group holds to one policy: once the agent's version is more than ``max_staleness``
+        # past the one its first episode started with, the group is closed short (its members
+        # so far go on as an incomplete group) and a new one starts (``groups_cut``)
+        self.version, self.max_staleness = version, int(max_staleness)
+        self.group_version: int | None = None
+        self.groups_cut = 0
         self.k = 0
         self.per_task: Counter = Counter()
         self.slots: dict[int, list] = {}
@@ -66,6 +74,9 @@ class _Schedule:
             return None
         self.k += 1
         if self.group > 1:
+            if self._must_cut():
+                self.group_left = 0
+                self.groups_cut += 1
             if self.group_left == 0:
                 t = self.tasks[self.group_index % len(self.tasks)]
                 self.group_index += 1
@@ -75,6 +86,7 @@ class _Schedule:
                 self.group_left = self.group
                 # named once, here, at the source: every member carries it to the learner
                 self.group_id = f"g:{self.group_prefix}:{self.group_index}"
+                self.group_version = self.version() if self.version is not None else None
             self.group_left -= 1
             return self.current
         st = self.slots.setdefault(slot, [slot % len(self.tasks), 0])
@@ -88,7 +100,13 @@ class _Schedule:
 
     def starts_group(self) -> bool:
         """Whether the next episode opens a new group (always, without groups)."""
-        return self.group <= 1 or self.group_left == 0
+        return self.group <= 1 or self.group_left == 0 or self._must_cut()
+
+    def _must_cut(self) -> bool:
+        """The open group's policy moved on by more than ``max_staleness`` versions."""
+        if self.group_left == 0 or self.version is None or self.group_version is None:
+            return False
+        return self.version() - self.group_version > self.max_staleness
 
 
 class _Pacer:

@@ -76,6 +76,28 @@ def test_live_groups_get_one_id_at_the_source():
     assert solo.group_id == ""
 
 
+def test_a_live_group_is_closed_short_when_the_policy_moves_past_max_staleness():
+    tasks = resolve_tasks(["miniwob/click-button", "miniwob/enter-text"])
+    v = [0]
+    s = _Schedule(tasks, 0, 1000, offset=0, limit=0, run_length=8, group_size=4,
+                  group_prefix="c1", version=lambda: v[0], max_staleness=2)  # fmt: skip
+    seen = []
+    for version in (0, 1, 2, 3, 3, 3, 3, 3):
+        v[0] = version
+        cuts = s.starts_group()
+        seen.append((s.next(0), s.group_id, s.group_version, cuts))
+    ids = [g for _, g, _, _ in seen]
+    # v0 -> v2 stays one group (2 apart); v3 is 3 past the group's v0: closed short, a new group
+    assert ids[:3] == ["g:c1:1"] * 3 and ids[3:7] == ["g:c1:2"] * 4 and ids[7] == "g:c1:3"
+    assert s.groups_cut == 1 and seen[3][2] == 3 and seen[3][3]
+    assert seen[3][0][0].name != seen[0][0][0].name  # the next group's task, as a full group
+    # each group's versions stay within max_staleness
+    by_group: dict[str, list[int]] = {}
+    for (_, g, _, _), version in zip(seen, (0, 1, 2, 3, 3, 3, 3, 3), strict=True):
+        by_group.setdefault(g, []).append(version)
+    assert all(max(vs) - min(vs) <= 2 for vs in by_group.values())
+
+
 def test_collector_group_size_auto():
     cfg = Config()
     assert cfg.collector.group_size == 0  # auto
