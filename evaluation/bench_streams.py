@@ -333,7 +333,7 @@ def latency_phase(
 
 def run_bench(
     storage: str = "memory",
-    n: int = 20_000,
+    n: int = 60_000,
     obs_bytes: int = 1024,
     latency_s: float = 10.0,
     log=print,
@@ -438,7 +438,7 @@ def main(
 
     ap = argparse.ArgumentParser(prog="dynaweb bench streams", description=__doc__.split("\n\n")[0])
     ap.add_argument("--storage", choices=["memory", "s3"], default="memory")
-    ap.add_argument("--n", type=int, default=20_000, help="transitions to push")
+    ap.add_argument("--n", type=int, default=60_000, help="transitions to push")
     ap.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
     ap.add_argument(
         "--latency-rate",

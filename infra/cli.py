@@ -208,7 +208,7 @@ def _bench_command(add: AddCommand) -> None:
         "collector.settle_ms; every run is repeated with 0)",
     )
     p.add_argument("--storage", choices=["memory", "s3"], default="memory", help="broker storage")
-    p.add_argument("--n", type=int, default=20_000, help="transitions to push")
+    p.add_argument("--n", type=int, default=60_000, help="transitions to push")
     p.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
     p.add_argument(
         "--latency-rate",

@@ -237,6 +237,7 @@ class ModelSlot:
             with _LOAD_LOCK:
                 t_lock = time.time()
                 release_memory()  # frees models replaced since; the first time, freezes the imports
+                t_free = time.time()
                 model, tok = loader(str(dest / "hf"))
             model.eval()
         finally:
@@ -249,13 +250,14 @@ class ModelSlot:
             shutil.rmtree(old[4], ignore_errors=True)  # prefetched, superseded before install
         M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(t_done - t0)
         log.info(
-            "loaded %s v%d in %.2fs (download %.2fs, load lock %.2fs, load %.2fs)",
+            "loaded %s v%d in %.2fs (download %.2fs, load lock %.2fs, free %.2fs, load %.2fs)",
             self.kind,
             version,
             t_done - t0,
             t_dl - t0,
             t_lock - t_dl,
-            t_done - t_lock,
+            t_free - t_lock,
+            t_done - t_free,
         )
 
     def install(self) -> bool:
