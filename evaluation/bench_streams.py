@@ -182,6 +182,13 @@ def raw_kafka_python(cfg: Config, topics: list[str], n: int) -> float:
     return n / dt
 
 
+def raw_crc32c() -> str:
+    """How kafka-python computes CRC-32C here: "c" (the ``crc32c`` package) or "python"."""
+    from kafka.record import util
+
+    return "c" if getattr(util, "crc32c_c", None) is not None else "python"
+
+
 def raw_aiokafka(cfg: Config, topics: list[str], n: int) -> float:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -406,6 +413,10 @@ def run_bench(
             "group_size": G,
             "produce_tps": round(produce_tps),
             "raw_tps": round(raw),
+            # kafka-python checks each batch's CRC-32C in pure Python unless the optional `crc32c`
+            # package is installed (it is not a dependency): with it, the raw consumer read 97k/s
+            # against 48-62k/s without (docs/performance.md, session 10)
+            "raw_crc32c": raw_crc32c(),
             "raw_aiokafka_tps": round(raw_aio),
             "worker_tps": round(worker_tps),
             "worker_vs_raw": round(worker_tps / raw, 3),
