@@ -54,6 +54,9 @@ class ReloadClock:
 
 
 _FROZEN = False
+# a model was put out of use (``ModelSlot.install``) since the last ``release_memory``: the
+# prefetch thread frees it while it idles, so the next load does not wait for the collection
+_REPLACED = threading.Event()
 
 
 def release_memory() -> None:
@@ -64,6 +67,7 @@ def release_memory() -> None:
     exist before the first load (imports) are frozen out of collection once, after which a full
     collection takes about a millisecond; ``malloc_trim`` hands the freed heap back to the OS."""
     global _FROZEN
+    _REPLACED.clear()
     if not _FROZEN:
         gc.collect()
         gc.freeze()
@@ -113,6 +117,9 @@ class Prefetcher:
     def _run(self) -> None:
         while not self.stop.is_set():
             if not self._wanted.wait(0.5):
+                if _REPLACED.is_set():  # idle: free the replaced model now, not before a load
+                    with _LOAD_LOCK:
+                        release_memory()
                 continue
             self._wanted.clear()
             try:
@@ -236,7 +243,8 @@ class ModelSlot:
             t_dl = time.time()
             with _LOAD_LOCK:
                 t_lock = time.time()
-                release_memory()  # frees models replaced since; the first time, freezes the imports
+                if _REPLACED.is_set() or not _FROZEN:
+                    release_memory()  # frees models replaced since; the first time, freezes imports
                 t_free = time.time()
                 model, tok = loader(str(dest / "hf"))
             model.eval()
@@ -268,6 +276,8 @@ class ModelSlot:
             return False
         version, model, tok, extra, dest = ready
         old = self.work / f"{self.kind}-{self.version}" if self.version is not None else None
+        if self.model is not None:
+            _REPLACED.set()
         self.model, self.tokenizer, self.version, self.extra = model, tok, version, extra
         if old is not None and old != dest:
             shutil.rmtree(old, ignore_errors=True)

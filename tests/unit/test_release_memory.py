@@ -4,10 +4,12 @@ next load; the objects that existed at the first load are frozen out of collecti
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 
 import torch
 
+from core.waiting import wait_until
 from models import reader as checkpoint
 
 
@@ -30,3 +32,25 @@ def test_a_model_in_a_cycle_is_freed_and_collection_is_cheap(monkeypatch) -> Non
     checkpoint.release_memory()
     assert ref() is None
     gc.unfreeze()  # leave the test process as it was
+
+
+def test_the_prefetch_thread_frees_a_replaced_model_while_idle(tmp_path, monkeypatch) -> None:
+    """Installing a new version marks the old model replaced; the prefetch thread frees it while
+    it waits for the next announcement, so the next load does not pay for the collection."""
+    monkeypatch.setattr(checkpoint, "_FROZEN", True)
+    checkpoint._REPLACED.clear()
+    slot = checkpoint.ModelSlot(None, "policy", tmp_path, "t-release")
+    old = _Model()
+    slot.model, slot.version = old, 1
+    ref = weakref.ref(old)
+    del old
+    (tmp_path / "policy-2").mkdir()
+    slot._ready = (2, _Model(), None, {}, tmp_path / "policy-2")
+    assert slot.install() and slot.version == 2 and checkpoint._REPLACED.is_set()
+    assert ref() is not None  # held in its cycle until a collection
+    stop = threading.Event()
+    checkpoint.Prefetcher([slot], lambda: None, stop, name="t-prefetch").start()
+    try:
+        wait_until(lambda: ref() is None and not checkpoint._REPLACED.is_set(), 5.0, "the free")
+    finally:
+        stop.set()
