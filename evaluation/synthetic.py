@@ -46,7 +46,8 @@ def synthetic_batch(cfg: Config, obs: list[Observation], k: int) -> tuple[list, 
                     action_tokens=len(a) + 1,
                 )
             )
-        return Trajectory.from_transitions(steps), steps
+        # a policy batch's steps carry no next page (the stream worker's, ``EpisodeAssembler``)
+        return Trajectory.from_transitions(steps, next_obs=False), steps
 
     trajs, trans = [], []
     for i in range(n_exp):
