@@ -203,6 +203,7 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
     from models.world_model import WorldModelRunner, make_world_model
 
     torch.set_num_threads(cfg.threads)
+    torch.set_flush_denormal(True)  # as core.process does for the trainer component
     obs = [Observation.from_dict(s["obs"]) for s in starts]
     pol, ptok = make_policy(cfg.model)
     wm, wtok = make_world_model(cfg.model)
@@ -310,6 +311,7 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | No
     from models.world_model import make_world_model
 
     torch.set_num_threads(cfg.threads)
+    torch.set_flush_denormal(True)  # as core.process does for the trainer component
     obs = [Observation.from_dict(s["obs"]) for s in starts]
     embedder = None
     if cfg.trainer.infonce_weight > 0:

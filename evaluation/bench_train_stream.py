@@ -112,6 +112,7 @@ def bench_train_stream(cfg: Config, starts: list[dict], steps: int = 4, ahead: i
     import torch
 
     torch.set_num_threads(cfg.threads)  # as core.process does for the trainer component
+    torch.set_flush_denormal(True)  # as core.process does
     raw = _batches(cfg, starts, 4)
     tr = Trainer(cfg, threading.Event())
     tr.setup()
