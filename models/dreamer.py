@@ -99,6 +99,8 @@ class Dreamer:
         self.loader = ThreadPoolExecutor(len(self.slots), thread_name_prefix="dream-load")
         self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
         self.rate_factor = 1.0
+        self._factor_logged = 0.0
+        self.iteration_t0 = 0.0  # when the loop's current iteration began (back-pressure pacing)
         self.steps_published = 0
         # this sampler's own random streams (start states, actions), never rewound by a hot reload
         self.rng = random.Random(f"{cfg.run_id}|{self.producer_id}")
@@ -191,8 +193,7 @@ class Dreamer:
                 except records.RecordError:
                     continue  # the stream worker dead-letters bad transitions; nothing to do here
                 if isinstance(rec, records.Control) and rec.kind == "backpressure":
-                    self.rate_factor = max(0.01, min(1.0, float(rec.value)))
-                    M.DREAM_RATE_FACTOR.labels(self.run).set(self.rate_factor)
+                    self.set_rate_factor(float(rec.value), rec.info.get("lag"))
                 elif isinstance(rec, records.Transition) and (
                     rec.step == 0 or self.cfg.dream.start_from == "any"
                 ):
@@ -212,6 +213,22 @@ class Dreamer:
                 )
         elif any(slot.poll_due() for slot in self.slots.values()):
             self.refresh_models(poll=True)  # a lost announcement delays a reload, never prevents it
+
+    def set_rate_factor(self, value: float, lag: object = None) -> None:
+        factor, now = max(0.01, min(1.0, value)), time.time()
+        if factor != self.rate_factor:
+            # logged when throttling starts or ends, and at most every 5 s in between (the worker
+            # sends a new factor whenever its lag moves by a tenth)
+            if (factor < 1.0) != (self.rate_factor < 1.0) or now - self._factor_logged >= 5.0:
+                log.info(
+                    "back-pressure: rate factor %.3f -> %.3f (lag %s)",
+                    self.rate_factor,
+                    factor,
+                    lag,
+                )
+                self._factor_logged = now
+        self.rate_factor = factor
+        M.DREAM_RATE_FACTOR.labels(self.run).set(factor)
 
     def dream_once(self) -> int:
         from models.dream_env import dream_rollouts
@@ -301,10 +318,12 @@ class Dreamer:
         for task, (k, total) in per_task.items():
             M.DREAM_TASK_SUCCESS.labels(self.run, task or "unknown").set(k / total)
         self.steps_published += n
-        elapsed = time.time() - t0
+        # the whole iteration's work (the consumer's poll, the round, publishing), not only the
+        # round: the rate scales with the factor however the loop's time is split
+        elapsed = time.time() - min(t0, self.iteration_t0 or t0)
         limit = cfg.rate_limit_per_s * self.rate_factor if cfg.rate_limit_per_s else 0.0
         if self.rate_factor < 1.0 or limit:
-            # back-pressure: stretch this round so the rate scales with the factor
+            # back-pressure: stretch this iteration so the rate scales with the factor
             target = n / limit if limit else elapsed / self.rate_factor
             self._pace(time.time() + max(0.0, target - elapsed))
         return n
@@ -350,7 +369,7 @@ class Dreamer:
 
     def loop(self) -> None:
         while not self.stop.is_set():
-            t0 = time.time()
+            t0 = self.iteration_t0 = time.time()
             can_dream = self.ready and bool(self.starts)
             self.poll(timeout_ms=0 if can_dream else 500)
             state = "idle"

@@ -66,6 +66,7 @@ def _dreamer() -> Dreamer:
     d.topics = SimpleNamespace(dream="dream")
     d.reload_clock = SimpleNamespace(used=lambda v: None)
     d._announced, d.abandoned_last, d.first_round = threading.Event(), False, False
+    d.iteration_t0 = d._factor_logged = 0.0
     return d
 
 
@@ -92,6 +93,24 @@ def test_pacing_ends_at_an_announcement():
     t0 = time.time()
     d._pace(time.time() + 0.3)  # no announcement: the whole wait
     assert time.time() - t0 >= 0.29
+
+
+def test_back_pressure_stretches_the_whole_iteration_not_only_the_round():
+    d = _dreamer()
+    waits = []
+    d._pace = lambda until: waits.append(until - time.time())
+    d.set_rate_factor(0.25, lag=32)
+    assert d.rate_factor == 0.25 and M.DREAM_RATE_FACTOR.labels(d.run)._value.get() == 0.25
+    # the iteration began 0.3 s before the round (its poll, say): the wait makes the whole
+    # iteration last 4x, so the steps/s fall to the factor however long the round itself took
+    d.iteration_t0 = time.time() - 0.3
+    assert d.dream_once() > 0
+    assert len(waits) == 1 and 0.85 <= waits[0] <= 1.2  # 0.3 s of work -> 1.2 s, 0.9 s waited
+    d.set_rate_factor(5.0)  # clamped to full speed: no wait
+    waits.clear()
+    d.iteration_t0 = time.time() - 0.3
+    d.dream_once()
+    assert d.rate_factor == 1.0 and waits == []
 
 
 def test_the_first_round_with_new_weights_dreams_one_group():
