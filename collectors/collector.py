@@ -226,7 +226,7 @@ class _Collector:
             run_length,
             group,
             group_prefix=f"{self.collector_id}:{new_id()[:6]}",
-            version=self._agent_version if hasattr(self.agent, "policy_version") else None,
+            version=self._agent_version,  # constant for experts: their groups are never cut
             max_staleness=int(self.cfg.stream.max_staleness),
         )
 

@@ -37,12 +37,8 @@ class PromMetrics:
         self.run, self.collector, self.policy = run, collector, policy
         self.recent: dict[str, deque] = defaultdict(lambda: deque(maxlen=50))
         self.agent: Any = None
-        for m in (
-            M.BLOCKED,
-            M.RESTARTS,
-            M.PUBLISH_ERRORS,
-            M.GROUPS_CUT,
-        ):  # export 0 before the first increment
+        # exported as 0 before the first increment
+        for m in (M.BLOCKED, M.RESTARTS, M.PUBLISH_ERRORS, M.GROUPS_CUT):
             m.labels(run, collector)
 
     def on_step(self, task: str, latency_s: float, source: str) -> None:

@@ -152,17 +152,15 @@ class Transition:
     def validate_step(d: dict) -> Transition:
         """A step of a trajectory: as ``validate``, except that ``next_obs`` may be None (a
         policy batch's steps carry none)."""
-        if d.get("next_obs") is not None:
-            return Transition.validate(d)
         if d.get("schema") == 1:
             d.setdefault("world_model_version", 0)
-        try:
-            rec = msgspec.convert(d, Transition)
-        except msgspec.ValidationError as e:
-            raise RecordError(_reason(e), str(e).replace("`", "'")[:200]) from None
-        rec.schema = SCHEMA
-        _check_obs(rec.obs, "obs")
-        return rec
+        return _convert(Transition, d, check=Transition._checked_step)
+
+    def _checked_step(self) -> Transition:
+        if self.next_obs is None:
+            _check_obs(self.obs, "obs")
+            return self
+        return self._checked()
 
 
 @dataclass
@@ -295,15 +293,16 @@ RECORD_TYPES = {
 }
 
 
-def _convert(cls: type, d: dict) -> Any:
-    """``d`` (already parsed) as a ``cls`` record, validated against its annotations."""
+def _convert(cls: type, d: dict, check: Any = None) -> Any:
+    """``d`` (already parsed) as a ``cls`` record, validated against its annotations and then by
+    ``check`` (an unbound method; default: the record's own ``_checked``, where it has one)."""
     try:
         rec = msgspec.convert(d, cls)
     except msgspec.ValidationError as e:
         raise RecordError(_reason(e), str(e).replace("`", "'")[:200]) from None
     rec.schema = SCHEMA
-    checked = getattr(rec, "_checked", None)
-    return rec if checked is None else checked()
+    check = check or getattr(cls, "_checked", None)
+    return rec if check is None else check(rec)
 
 
 def _wire(cls: type, tag: str) -> type:
