@@ -78,6 +78,13 @@ class ExperimentConfig:
         "(dream.temperature, used by the collectors and the dream generator; evaluation is "
         "greedy). Frozen.",
     )
+    bc_temperature: float = _f(
+        0.0,
+        "T of the distribution behaviour cloning fits (trainer.policy_temperature) in every "
+        "arm; 0 = the sampling temperature. BC on pi_T makes the sampled distribution after "
+        "imitation the same whatever T is: a sampling temperature above a BC temperature of 1 "
+        "is what explores.",
+    )
     batch_trajectories: int = _f(
         16,
         "Trajectories per training batch of the online arms (the expert share is "

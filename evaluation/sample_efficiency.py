@@ -379,6 +379,7 @@ class SampleEfficiency:
             "tasks": list(ex.tasks),
             "group_size": ex.group_size,
             "temperature": ex.temperature,
+            "bc_temperature": ex.bc_temperature or ex.temperature,
             "reward": REWARD,
             "imitation_steps": ex.imitation_steps,
             "online_policy_steps": ex.online_policy_steps,

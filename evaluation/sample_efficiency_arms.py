@@ -55,6 +55,10 @@ def resolve_experiment(cfg: Config, quick: bool) -> ExperimentConfig:
         raise ValueError(f"experiment.budget must be increasing real-step counts, got {ex.budget}")
     if not 0 < ex.dream_real_share <= 1:
         raise ValueError("experiment.dream_real_share must be in (0, 1]")
+    if ex.temperature <= 0 or ex.bc_temperature < 0:
+        raise ValueError(
+            "experiment.temperature must be > 0 and bc_temperature >= 0 (0 = the same)"
+        )
     if ex.online_policy_steps < 1 or ex.imitation_steps < 1:
         raise ValueError("experiment.online_policy_steps and imitation_steps must be >= 1")
     if not 0 < ex.expert_fraction < 1:
@@ -125,9 +129,8 @@ def cell_config(
     c.dream.temperature = (
         ex.temperature
     )  # frozen: live (collectors) and dreamed rollouts sample at it
-    t.policy_temperature = (
-        ex.temperature
-    )  # the trainer's pi_T for BC and records without a temperature
+    # the trainer's pi_T for BC and for records without a temperature (acting records its own)
+    t.policy_temperature = ex.bc_temperature or ex.temperature
     if arm == "imitation":
         s.expert_fraction = 1.0
         s.cold_start_batch_s = 0.05

@@ -233,6 +233,23 @@ def test_experiment_id_and_validation():
         resolve_experiment(cfg, False)
 
 
+def test_bc_temperature_decouples_what_imitation_fits_from_what_is_sampled():
+    cfg = Config()
+    ex = resolve_experiment(cfg, False)
+    for arm in ("imitation", "real_only"):
+        c = cell_config(cfg, ex, f"r-{arm}", arm, 0, init_from="imit:1")
+        assert c.trainer.policy_temperature == c.dream.temperature == ex.temperature
+    cfg.experiment.temperature, cfg.experiment.bc_temperature = 2.0, 1.0
+    ex2 = resolve_experiment(cfg, False)
+    assert experiment_id(ex2) != experiment_id(ex)
+    for arm in ("imitation", "imitation_matched", "real_only"):
+        c = cell_config(cfg, ex2, f"r-{arm}", arm, 0, init_from="imit:1")
+        assert (c.trainer.policy_temperature, c.dream.temperature) == (1.0, 2.0)
+    cfg.experiment.bc_temperature = -1.0
+    with pytest.raises(ValueError, match="bc_temperature"):
+        resolve_experiment(cfg, False)
+
+
 def test_group_schedule_hands_out_whole_groups_across_contexts():
     tasks = resolve_tasks(["miniwob/click-button", "miniwob/enter-text"])
     s = _Schedule(tasks, 0, 1000, offset=5, limit=0, run_length=8, group_size=3)
