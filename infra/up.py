@@ -102,6 +102,13 @@ COUNTERS = {
     "dynaweb_trainer_steps_total": ("model", "policy", "policy_steps", "wm_steps"),
     "dynaweb_stream_batches_total": (None, None, "batches", "batches"),
     "dynaweb_stream_dead_letters_total": (None, None, "dead_letters", "dead_letters"),
+    # dreamed steps whose world-model output was repaired or rejected (the page left unchanged)
+    "dynaweb_dream_world_model_invalid_total": (
+        None,
+        None,
+        "dream_steps_repaired",
+        "dream_steps_repaired",
+    ),
 }
 # gauge of the policy version -> summary key (the highest over the live targets)
 VERSIONS = {
@@ -126,6 +133,7 @@ def _empty_summary() -> dict:
             "wm_steps",
             "batches",
             "dead_letters",
+            "dream_steps_repaired",
         ),
         0.0,
     )
@@ -133,6 +141,7 @@ def _empty_summary() -> dict:
     s["gspo_groups"] = {"real": 0.0, "dream": 0.0}
     s["gspo_groups_nonzero"] = {"real": 0.0, "dream": 0.0}
     s["dream_groups"] = {"varied": 0.0, "uniform": 0.0}
+    s["wm_fidelity"] = {}  # the trainer's rolling check on fresh real transitions, by metric
     return s
 
 
@@ -157,6 +166,8 @@ def _add(s: dict, n: str, lab: dict, v: float) -> None:
         s["dream_groups"][lab.get("rewards", "")] = (
             s["dream_groups"].get(lab.get("rewards", ""), 0.0) + v
         )
+    elif n == "dynaweb_trainer_world_model_fidelity":
+        s["wm_fidelity"][lab.get("metric", "")] = v
     elif n in VERSIONS and lab.get("kind") == "policy":
         s[VERSIONS[n]] = max(v, s[VERSIONS[n]] or 0)
 
@@ -173,6 +184,9 @@ def summarize(cfg: Config, totals: CounterTotals | None = None) -> dict:
     for who in ("policy", "expert"):
         n = s[f"{who}_episodes"]
         s[f"{who}_success_rate"] = s[f"{who}_successes"] / n if n else None
+    # the share of dreamed steps whose world-model output applied as written
+    d = s["dream_steps"]
+    s["dream_apply_rate"] = 1.0 - min(d, s["dream_steps_repaired"]) / d if d else None
     s["nonzero_adv_share"] = {
         src: (s["gspo_groups_nonzero"][src] / g if g else None)
         for src, g in s["gspo_groups"].items()
@@ -225,6 +239,21 @@ def progress_line(s: dict, elapsed: float) -> str:
     )
 
 
+def dream_line(s: dict) -> str:
+    """What the dreams were made of: the world model's outputs that applied as written, and the
+    trainer's rolling fidelity check against "nothing changes" (the page copied)."""
+    rate = s.get("dream_apply_rate")
+    fid = s.get("wm_fidelity") or {}
+    text = "-" if rate is None else f"{100 * rate:.0f}%"
+    out = f"[up] dreams: {text} of {s['dream_steps']:.0f} dreamed steps applied as written"
+    if "exact_match" in fid and "baseline_exact_match" in fid:
+        out += (
+            f"; world model exact match {fid['exact_match']:.2f} against {fid['baseline_exact_match']:.2f}"
+            f" for 'nothing changes' on the trainer's last {fid.get('n', 0):.0f} real transitions"
+        )
+    return out
+
+
 def run_up(
     cfg: Config, duration: float = 0, start_stack: bool = True, as_json: bool = False
 ) -> int:
@@ -272,6 +301,7 @@ def run_up(
         f"{summary['wm_updates_per_h']:.0f} world-model updates per hour",
         flush=True,
     )
+    print(dream_line(summary), flush=True)
     if as_json:
         print(json.dumps(summary))
     return code

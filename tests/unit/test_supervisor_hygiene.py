@@ -193,6 +193,28 @@ def test_summarize_without_totals_reads_one_scrape(monkeypatch) -> None:
     assert s["success_rate"] is None and s["components"] == 1
 
 
+def test_up_summary_reports_dream_apply_rate_and_world_model_fidelity(monkeypatch) -> None:
+    text = (
+        "# TYPE dynaweb_dream_steps_total counter\n"
+        'dynaweb_dream_steps_total{run="r1"} 200\n'
+        "# TYPE dynaweb_dream_world_model_invalid_total counter\n"
+        'dynaweb_dream_world_model_invalid_total{run="r1",outcome="repaired_or_rejected"} 150\n'
+        "# TYPE dynaweb_trainer_world_model_fidelity gauge\n"
+        'dynaweb_trainer_world_model_fidelity{run="r1",metric="exact_match"} 0.625\n'
+        'dynaweb_trainer_world_model_fidelity{run="r1",metric="baseline_exact_match"} 0.5\n'
+    )
+    monkeypatch.setattr(up_mod, "scrape_targets", lambda cfg: [(_labels(1), text)])
+    s = up_mod.summarize(Config())
+    assert s["dream_steps"] == 200 and s["dream_steps_repaired"] == 150
+    assert s["dream_apply_rate"] == 0.25
+    assert s["wm_fidelity"] == {"exact_match": 0.625, "baseline_exact_match": 0.5}
+    line = up_mod.dream_line(s)
+    assert "25% of 200 dreamed steps" in line and "0.62 against 0.50" in line
+    monkeypatch.setattr(up_mod, "scrape_targets", lambda cfg: [])
+    empty = up_mod.summarize(Config())
+    assert empty["dream_apply_rate"] is None and empty["wm_fidelity"] == {}
+
+
 # --- dynaweb status ----------------------------------------------------------------------------
 
 
