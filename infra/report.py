@@ -205,7 +205,7 @@ def _plot_losses(w: _Window, path: Path) -> dict:
 def _plot_fidelity(w: _Window, path: Path) -> dict:
     """World-model fidelity on held-out real transitions; returns the series by metric."""
     fid = w.series(
-        f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{w.R}, metric!="n"}})',
+        f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{w.R}, metric!~"n|window_n"}})',
         by="metric",
     )
     fig, ax = _subplots(figsize=(7, 4))

@@ -246,10 +246,13 @@ def dream_line(s: dict) -> str:
     fid = s.get("wm_fidelity") or {}
     text = "-" if rate is None else f"{100 * rate:.0f}%"
     out = f"[up] dreams: {text} of {s['dream_steps']:.0f} dreamed steps applied as written"
-    if "exact_match" in fid and "baseline_exact_match" in fid:
+    # the trainer's window of checked real transitions (the wm_gate's), else its last check
+    pre = "window_" if "window_exact_match" in fid else ""
+    if f"{pre}exact_match" in fid and f"{pre}baseline_exact_match" in fid:
         out += (
-            f"; world model exact match {fid['exact_match']:.2f} against {fid['baseline_exact_match']:.2f}"
-            f" for 'nothing changes' on the trainer's last {fid.get('n', 0):.0f} real transitions"
+            f"; world model exact match {fid[f'{pre}exact_match']:.2f} against "
+            f"{fid[f'{pre}baseline_exact_match']:.2f} for 'nothing changes' on the trainer's "
+            f"last {fid.get(f'{pre}n', 0):.0f} real transitions"
         )
     return out
 

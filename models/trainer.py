@@ -439,9 +439,9 @@ class Trainer:
             [t.done for t in sample],
         )
         self.fidelity_window.add(preds, [t.next_obs["tree"] for t in sample])
-        M.TRAINER_FIDELITY.labels(self.run, "window_margin").set(
-            self.fidelity_window.summary()["margin"]
-        )
+        # the gate's window (the last wm_gate.WINDOW checked transitions), beside this check's 8
+        for k, v in self.fidelity_window.summary().items():
+            M.TRAINER_FIDELITY.labels(self.run, f"window_{k}").set(float(v))
         for k, v in fid.items():
             if isinstance(v, int | float):
                 M.TRAINER_FIDELITY.labels(self.run, k).set(float(v))

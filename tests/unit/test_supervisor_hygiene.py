@@ -210,6 +210,11 @@ def test_up_summary_reports_dream_apply_rate_and_world_model_fidelity(monkeypatc
     assert s["wm_fidelity"] == {"exact_match": 0.625, "baseline_exact_match": 0.5}
     line = up_mod.dream_line(s)
     assert "25% of 200 dreamed steps" in line and "0.62 against 0.50" in line
+    # the trainer's window of checked transitions, when exported, is what the line reports
+    s["wm_fidelity"].update(window_exact_match=0.7, window_baseline_exact_match=0.55, window_n=64)
+    assert "0.70 against 0.55 for 'nothing changes' on the trainer's last 64" in up_mod.dream_line(
+        s
+    )
     monkeypatch.setattr(up_mod, "scrape_targets", lambda cfg: [])
     empty = up_mod.summarize(Config())
     assert empty["dream_apply_rate"] is None and empty["wm_fidelity"] == {}
