@@ -66,6 +66,7 @@ from core.supervise import Supervisor
 from evaluation.operations import StackFactory
 from evaluation.sample_efficiency_arms import (
     REWARD,
+    bc_temperature,
     cell_config,
     experiment_id,
     expert_samples_per_step,
@@ -379,7 +380,7 @@ class SampleEfficiency:
             "tasks": list(ex.tasks),
             "group_size": ex.group_size,
             "temperature": ex.temperature,
-            "bc_temperature": ex.bc_temperature or ex.temperature,
+            "bc_temperature": bc_temperature(ex),
             "reward": REWARD,
             "imitation_steps": ex.imitation_steps,
             "online_policy_steps": ex.online_policy_steps,

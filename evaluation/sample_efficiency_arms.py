@@ -84,6 +84,12 @@ def expert_samples_per_step(ex: ExperimentConfig) -> int:
     return int(round(f * n_d / (1.0 - f) + 1e-9))
 
 
+def bc_temperature(ex: ExperimentConfig) -> float:
+    """The T of the distribution behaviour cloning fits (``experiment.bc_temperature``; 0 = the
+    sampling temperature)."""
+    return ex.bc_temperature or ex.temperature
+
+
 def experiment_id(ex: ExperimentConfig) -> str:
     import dataclasses
 
@@ -130,7 +136,7 @@ def cell_config(
         ex.temperature
     )  # frozen: live (collectors) and dreamed rollouts sample at it
     # the trainer's pi_T for BC and for records without a temperature (acting records its own)
-    t.policy_temperature = ex.bc_temperature or ex.temperature
+    t.policy_temperature = bc_temperature(ex)
     if arm == "imitation":
         s.expert_fraction = 1.0
         s.cold_start_batch_s = 0.05

@@ -320,7 +320,7 @@ class Dreamer:
         self.steps_published += n
         # the whole iteration's work (the consumer's poll, the round, publishing), not only the
         # round: the rate scales with the factor however the loop's time is split
-        elapsed = time.time() - min(t0, self.iteration_t0 or t0)
+        elapsed = time.time() - (self.iteration_t0 or t0)
         limit = cfg.rate_limit_per_s * self.rate_factor if cfg.rate_limit_per_s else 0.0
         if self.rate_factor < 1.0 or limit:
             # back-pressure: stretch this iteration so the rate scales with the factor
