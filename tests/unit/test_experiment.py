@@ -428,11 +428,10 @@ def test_frozen_defaults_and_quick_keeps_scaled_down_values():
     ]
     assert ex.group_size == 8 and ex.temperature == 1.0 and ex.online_policy_steps == 20
     assert ex.tasks == [
-        "miniwob/click-collapsible",
-        "miniwob/choose-list",
-        "miniwob/enter-text",
-        "miniwob/enter-password",
-        "miniwob/login-user",
+        "miniwob/click-link",
+        "miniwob/click-checkboxes",
+        "miniwob/click-button",
+        "miniwob/click-tab",
     ]
     q = resolve_experiment(Config(), quick=True)
     assert (
