@@ -37,7 +37,8 @@ class ExperimentConfig:
         ],
         "Tasks (scripted experts). Frozen (session 12) to the four tasks whose sampled "
         "success after imitation lay between 10 and 90 % on training seeds (docs/experiment.md, "
-        "'Choosing the task set'): a group of 8 rollouts then has varying rewards.",
+        "'Looking for a configuration with live signal'): a group of 8 rollouts then has "
+        "varying rewards.",
     )
     demos_per_task: int = _f(
         10, "K: expert demonstrations per task, from training seeds (scarce on purpose)."
