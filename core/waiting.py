@@ -1,9 +1,14 @@
-"""One polling helper for "wait until this is true" (benchmarks, tests)."""
+"""One polling helper for "wait until this is true" (benchmarks, tests), and ``Aborted``: a long
+computation that was told to stop (its ``abort`` callable said so) before it finished."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+
+class Aborted(Exception):
+    """A computation gave up because its ``abort`` callable said so (nothing is returned)."""
 
 
 def wait_until(

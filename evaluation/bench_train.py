@@ -147,12 +147,12 @@ class FixedLengthWM:
     def __init__(self, runner: Any, n: int):
         self.runner, self.n = runner, n
 
-    def predict(self, obs_list, actions, sample=False, temperature=1.0):
+    def predict(self, obs_list, actions, sample=False, temperature=1.0, abort=None):
         r = self.runner
         old = r.max_change_tokens, r.ignore_eos
         r.max_change_tokens, r.ignore_eos = self.n, True
         try:
-            return r.predict(obs_list, actions, sample=sample, temperature=temperature)
+            return r.predict(obs_list, actions, sample=sample, temperature=temperature, abort=abort)
         finally:
             r.max_change_tokens, r.ignore_eos = old
 

@@ -40,6 +40,7 @@ from dataclasses import replace
 from typing import Any
 
 from core.spaces import Action, Observation, parse_action, precheck_error
+from core.waiting import Aborted
 
 
 def dream_outcome(obs: Observation, action: Action) -> tuple[Observation, bool, str] | None:
@@ -107,6 +108,16 @@ class Rollout(list):
         return float(self[-1]["reward"]) if self else 0.0
 
 
+def _predict(wm_runner: Any, obs_b: list, acts: list, ask: list[int], sample: bool, abort) -> dict:
+    """The world model's predictions for rows ``ask``, by row (``abort`` handed to it when given: it may
+    raise ``core.waiting.Aborted`` mid-call)."""
+    if not ask:
+        return {}
+    kw = {"abort": abort} if abort is not None else {}
+    out = wm_runner.predict([obs_b[j] for j in ask], [acts[j][0] for j in ask], sample=sample, **kw)
+    return dict(zip(ask, out, strict=True))
+
+
 def dream_rollouts(
     policy_runner: Any,
     wm_runner: Any,
@@ -120,8 +131,9 @@ def dream_rollouts(
     abort: Callable[[], bool] | None = None,
 ) -> list[Rollout]:
     """G rollouts per start state (sharing a fresh group id), at most ``horizon`` steps.
-    ``abort``: asked before each step after the first; when it says so the round is given up
-    and nothing is returned (the dream generator: a new checkpoint was announced).
+    ``abort``: asked before each step after the first, and by the world model every few tokens
+    of its call; when it says so the round is given up and nothing is returned (the dream
+    generator: a new checkpoint was announced).
 
     ``start_states``: Observations (or objects with ``.obs``).  Step dict keys:
     obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob =
@@ -157,17 +169,10 @@ def dream_rollouts(
             infos = infos if len(infos) == len(acts) else [{}] * len(acts)
             fixed = [dream_outcome(o, a) for o, (a, _, _) in zip(obs_b, acts, strict=True)]
             ask = [j for j, f in enumerate(fixed) if f is None]  # only these need the world model
-            preds = dict(
-                zip(
-                    ask,
-                    wm_runner.predict(
-                        [obs_b[j] for j in ask], [acts[j][0] for j in ask], sample=sample_world
-                    )
-                    if ask
-                    else [],
-                    strict=True,
-                )
-            )
+            try:
+                preds = _predict(wm_runner, obs_b, acts, ask, sample_world, abort)
+            except Aborted:
+                return []
             for j, (k, (act, lp, nt)) in enumerate(zip(idx, acts, strict=True)):
                 ro, obs, hist = state[k]
                 text = act.to_text()

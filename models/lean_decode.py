@@ -10,9 +10,17 @@ the matrix products themselves: a decode forward took 7.5 ms, 3.3 ms of it in ``
   model that trains between calls, as the trainer's fidelity check does, is always read fresh);
 - keys and values written into the same ``models.wm_decoding.PreallocatedLayer`` cache that the
   prefill (Hugging Face's forward) filled;
-- attention as two small products with the additive mask, without GPT-Neo's 1/sqrt(d) scale
-  (GPT-Neo has none) and without its causal bias (the one new position may see every cached one);
-- the same layer norms, activation and tied head.
+- attention as one ``F.scaled_dot_product_attention`` with the additive mask and ``scale=1.0``
+  (GPT-Neo does not scale by 1/sqrt(d)), without its causal bias (the one new position may see
+  every cached one): one op instead of two products, an add and a softmax;
+- the same layer norms and tied head; the activation as one fused op where the model's is one
+  torch has (``gelu_new``, GPT-Neo's default, is ``F.gelu(approximate="tanh")``: the same
+  formula, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in one kernel instead of seven
+  Python-level ops).
+
+Measured at B = 1 over a 500-token cache, 160 tokens, one thread, the same tokens written: 2.15
+-> 1.70 ms per token (the fused activation 1.91, then attention); at B = 8, 9.5 -> 8.7 ms (a
+loaded machine; the ratios are what carry over).
 
 ``LeanStep.supports(model)`` says whether a model is one it computes exactly: a GPT-Neo with
 global attention only (local attention windows are not implemented), no dropout in use.  Other
@@ -28,6 +36,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+# Hugging Face activation names (``config.activation_function``) computed by one torch op
+_FUSED_ACT = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+}
+
 
 class LeanStep:
     """``step(ids, mask, positions, cache) -> logits`` for one token per row (call under no_grad).
@@ -41,6 +57,7 @@ class LeanStep:
         self.head = model.lm_head.weight
         self.ln_f = (tr.ln_f.weight, tr.ln_f.bias, tr.ln_f.eps)
         self.layers = []
+        act_fn = _FUSED_ACT.get(str(getattr(model.config, "activation_function", "")))
         for blk in tr.h:
             att = blk.attn.attention
             qkv = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight], 0)
@@ -53,7 +70,7 @@ class LeanStep:
                     (blk.ln_2.weight, blk.ln_2.bias, blk.ln_2.eps),
                     blk.mlp.c_fc.weight,
                     blk.mlp.c_fc.bias,
-                    blk.mlp.act,
+                    act_fn or blk.mlp.act,
                     blk.mlp.c_proj.weight,
                     blk.mlp.c_proj.bias,
                 )
@@ -88,8 +105,8 @@ class LeanStep:
             x = F.layer_norm(h, (d,), ln1[0], ln1[1], ln1[2])
             q, k, v = F.linear(x, qkv_w).view(B, 3, H, 1, hd).unbind(1)  # each (B, H, 1, hd)
             keys, values = cache.layers[i].update(k, v)  # (B, H, L, hd)
-            att = torch.softmax(torch.matmul(q, keys.transpose(-1, -2)) + mask, dim=-1)
-            a = torch.matmul(att, values).reshape(B, d)
+            a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0)
+            a = a.reshape(B, d)
             h = h + F.linear(a, o_w, o_b)
             x = F.layer_norm(h, (d,), ln2[0], ln2[1], ln2[2])
             h = h + F.linear(act(F.linear(x, fc_w, fc_b)), pr_w, pr_b)

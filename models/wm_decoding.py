@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from core.waiting import Aborted
 from models.lean_decode import LeanStep
 from models.policy import prefix_groups
 
@@ -221,6 +223,9 @@ def _prefill_tails(
     )
 
 
+ABORT_EVERY = 8  # tokens between two calls of ``abort`` in the decode loop
+
+
 def _next_tokens(logits: torch.Tensor, sample: bool, temperature: float) -> torch.Tensor:
     """Argmax, or a draw at ``temperature`` (top_k = 0), per row (on the CPU)."""
     if sample:
@@ -242,19 +247,27 @@ def _decode_loop(
     temperature: float,
     ignore_eos: bool,
     step: Any = None,
+    abort: Callable[[], bool] | None = None,
 ) -> list[list[int]]:
     """Up to ``new`` tokens per row from the prefill's ``logits`` (each row's eos included; with
     ``ignore_eos`` every row runs the whole budget); finished rows are dropped from the batch once
     they are at least half of it (and more than 8 tokens remain).  ``step``: a
     ``models.lean_decode.LeanStep`` of ``model`` (the same logits without the module machinery), or
-    None for the model's own forward."""
+    None for the model's own forward.  ``abort``: asked every ``ABORT_EVERY`` tokens; when it says
+    so, ``Aborted`` is raised (a dream round given up for a new checkpoint does not finish the
+    world model's call in flight)."""
     dev = next(model.parameters()).device
     neg = torch.finfo(torch.float32).min
     B = len(plen)
     rows = torch.arange(B)  # original row of each active batch row
     gen: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool)
+    # the additive mask of the active rows, kept up to date in place (each step opens one
+    # position for every active row) instead of rebuilt from ``keep`` per token
+    fmask = torch.where(keep, 0.0, neg)
     for t in range(new):
+        if abort is not None and t % ABORT_EVERY == ABORT_EVERY - 1 and abort():
+            raise Aborted(f"after {t} of {new} tokens")
         nxt = _next_tokens(logits, sample, temperature)
         for r, tok in zip(rows.tolist(), nxt.tolist(), strict=True):
             if not done[r]:
@@ -267,10 +280,10 @@ def _decode_loop(
         if int(act.sum()) * 2 <= len(rows) and new - t > 8:  # compact: drop finished rows
             idx = act.nonzero()[:, 0]
             cache.batch_select_indices(idx.to(dev))
-            rows, nxt = rows[idx], nxt[idx]
-        keep[rows, P + t] = True
+            rows, nxt, fmask = rows[idx], nxt[idx], fmask[idx]
+        fmask[:, P + t] = 0.0
         L = P + t + 1
-        mask = torch.where(keep[rows, :L], 0.0, neg)[:, None, None, :]
+        mask = fmask[:, None, None, :L]
         if step is not None:
             logits = step(nxt.to(dev), mask.to(dev), (plen[rows] + t).to(dev), cache)
             continue
@@ -324,13 +337,15 @@ def generate_tokens(
     ignore_eos: bool = False,
     hidden_positions: list[list[int]] | None = None,
     lean: bool = True,
+    abort: Callable[[], bool] | None = None,
 ) -> tuple[list[list[int]], torch.Tensor | None]:
     """Up to ``new`` generated token ids per prompt (greedy, or sampled at ``temperature``), and with
     ``return_hidden`` each row's mean last-layer hidden state over its prompt positions
     ``hidden_positions[b]`` (default: its last prompt token), (B, d), read from the prefill passes
     (``output_hidden_states`` on them, no extra forward; else None).  Call under
     ``torch.no_grad()``.  ``lean``: decode with ``models.lean_decode.LeanStep`` where it supports
-    the model (the same logits, about 1.3x faster per token), else the model's own forward."""
+    the model (the same logits, about 1.3x faster per token), else the model's own forward.
+    ``abort``: see ``_decode_loop`` (raises ``Aborted``)."""
     t0 = time.perf_counter()
     lay = _layout(prompts, new, max_positions)
     cache = preallocated_cache(lay.Pp + lay.S + new)
@@ -358,6 +373,7 @@ def generate_tokens(
         temperature,
         ignore_eos,
         LeanStep(model) if lean and LeanStep.supports(model) else None,
+        abort,
     )
     PHASES.add(t1 - t0, time.perf_counter() - t1, sum(len(p) for p in prompts), sum(map(len, gen)))
     return gen, last_hidden

@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -397,6 +398,7 @@ class WorldModelRunner:
         sample: bool = False,
         temperature: float = 1.0,
         return_hidden: bool = False,
+        abort: Callable[[], bool] | None = None,
     ) -> list[str] | tuple[list[str], torch.Tensor]:
         """Greedy (or sampled, top_k = 0) continuation of each prompt up to eos.
 
@@ -407,6 +409,7 @@ class WorldModelRunner:
 
         Decoding: ``models.wm_decoding.generate_tokens`` (preallocated KV cache, shared prefixes
         prefilled once, finished rows dropped); same model, same argmax as ``model.generate``.
+        ``abort``: asked every few tokens; ``core.waiting.Aborted`` when it says so.
         """
         self.model.eval()
         pad, eos = pad_id(self.tokenizer), eos_id(self.tokenizer)
@@ -425,6 +428,7 @@ class WorldModelRunner:
             hidden_positions=[head_positions(self.tokenizer, p) for p in prompts]
             if return_hidden
             else None,
+            abort=abort,
         )
         texts = []
         for row in gen:
@@ -439,8 +443,10 @@ class WorldModelRunner:
         actions: list,
         sample: bool = False,
         temperature: float = 1.0,
+        abort: Callable[[], bool] | None = None,
     ) -> list[Prediction]:
         """Predicted next observation, reward, done per (obs, action); rejected output -> page unchanged.
+        ``abort``: see ``generate_texts`` (``core.waiting.Aborted`` when it says so).
 
         Reward and done come from the reward/done heads when they are trained (``heads_trained``):
         reward 1.0 if p(success) > 0.5 else 0.0, done if p(done) > 0.5, whatever the text says or
@@ -455,12 +461,12 @@ class WorldModelRunner:
         hidden = None
         if sample:
             res = self.generate_texts(
-                prompts, sample=True, temperature=temperature, return_hidden=use_heads
+                prompts, sample=True, temperature=temperature, return_hidden=use_heads, abort=abort
             )
             outs, hidden = res if use_heads else (res, None)
         else:  # greedy is deterministic: identical inputs are generated once
             uniq = list(dict.fromkeys(tuple(p) for p in prompts))
-            res = self.generate_texts([list(u) for u in uniq], return_hidden=use_heads)
+            res = self.generate_texts([list(u) for u in uniq], return_hidden=use_heads, abort=abort)
             texts_u, hid_u = res if use_heads else (res, None)
             where = {u: k for k, u in enumerate(uniq)}
             outs = [texts_u[where[tuple(p)]] for p in prompts]

@@ -3,18 +3,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
 from collections import deque
 from types import SimpleNamespace
 
-from core.config import load_config
+import pytest
+import torch
+
+from core.config import ModelConfig, load_config
 from core.spaces import Observation, parse_action
+from core.waiting import Aborted
 from models import metrics as M
 from models.dream_env import dream_rollouts
 from models.dreamer import Dreamer, StartState
-from models.world_model import Prediction
+from models.wm_decoding import ABORT_EVERY
+from models.world_model import Prediction, WorldModelRunner, make_world_model
 
 PAGE = Observation(
     instruction="Click OK",
@@ -34,7 +40,7 @@ class _Policy:
 
 
 class _SamePage:
-    def predict(self, obs_list, actions, sample=False):
+    def predict(self, obs_list, actions, sample=False, abort=None):
         return [Prediction(o, 0.0, False, True, "", "") for o in obs_list]
 
 
@@ -51,6 +57,56 @@ def test_rollouts_are_given_up_when_abort_says_so_after_the_first_step():
     pol.calls = 0
     assert dream_rollouts(pol, _SamePage(), [PAGE], group_size=2, horizon=4, abort=abort) == []
     assert asked == [1, 2] and pol.calls == 2  # asked before steps 2 and 3; step 3 never ran
+
+
+LIVE_PAGE = dataclasses.replace(PAGE, element_ids=[1, 2])  # clicks on it need the world model
+
+
+def _tiny_world_model() -> WorldModelRunner:
+    torch.manual_seed(0)
+    model, tok = make_world_model(ModelConfig(layers=1, d_model=32, heads=2, max_positions=512))
+    wr = WorldModelRunner(model.eval(), tok, max_change_tokens=64)
+    wr.ignore_eos = True  # every call writes its whole budget, as fresh weights do
+    return wr
+
+
+def test_the_world_model_call_in_flight_stops_when_abort_says_so():
+    wr = _tiny_world_model()
+    prompts = [wr.prompt_ids(LIVE_PAGE, "click(2)")]
+    with torch.no_grad():
+        full = wr.generate_texts(prompts, abort=lambda: False)  # never told: the same text
+    assert full == wr.generate_texts(prompts)
+    asked = []
+
+    def abort():
+        asked.append(len(asked))
+        return len(asked) >= 3
+
+    with pytest.raises(Aborted):
+        wr.generate_texts(prompts, abort=abort)
+    # asked every ABORT_EVERY tokens and stopped at the third: 24 of the 64 tokens were written
+    assert len(asked) == 3 and 3 * ABORT_EVERY < wr.max_change_tokens
+
+
+def test_a_round_is_given_up_inside_the_world_model_call_when_a_checkpoint_is_announced():
+    wr = _tiny_world_model()
+    calls = []
+    orig = wr.predict
+
+    def counted(*a, **k):
+        calls.append(k.get("abort"))
+        return orig(*a, **k)
+
+    wr.predict = counted
+    told = threading.Event()
+    ros = dream_rollouts(_Policy(), wr, [LIVE_PAGE], group_size=2, horizon=3, abort=told.is_set)
+    assert len(ros) == 2 and all(len(r) == 3 for r in ros) and calls[0] is not None
+    told.set()  # announced before the round: its first step's world-model call stops at once
+    calls.clear()
+    assert (
+        dream_rollouts(_Policy(), wr, [LIVE_PAGE], group_size=2, horizon=3, abort=told.is_set) == []
+    )
+    assert len(calls) == 1  # the first step's call was given up; no later step ran
 
 
 def _dreamer() -> Dreamer:
