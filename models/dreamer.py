@@ -110,15 +110,20 @@ class Dreamer:
         self._runners: tuple | None = None
         self.consumer = None
         # new weights are downloaded and loaded on an announcement while the round goes on
-        # (``Prefetcher``); then ``_announced`` is set, taken by poll(): the round in flight is
-        # given up and the ready weights are installed
+        # (``Prefetcher``).  A new policy sets ``_announced`` as soon as it is ready: the round in
+        # flight is given up and poll() puts it in use (groups are stamped with the policy's
+        # version; its staleness is what the trainer bounds).  A new world model does not give a
+        # round up: it is put in use at the next round's start (``_prefetched``), so the first
+        # group of a new policy never waits for the world model's download
         self._announced = threading.Event()
+        self._prefetched = threading.Event()
         self.prefetcher = Prefetcher(
             list(self.slots.values()),
-            self._announced.set,
+            self._prefetched.set,
             self.stop,
             pool=self.loader,
             name="dream-prefetch",
+            on_slot_ready=self._slot_ready,
         )
         self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.first_round = True  # no round has run with the loaded weights yet
@@ -139,6 +144,19 @@ class Dreamer:
         if slot is not None and slot.known(rec.version):
             return  # loaded already (both kinds are read at the first of a pair's announcements)
         self.prefetcher.want()
+
+    def _slot_ready(self, slot: ModelSlot) -> None:
+        if slot.kind == "policy":
+            self._announced.set()
+
+    def install_ready(self) -> bool:
+        """Put in use what the prefetcher has ready (never waits for a download in flight);
+        True if anything was installed."""
+        got = [slot.install() for slot in self.slots.values()]
+        if any(got):
+            self._runners = None
+            self.first_round = True
+        return any(got)
 
     def setup(self) -> None:
         self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
@@ -201,10 +219,12 @@ class Dreamer:
                         StartState(Observation.from_dict(rec.obs), rec.task, rec.seed, rec.step)
                     )
         M.DREAM_START_STATES.labels(self.run).set(len(self.starts))
-        if self._announced.is_set():
+        if self._announced.is_set() or self._prefetched.is_set():
             self._announced.clear()
+            self._prefetched.clear()
             t0 = time.time()
-            self.refresh_models()
+            if not self.install_ready():
+                self.refresh_models()  # nothing prefetched (a failed prefetch): read LATEST here
             if self.first_round:  # a new version: the reload's phases, for its latency to first use
                 log.info(
                     "reload: announcement seen %.2fs before the reload began, reload %.2fs",

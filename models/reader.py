@@ -97,9 +97,18 @@ class Prefetcher:
     also calls ``on_ready()``: the reader's own refresh then meets the error as before."""
 
     def __init__(
-        self, slots: list, on_ready: Any, stop: threading.Event, pool: Any = None, name: str = ""
+        self,
+        slots: list,
+        on_ready: Any,
+        stop: threading.Event,
+        pool: Any = None,
+        name: str = "",
+        on_slot_ready: Any = None,
     ):
         self.slots, self.on_ready, self.stop, self.pool = slots, on_ready, stop, pool
+        # called with each slot as soon as it is ready, before the others finish (a reader that
+        # can put one kind in use without the other, as the dream generator does the policy)
+        self.on_slot_ready = on_slot_ready
         self._wanted = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name or "prefetch", daemon=True)
 
@@ -124,14 +133,20 @@ class Prefetcher:
             self._wanted.clear()
             try:
                 if self.pool is not None and len(self.slots) > 1:
-                    ready = list(self.pool.map(lambda s: s.prefetch(), self.slots))
+                    ready = list(self.pool.map(self._prefetch, self.slots))
                 else:
-                    ready = [s.prefetch() for s in self.slots]
+                    ready = [self._prefetch(s) for s in self.slots]
             except Exception as e:  # noqa: BLE001 - the reader's own refresh reports it
                 log.warning("prefetching a checkpoint failed (%s); the reader reloads itself", e)
                 ready = [True]
             if any(ready):
                 self.on_ready()
+
+    def _prefetch(self, slot: Any) -> bool:
+        ready = slot.prefetch()
+        if ready and self.on_slot_ready is not None:
+            self.on_slot_ready(slot)
+        return ready
 
 
 class ModelSlot:

@@ -122,6 +122,7 @@ def _dreamer() -> Dreamer:
     d.topics = SimpleNamespace(dream="dream")
     d.reload_clock = SimpleNamespace(used=lambda v: None)
     d._announced, d.abandoned_last, d.first_round = threading.Event(), False, False
+    d._prefetched = threading.Event()
     d.iteration_t0 = d._factor_logged = 0.0
     return d
 

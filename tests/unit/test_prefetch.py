@@ -73,3 +73,39 @@ def test_a_failed_prefetch_hands_the_reload_to_the_reader():
     finally:
         stop.set()
         pf.thread.join(5)
+
+
+def test_each_slot_is_reported_ready_as_it_finishes_and_the_dream_generator_gives_a_round_up_only_for_a_policy():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from models.dreamer import Dreamer
+
+    store, stop = _Store(), threading.Event()
+    slow = threading.Event()  # the world model's download takes longer
+    pol = _Slot(store, "policy", Path("/nonexistent"), "r-prefetch-kinds")
+    wm = _Slot(store, "world_model", Path("/nonexistent"), "r-prefetch-kinds", gate=slow)
+    d = object.__new__(Dreamer)  # the dream generator's reload bookkeeping only (no Kafka, no S3)
+    d.slots = {"policy": pol, "world_model": wm}
+    d._announced, d._prefetched = threading.Event(), threading.Event()
+    d._runners, d.first_round = ("old",), False
+    pool = ThreadPoolExecutor(2)
+    pf = Prefetcher([pol, wm], d._prefetched.set, stop, pool=pool, on_slot_ready=d._slot_ready)
+    pf.start()
+    try:
+        store.value = {"version": 3, "manifest_sha256": "c"}
+        pf.want()
+        # the policy is ready while the world model still downloads: the round is given up now
+        assert d._announced.wait(5) and not d._prefetched.is_set()
+        assert d.install_ready() and pol.version == 3 and wm.version is None
+        assert d._runners is None and d.first_round  # the next round dreams with the new policy
+        slow.set()
+        assert d._prefetched.wait(5)  # the world model is ready: installed at the next round
+        d._announced.clear()
+        d.first_round = False
+        assert not d._announced.is_set()  # a world model alone never gives a round up
+        assert d.install_ready() and wm.version == 3 and d.first_round
+        assert not d.install_ready()  # nothing left to install
+    finally:
+        stop.set()
+        pf.thread.join(5)
+        pool.shutdown()
