@@ -72,7 +72,10 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
             t = transition(cfg.run_id, ep, s, "expert", s == 1, seed=i)
             p.send(topics.expert, value=records.encode(t), key=ep.encode())
     p.flush()
-    env = env_for(cfg, **SMALL, PYTHONPATH=str(ROOT))
+    # full speed is a fixed 40 dream steps/s (the factor scales that limit): with tiny models the
+    # unlimited generator outran the in-process stream worker (its lag then moved with the
+    # worker's backlog, not with the trainer's pause), however fast this machine is
+    env = env_for(cfg, **SMALL, DYNAWEB_DREAM__RATE_LIMIT_PER_S="40", PYTHONPATH=str(ROOT))
     log = open(tmp_path / "dream.log", "wb")
     dreamer = subprocess.Popen(
         [sys.executable, "-m", "infra.cli", "dream"],
@@ -106,8 +109,11 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
     th.start()
 
     def drain(r: Reader) -> list:
-        empty = 0
-        while empty < 3:  # until three polls in a row bring nothing new
+        # until three polls in a row bring nothing new, or for 3 s: a generator that dreams
+        # without a pause (rounds every 0.2 s here) keeps every 0.2 s poll busy, and a drain that
+        # waited for silence never returned (rates are counted from created_at, not from polls)
+        empty, t0 = 0, time.time()
+        while empty < 3 and time.time() - t0 < 3.0:
             n = len(r.records)
             r.poll()
             empty = empty + 1 if len(r.records) == n else 0
