@@ -44,9 +44,10 @@ class KafkaConfig:
     idempotence: bool = _f(
         False,
         "Idempotent producers (kafka-python's enable_idempotence, which it turns on by default). "
-        "Off: on the embedded Tansu a broker UnknownError (its S3 store stalling) makes an "
-        "idempotent producer fatal for good; consumers dedupe by ids, so retries are harmless. "
-        "On Apache Kafka either is safe (docs/broker.md).",
+        "Off: on the embedded Tansu an idempotent producer can lose an acknowledged record "
+        "after its S3 store stalls (broker defect 7) and a broker UnknownError makes it fatal; "
+        "consumers dedupe by ids, so retries are harmless. On Apache Kafka either is safe "
+        "(docs/broker.md).",
     )
     reconnect_backoff_max_ms: int = _f(
         2000,

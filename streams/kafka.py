@@ -110,11 +110,21 @@ def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
     return topics
 
 
+_WARNED_IDEMPOTENCE: list[bool] = []  # the warning below, once per process
+
+
 def make_producer(kc: KafkaConfig, **overrides: Any) -> KafkaProducer:
     """A producer with ``acks="all"``; idempotence is ``kafka.idempotence`` (explicit: kafka-python
     3.x turns it on by default, and on Tansu a broker ``UnknownError`` then makes the producer
     fatal for good; docs/broker.md)."""
     check_broker(kc)
+    if kc.idempotence and not _WARNED_IDEMPOTENCE:
+        _WARNED_IDEMPOTENCE.append(True)
+        log.warning(
+            "kafka.idempotence is on: safe on Apache Kafka, but on the embedded Tansu broker an "
+            "idempotent producer can lose an acknowledged record after its S3 store stalls "
+            "(broker defect 7, docs/broker.md)"
+        )
     kw = dict(
         acks="all",
         enable_idempotence=kc.idempotence,

@@ -1,11 +1,18 @@
 """A producer through a stall of the broker's S3 store, on the real embedded stack.
 
 The embedded broker (Tansu) keeps its log in the stack's SeaweedFS; an operator saw it answer
-produce requests with ``UnknownError`` while that store stalled, and kafka-python's idempotent
-producer then went fatal for good (docs/broker.md).  Here the store is frozen (SIGSTOP) while an
-idempotent producer publishes, then thawed: the publisher (``streams.delivery``) must come back
-by itself (a rebuilt producer where the old one went fatal, re-sent records where deliveries
-failed), and every record sent must be readable afterwards, none lost."""
+produce requests with ``UnknownError`` while that store stalled (docs/broker.md).  Here the store
+is frozen (SIGSTOP) while the publisher (``streams.delivery``) publishes with the product's
+producer settings, then thawed: the publisher must come back by itself (acknowledgements resume,
+re-sent records where deliveries failed), and every record sent must be readable afterwards,
+none lost.
+
+The producer is not idempotent, as ``kafka.idempotence`` defaults: with it on, Tansu can lose an
+acknowledged record in exactly this stall (broker defect 7: it advances the producer's sequence
+before the append, so the retry of a stalled batch is answered as a duplicate; seen once in CI
+at ``29e5e2c``).  ``DYNAWEB_TEST_IDEMPOTENCE=1`` runs the idempotent producer (it goes fatal and
+the publisher rebuilds it; the fatal-rebuild path itself is unit tested in
+``tests/unit/test_publisher.py``), to check the defect against a newer broker."""
 
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from streams.kafka import ensure_topics, make_publisher, read_until_sentinel
 # Tansu answers UnknownError once its S3 request times out (about 30 s): a shorter stall only
 # delays acknowledgements (25 s: no error at all); 45 s is what the operator saw
 STALL_S = float(os.environ.get("DYNAWEB_TEST_S3_STALL_S", "45"))
-IDEMPOTENCE = os.environ.get("DYNAWEB_TEST_IDEMPOTENCE", "1") == "1"
+IDEMPOTENCE = os.environ.get("DYNAWEB_TEST_IDEMPOTENCE", "0") == "1"
 RATE = 20  # records/s
 
 
@@ -38,7 +45,7 @@ def _control(cfg: Config, i: int) -> records.Control:
 def test_publisher_recovers_after_the_s3_store_stalls(run_cfg: Config, caplog) -> None:
     caplog.set_level(logging.INFO, logger="streams.delivery")
     cfg = run_cfg
-    cfg.kafka.idempotence = IDEMPOTENCE  # on: an UnknownError makes the producer fatal
+    cfg.kafka.idempotence = IDEMPOTENCE  # off by default, as the product (broker defect 7)
     topics = ensure_topics(cfg)
     pub = make_publisher(cfg.kafka, client="outage-test", run=cfg.run_id)
     pid = _s3_pid(cfg)
@@ -91,6 +98,8 @@ def test_publisher_recovers_after_the_s3_store_stalls(run_cfg: Config, caplog) -
             got.add(rec.info["i"])
     assert got == set(range(sent)), f"missing {sorted(set(range(sent)) - got)[:20]}"
     assert unhealthy_seen or pub.errors == 0  # a failing stall was reported, never hidden
+    if STALL_S >= 45:  # records waited past the publisher's stall_s (30 s): it said so
+        assert unhealthy_seen
     if IDEMPOTENCE and STALL_S >= 45:
         # the operator's case: the broker's UnknownError made the idempotent producer fatal
         assert pub.errors > 0 and pub.rebuilds >= 1
