@@ -22,6 +22,12 @@ Measured at B = 1 over a 500-token cache, 160 tokens, one thread, the same token
 -> 1.70 ms per token (the fused activation 1.91, then attention); at B = 8, 9.5 -> 8.7 ms (a
 loaded machine; the ratios are what carry over).
 
+Rows that share a prompt prefix (a dream group's rollouts on one page) decode over a
+``SharedPrefixCache``: each prefix group's keys and values once, each row's own tail apart.
+Attention then reads a shared prefix once for all its rows (one batched product over the heads)
+instead of once per row from a per-row copy: at 8 rows on a 400-token page that copy was half of
+a decode step.
+
 ``LeanStep.supports(model)`` says whether a model is one it computes exactly: a GPT-Neo with
 global attention only (local attention windows are not implemented), no dropout in use.  Other
 models (a local Hugging Face directory of another architecture) keep the full forward.
@@ -45,11 +51,51 @@ _FUSED_ACT = {
 }
 
 
+class SharedPrefixCache:
+    """The decode cache of rows that share prompt prefixes (``models.wm_decoding``).
+
+    ``prefix[i]``: layer i's keys and values of every prefix group once, (H, N, hd) each, the G
+    groups' blocks side by side (N = G x the prefix block); ``layers[i]``: a cache layer of each
+    active row's own positions after the prefix (its tail, then what it generates).  The decode
+    mask of a row covers the N prefix positions (its own group's block open, the others closed)
+    and then its own positions.  ``batch_select_indices`` keeps rows (finished ones dropped)."""
+
+    def __init__(self, prefix: list[tuple[torch.Tensor, torch.Tensor]], layers: list[Any]):
+        self.prefix, self.layers = prefix, layers
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.batch_select_indices(indices)
+
+
+def shared_prefix_attention(
+    q: torch.Tensor,
+    kp: torch.Tensor,
+    vp: torch.Tensor,
+    ks: torch.Tensor,
+    vs: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """Unscaled attention of one query per row over shared prefix keys and the row's own keys.
+
+    ``q``: (B, H, 1, hd); ``kp``, ``vp``: (H, N, hd), shared by every row; ``ks``, ``vs``:
+    (B, H, L, hd), the row's own; ``mask``: (B, 1, 1, N + L) additive.  Returns (B, H, 1, hd),
+    softmax(q k^T + mask) v over the N + L positions, as if each row held a copy of the prefix."""
+    B, H, _, hd = q.shape
+    n = kp.shape[1]
+    sp = torch.matmul(q.view(B, H, hd).transpose(0, 1), kp.transpose(1, 2))  # (H, B, N)
+    ss = torch.matmul(q, ks.transpose(2, 3))  # (B, H, 1, L)
+    p = torch.softmax(torch.cat([sp.permute(1, 0, 2).unsqueeze(2), ss], -1) + mask, -1)
+    shared = torch.matmul(p[:, :, 0, :n].transpose(0, 1), vp)  # (H, B, hd)
+    return torch.matmul(p[..., n:], vs) + shared.transpose(0, 1).unsqueeze(2)
+
+
 class LeanStep:
     """``step(ids, mask, positions, cache) -> logits`` for one token per row (call under no_grad).
 
     ``ids``, ``positions``: (B,) long; ``mask``: (B, 1, 1, L) additive float (0 keep, -inf-like
-    drop) over the cache's L positions after this token is written; returns (B, vocab) logits."""
+    drop) over the cache's L positions after this token is written (a ``SharedPrefixCache``: its
+    N shared prefix positions, then the row's own); returns (B, vocab) logits."""
 
     def __init__(self, model: Any):
         tr = model.transformer
@@ -101,11 +147,15 @@ class LeanStep:
         B, d, H = ids.shape[0], self.d, self.heads
         hd = d // H
         h = self.wte[ids] + self.wpe[positions]  # (B, d)
+        shared = cache.prefix if isinstance(cache, SharedPrefixCache) else None
         for i, (ln1, qkv_w, o_w, o_b, ln2, fc_w, fc_b, act, pr_w, pr_b) in enumerate(self.layers):
             x = F.layer_norm(h, (d,), ln1[0], ln1[1], ln1[2])
             q, k, v = F.linear(x, qkv_w).view(B, 3, H, 1, hd).unbind(1)  # each (B, H, 1, hd)
             keys, values = cache.layers[i].update(k, v)  # (B, H, L, hd)
-            a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0)
+            if shared is not None:
+                a = shared_prefix_attention(q, *shared[i], keys, values, mask)
+            else:
+                a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0)
             a = a.reshape(B, d)
             h = h + F.linear(a, o_w, o_b)
             x = F.layer_norm(h, (d,), ln2[0], ln2[1], ln2[2])

@@ -4,7 +4,9 @@ A plain decoding loop instead of ``model.generate``: the KV cache is preallocate
 (``preallocated_cache``: ``PreallocatedLayer`` writes in place, no copy of the whole cache per
 token as ``DynamicCache``'s concatenation does); prompts that share a prefix
 (``models.policy.prefix_groups``: the rollouts of a dream group on the same page) prefill it once
-and copy its keys to their rows once, then only their own tails run; the 4D mask is built from
+and copy its keys to their rows once, then only their own tails run; the lean decode
+(``models.lean_decode``) then reads each shared prefix once for all its rows
+(``SharedPrefixCache``, up to ``MAX_SHARED_GROUPS`` prefix groups); the 4D mask is built from
 one boolean row mask, and rows that reached eos are dropped from the batch once they are at least
 half of it.  Same model, same argmax as ``model.generate``.
 
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 
 from core.waiting import Aborted
-from models.lean_decode import LeanStep
+from models.lean_decode import LeanStep, SharedPrefixCache
 from models.policy import prefix_groups
 
 
@@ -153,10 +155,11 @@ def _prefill_prefixes(
     keep: torch.Tensor,
     pad: int,
     return_hidden: bool = False,
-) -> torch.Tensor | None:
+) -> tuple[torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor]]]:
     """One row per prefix group (left padded) into the cache, then one copy of each group's keys to
-    its members' rows; marks the prefix positions each row attends to in ``keep``.  With
-    ``return_hidden`` the pass's last hidden layer (one row per prefix group), else None."""
+    its members' rows; marks the prefix positions each row attends to in ``keep``.  Returns, with
+    ``return_hidden``, the pass's last hidden layer (one row per prefix group), else None; and
+    each layer's prefix keys and values before the copy, (G, H, Pp, hd) each."""
     dev = next(model.parameters()).device
     neg = torch.finfo(torch.float32).min
     Pp = lay.Pp
@@ -176,9 +179,40 @@ def _prefill_prefixes(
         use_cache=True,
         output_hidden_states=return_hidden,
     )
+    once = [(layer.keys, layer.values) for layer in cache.layers]  # kept by the copy below
     cache.batch_select_indices(lay.gi.to(dev))  # one copy: prefix group -> its members' rows
     keep[:, :Pp] = kp[lay.gi]
-    return pre.hidden_states[-1] if return_hidden else None
+    return (pre.hidden_states[-1] if return_hidden else None), once
+
+
+MAX_SHARED_GROUPS = 4  # more prefix groups than this: every row decodes over its own copy
+
+
+def _shared_prefix_cache(
+    cache: Any, lay: _Layout, keep: torch.Tensor, once: list, new: int
+) -> tuple[SharedPrefixCache, torch.Tensor]:
+    """The decode cache that holds each prefix group's keys once (``SharedPrefixCache``) from the
+    prefill's per-row cache, and its keep mask: the G prefix blocks side by side (a row sees its
+    own group's), then each row's own positions."""
+    Pp, S, G = lay.Pp, lay.S, len(lay.groups)
+    prefix = []
+    for k, v in once:  # (G, H, Pp, hd) -> (H, G * Pp, hd)
+        H, hd = k.shape[1], k.shape[-1]
+        prefix.append(
+            (
+                k.transpose(0, 1).reshape(H, G * Pp, hd).contiguous(),
+                v.transpose(0, 1).reshape(H, G * Pp, v.shape[-1]).contiguous(),
+            )
+        )
+    own = []
+    for layer in cache.layers:
+        mine = PreallocatedLayer(S + new)
+        mine.update(layer.keys[..., Pp : Pp + S, :], layer.values[..., Pp : Pp + S, :])
+        own.append(mine)
+    B = keep.shape[0]
+    pre = torch.zeros(B, G, Pp, dtype=torch.bool)
+    pre[torch.arange(B), lay.gi] = keep[:, :Pp]
+    return SharedPrefixCache(prefix, own), torch.cat([pre.view(B, G * Pp), keep[:, Pp:]], 1)
 
 
 def _head_hidden(
@@ -354,29 +388,35 @@ def generate_tokens(
     lay = _layout(prompts, new, max_positions)
     cache = preallocated_cache(lay.Pp + lay.S + new)
     keep = torch.zeros(len(prompts), lay.Pp + lay.S + new, dtype=torch.bool)
-    hp = None  # the prefix pass's last hidden layer (head inputs inside a shared prefix)
+    hp, once = None, []  # the prefix pass's last hidden layer, its keys and values
     if lay.Pp:
-        hp = _prefill_prefixes(model, prompts, lay, cache, keep, pad, return_hidden)
+        hp, once = _prefill_prefixes(model, prompts, lay, cache, keep, pad, return_hidden)
     out = _prefill_tails(model, lay, cache, keep, pad, return_hidden)
     last_hidden = None
     if return_hidden:
         positions = hidden_positions or [[len(p) - 1] for p in prompts]
         last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions)
     plen = torch.tensor([len(p) for p in prompts])
+    step = LeanStep(model) if lean and LeanStep.supports(model) else None
+    P = lay.Pp + lay.S
+    if step is not None and once and len(lay.groups) < len(prompts):
+        if len(lay.groups) <= MAX_SHARED_GROUPS:  # decode over each shared prefix once
+            cache, keep = _shared_prefix_cache(cache, lay, keep, once, new)
+            P = len(lay.groups) * lay.Pp + lay.S
     t1 = time.perf_counter()
     gen = _decode_loop(
         model,
         out.logits[:, -1],
         cache,
         keep,
-        lay.Pp + lay.S,
+        P,
         plen,
         new,
         eos,
         sample,
         temperature,
         ignore_eos,
-        LeanStep(model) if lean and LeanStep.supports(model) else None,
+        step,
         abort,
     )
     PHASES.add(t1 - t0, time.perf_counter() - t1, sum(len(p) for p in prompts), sum(map(len, gen)))

@@ -81,3 +81,59 @@ def test_supports_only_what_it_computes_exactly():
     model.config.attention_layers = ["global", "global"]
     model.transformer.h[1].attn.attention.q_proj.bias = torch.nn.Parameter(torch.zeros(32))
     assert not LeanStep.supports(model)
+
+
+def test_shared_prefix_attention_equals_attention_over_per_row_copies():
+    from models.lean_decode import shared_prefix_attention
+
+    g = torch.Generator().manual_seed(3)
+    B, H, hd, G, Pp, L = 5, 4, 8, 2, 7, 3
+    q = torch.randn(B, H, 1, hd, generator=g)
+    kp, vp = torch.randn(G, H, Pp, hd, generator=g), torch.randn(G, H, Pp, hd, generator=g)
+    ks, vs = torch.randn(B, H, L, hd, generator=g), torch.randn(B, H, L, hd, generator=g)
+    gi = torch.tensor([0, 1, 0, 1, 1])
+    keep_p = torch.ones(G, Pp, dtype=torch.bool)
+    keep_p[1, :3] = False  # group 1's prefix is left padded
+    keep_s = torch.ones(B, L, dtype=torch.bool)
+    keep_s[2, 0] = False
+    neg = torch.finfo(torch.float32).min
+    # reference: every row with its own copy of its group's prefix
+    keys, values = torch.cat([kp[gi], ks], 2), torch.cat([vp[gi], vs], 2)
+    ref_mask = torch.where(torch.cat([keep_p[gi], keep_s], 1), 0.0, neg)[:, None, None]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, keys, values, attn_mask=ref_mask, scale=1.0
+    )
+    # shared: the G prefix blocks side by side, each row sees its own group's block only
+    pre = torch.zeros(B, G, Pp, dtype=torch.bool)
+    pre[torch.arange(B), gi] = keep_p[gi]
+    mask = torch.where(torch.cat([pre.view(B, G * Pp), keep_s], 1), 0.0, neg)[:, None, None]
+    flat = lambda t: t.transpose(0, 1).reshape(H, G * Pp, hd)  # noqa: E731
+    out = shared_prefix_attention(q, flat(kp), flat(vp), ks, vs, mask)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_rows_sharing_a_page_decode_over_one_copy_and_write_the_same_tokens(monkeypatch):
+    import models.wm_decoding as wd
+
+    model, _ = _model()
+    g = torch.Generator().manual_seed(2)
+    page = torch.randint(3, 2000, (120,), generator=g).tolist()
+    other = torch.randint(3, 2000, (90,), generator=g).tolist()
+    # two groups on two pages (as two dream groups batched together), tails of unequal length
+    prompts = [page + torch.randint(3, 2000, (int(n),), generator=g).tolist() for n in (2, 6, 4)]
+    prompts += [other + torch.randint(3, 2000, (int(n),), generator=g).tolist() for n in (5, 1)]
+    prompts[1:1] = [list(prompts[0]) for _ in range(3)]  # the same history: the same tokens
+    with torch.no_grad():
+        free, _ = generate_tokens(model, prompts, 24, 0, 1, 256, ignore_eos=True, lean=False)
+    # an end token that half of the rows write early: finished rows are dropped from the batch
+    eos = free[0][2]
+    assert sum(eos in r[:8] for r in free) * 2 >= len(free), free
+    made = []
+    real = wd._shared_prefix_cache
+    monkeypatch.setattr(wd, "_shared_prefix_cache", lambda *a: made.append(1) or real(*a))
+    with torch.no_grad():
+        a, _ = generate_tokens(model, prompts, 24, 0, eos, 256, lean=True)
+        b, _ = generate_tokens(model, prompts, 24, 0, eos, 256, lean=False)
+    assert made == [1]  # the lean decode went through the shared-prefix cache
+    assert a == b
+    assert any(len(r) < 24 for r in a)
