@@ -13,17 +13,15 @@ before its first step, so ``act`` only waits at the very start of a run.
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import uuid
-from pathlib import Path
 from typing import Any
 
 from core.config import Config
 from core.s3 import make_client
 from core.spaces import Observation
 from models.checkpoint import CheckpointStore
-from models.reader import ModelSlot, Prefetcher, ReloadClock
+from models.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir
 from streams.checkpoints import CheckpointWatcher
 from streams.topics import Topics
 
@@ -41,7 +39,7 @@ class LatestPolicyAgent:
         )
         self.stop = stop or threading.Event()
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        self.work = Path(tempfile.mkdtemp(prefix="dynaweb-collector-policy-"))
+        self.work = reader_workdir("collector-policy", cfg.s3.reader_dir)
         self.slot = ModelSlot(
             store,
             "policy",

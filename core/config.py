@@ -84,6 +84,13 @@ class S3Config:
         "often (s), so a lost announcement delays a reload but never prevents it (0 = only on "
         "announcements).",
     )
+    reader_dir: str = _f(
+        "",
+        "Folder where checkpoint readers (dream generators, `latest` collectors) download the "
+        "weights they load. Empty: RAM (/dev/shm) when it has 2 GiB free, else the temp dir; "
+        "a download written to disk waits on the kernel's write-back of everything else "
+        "written (S3 store, logs): 0.2-0.6 s instead of 0.04 s for the default model.",
+    )
 
 
 @dataclass

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import logging
 import random
-import tempfile
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,7 +34,7 @@ from core.spaces import Observation
 from models import metrics as M
 from models.checkpoint import CheckpointStore
 from models.component import close_component
-from models.reader import ModelSlot, Prefetcher, ReloadClock
+from models.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir
 from streams import records
 from streams.checkpoints import CheckpointWatcher
 from streams.kafka import ensure_topics, make_consumer, make_publisher
@@ -90,7 +88,7 @@ class Dreamer:
         self.producer_id = f"{producer_id}@{int(self.started_at)}"
         self.topics = ensure_topics(cfg)
         self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        self.work = Path(tempfile.mkdtemp(prefix="dynaweb-dream-"))
+        self.work = reader_workdir("dream", cfg.s3.reader_dir)
         self.slots = {
             k: ModelSlot(self.store, k, self.work, self.run, poll_s=cfg.s3.latest_poll_s)
             for k in ("policy", "world_model")

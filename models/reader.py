@@ -8,7 +8,10 @@ from __future__ import annotations
 import ctypes
 import gc
 import logging
+import os
+import re
 import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,6 +21,50 @@ from models import metrics as M
 from models.checkpoint import S3_ERRORS, CheckpointStore, CorruptCheckpoint
 
 log = logging.getLogger(__name__)
+
+
+RAM_DIR = Path("/dev/shm")
+RAM_MIN_FREE = 2 << 30  # RAM folder used only with this much room (bytes)
+_OURS = re.compile(r"^dynaweb-[a-z-]+?-(\d+)-")  # reader_workdir's names: the owner's pid
+
+
+def reader_workdir(prefix: str, where: str = "", ram: Path = RAM_DIR) -> Path:
+    """A new folder for a reader's checkpoint downloads (``s3.reader_dir``), named
+    ``dynaweb-<prefix>-<pid>-…``; the caller removes it when it stops.
+
+    ``where`` empty: in RAM (``ram``, /dev/shm) when it exists with ``RAM_MIN_FREE`` free, else the
+    temp dir.  Files written to disk wait on the kernel's write-back of everything else written
+    on the machine (the S3 store's own files among them): measured here, a default model's
+    download took 0.2-0.6 s to disk and 0.04 s to RAM.  A RAM folder left by a reader that died
+    (its pid gone) is removed here, as RAM is not freed by a reboot-less machine otherwise."""
+    base: Path | None = Path(where) if where else None
+    if base is None and _has_room(ram):
+        base = ram
+        _sweep(ram)
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"dynaweb-{prefix}-{os.getpid()}-", dir=base))
+
+
+def _has_room(d: Path) -> bool:
+    try:
+        return d.is_dir() and os.access(d, os.W_OK) and shutil.disk_usage(d).free >= RAM_MIN_FREE
+    except OSError:
+        return False
+
+
+def _sweep(d: Path) -> None:
+    """Remove the download folders in ``d`` whose reader process no longer exists."""
+    for p in d.glob("dynaweb-*"):
+        m = _OURS.match(p.name)
+        if m is None or not p.is_dir():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except OSError:  # alive, another user's: not ours to remove
+            continue
 
 
 class ReloadClock:
