@@ -79,6 +79,9 @@ def observe_reward_signal(run: str, rollouts: list) -> None:
         M.DREAM_GROUPS.labels(run, outcome).inc(k)
 
 
+HOLD_WM_LOAD_S = 5.0  # the longest a world model's load waits for a new policy's first round
+
+
 class Dreamer:
     def __init__(self, cfg: Config, producer_id: str, stop: threading.Event | None = None):
         self.cfg = cfg
@@ -123,6 +126,14 @@ class Dreamer:
             name="dream-prefetch",
             on_slot_ready=self._slot_ready,
         )
+        # a new policy's first round runs before the world model that came with it is loaded
+        # (its download goes on): the load and the collection before it would hold the
+        # interpreter lock against the round's decode loop; cleared on a policy announcement, set
+        # when a round with that policy (or a newer one) ends, waited for at most HOLD_WM_LOAD_S
+        self._round_done = threading.Event()
+        self._round_done.set()
+        self._awaited_policy = -1  # the newest policy version announced
+        self.slots["world_model"].hold_load = self._hold_world_model_load
         self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.first_round = True  # no round has run with the loaded weights yet
         self.gate_reason = ""  # the last gate decision's reason (logged when it changes)
@@ -139,9 +150,21 @@ class Dreamer:
         if rec.kind == "policy":
             self.reload_clock.announced(rec.version)
         slot = self.slots.get(rec.kind)
+        if rec.kind == "policy" and slot is not None and slot.version is not None:
+            if int(rec.version) > max(self._awaited_policy, slot.version):  # not dreamed with yet
+                self._awaited_policy = int(rec.version)
+                self._round_done.clear()
         if slot is not None and slot.known(rec.version):
             return  # loaded already (both kinds are read at the first of a pair's announcements)
         self.prefetcher.want()
+
+    def _hold_world_model_load(self) -> None:
+        """Wait (at most ``HOLD_WM_LOAD_S``) for the round of a newly announced policy to end."""
+        t0 = time.time()
+        while not self._round_done.is_set() and not self.stop.is_set():
+            if time.time() - t0 >= HOLD_WM_LOAD_S:
+                return
+            self._round_done.wait(0.05)
 
     def _slot_ready(self, slot: ModelSlot) -> None:
         if slot.kind == "policy":
@@ -277,6 +300,8 @@ class Dreamer:
             M.DREAM_ABANDONED.labels(self.run).inc()
             return 0
         self.first_round = False
+        if pv is not None and pv >= self._awaited_policy:
+            self._round_done.set()  # the new policy's first round is out: the world model may load
         n = 0
         successes = 0
         per_task: dict[str, list[int]] = {}

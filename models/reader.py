@@ -225,6 +225,10 @@ class ModelSlot:
         self._read_at: float | None = None  # when LATEST was last read
         # (version, model, tokenizer, extra, folder) downloaded and loaded, not yet in use
         self._ready: tuple | None = None
+        # called after a download and before its load (the dream generator holds the world
+        # model's load back while the first round of a new policy runs: a load and the garbage
+        # collection before it hold the interpreter lock the decode loop needs)
+        self.hold_load: Any = None
         self._fetch_lock = threading.Lock()  # one download and load at a time per slot
         self._ready_lock = threading.Lock()
         if poll_s > 0:
@@ -303,6 +307,9 @@ class ModelSlot:
             else:
                 from models.world_model import load_world_model as loader
             t_dl = time.time()
+            if self.hold_load is not None:
+                self.hold_load()
+            t_held = time.time()
             with _LOAD_LOCK:
                 t_lock = time.time()
                 if _REPLACED.is_set() or not _FROZEN:
@@ -320,12 +327,14 @@ class ModelSlot:
             shutil.rmtree(old[4], ignore_errors=True)  # prefetched, superseded before install
         M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(t_done - t0)
         log.info(
-            "loaded %s v%d in %.2fs (download %.2fs, load lock %.2fs, free %.2fs, load %.2fs)",
+            "loaded %s v%d in %.2fs (download %.2fs, held %.2fs, load lock %.2fs, free %.2fs, "
+            "load %.2fs)",
             self.kind,
             version,
             t_done - t0,
             t_dl - t0,
-            t_lock - t_dl,
+            t_held - t_dl,
+            t_lock - t_held,
             t_free - t_lock,
             t_done - t_free,
         )

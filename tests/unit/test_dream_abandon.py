@@ -123,6 +123,7 @@ def _dreamer() -> Dreamer:
     d.reload_clock = SimpleNamespace(used=lambda v: None)
     d._announced, d.abandoned_last, d.first_round = threading.Event(), False, False
     d._prefetched = threading.Event()
+    d._round_done, d._awaited_policy = threading.Event(), -1
     d.iteration_t0 = d._factor_logged = 0.0
     return d
 
@@ -238,3 +239,34 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
         d.prefetcher._wanted.clear()
         d._on_announcement(ann(kind, v))
         assert d.prefetcher.wanted == wakes, (kind, v)
+
+
+def test_a_new_policys_first_round_holds_the_world_models_load_back(monkeypatch):
+    import models.dreamer as dreamer_mod
+
+    d = _dreamer()
+    d.reload_clock = SimpleNamespace(used=lambda v: None, announced=lambda v: None)
+    d.slots = {"policy": SimpleNamespace(version=3, known=lambda v: v == 3),
+               "world_model": SimpleNamespace(version=3, known=lambda v: v == 3)}  # fmt: skip
+    d.prefetcher = SimpleNamespace(want=lambda: None)
+    d._round_done.set()
+    d._hold_world_model_load()  # nothing announced: no wait
+    d._on_announcement(SimpleNamespace(kind="policy", version=3))  # the one in use
+    assert d._round_done.is_set()
+    # v4 already being loaded (the world model's announcement came first): still held back
+    d.slots["policy"].known = lambda v: v in (3, 4)
+    d._on_announcement(SimpleNamespace(kind="policy", version=4))
+    assert not d._round_done.is_set()
+    monkeypatch.setattr(dreamer_mod, "HOLD_WM_LOAD_S", 0.3)
+    t0 = time.time()
+    d._hold_world_model_load()  # no round with v4 yet: waits, but never past the bound
+    assert 0.25 <= time.time() - t0 < 2.0
+    d.dream_once()  # a round with v3 (the old policy) does not release it
+    assert not d._round_done.is_set()
+    d.slots["policy"].version = 4
+    d.first_round = True
+    d.dream_once()  # the first round with v4: the world model may load
+    assert d._round_done.is_set()
+    t0 = time.time()
+    d._hold_world_model_load()
+    assert time.time() - t0 < 0.1
