@@ -147,12 +147,12 @@ class Dreamer:
         )
 
     def _on_announcement(self, rec: records.CheckpointAnnouncement) -> None:
+        slot = self.slots.get(rec.kind)
         if rec.kind == "policy":
             self.reload_clock.announced(rec.version)
-        slot = self.slots.get(rec.kind)
-        if rec.kind == "policy" and slot is not None and slot.version is not None:
-            if int(rec.version) > max(self._awaited_policy, slot.version):  # not dreamed with yet
-                self._awaited_policy = int(rec.version)
+            v = int(rec.version)
+            if slot.version is not None and v > max(self._awaited_policy, slot.version):
+                self._awaited_policy = v  # not dreamed with yet: hold the world model's load
                 self._round_done.clear()
         if slot is not None and slot.known(rec.version):
             return  # loaded already (both kinds are read at the first of a pair's announcements)
@@ -160,11 +160,10 @@ class Dreamer:
 
     def _hold_world_model_load(self) -> None:
         """Wait (at most ``HOLD_WM_LOAD_S``) for the round of a newly announced policy to end."""
-        t0 = time.time()
-        while not self._round_done.is_set() and not self.stop.is_set():
-            if time.time() - t0 >= HOLD_WM_LOAD_S:
+        deadline = time.time() + HOLD_WM_LOAD_S
+        while not self.stop.is_set() and time.time() < deadline:
+            if self._round_done.wait(0.05):
                 return
-            self._round_done.wait(0.05)
 
     def _slot_ready(self, slot: ModelSlot) -> None:
         if slot.kind == "policy":

@@ -399,10 +399,10 @@ def generate_tokens(
     plen = torch.tensor([len(p) for p in prompts])
     step = LeanStep(model) if lean and LeanStep.supports(model) else None
     P = lay.Pp + lay.S
-    if step is not None and once and len(lay.groups) < len(prompts):
-        if len(lay.groups) <= MAX_SHARED_GROUPS:  # decode over each shared prefix once
-            cache, keep = _shared_prefix_cache(cache, lay, keep, once, new)
-            P = len(lay.groups) * lay.Pp + lay.S
+    G = len(lay.groups)
+    if step is not None and once and G < len(prompts) and G <= MAX_SHARED_GROUPS:
+        cache, keep = _shared_prefix_cache(cache, lay, keep, once, new)  # each prefix read once
+        P = G * lay.Pp + lay.S
     t1 = time.perf_counter()
     gen = _decode_loop(
         model,

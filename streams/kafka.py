@@ -9,6 +9,7 @@ rebuilds a broken producer and re-sends what was not acknowledged.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import socket
@@ -110,7 +111,14 @@ def ensure_topics(cfg: Config, topics: Topics | None = None) -> Topics:
     return topics
 
 
-_WARNED_IDEMPOTENCE: list[bool] = []  # the warning below, once per process
+@functools.cache
+def _warn_idempotence() -> None:
+    """Once per process: an idempotent producer is unsafe on the embedded broker."""
+    log.warning(
+        "kafka.idempotence is on: safe on Apache Kafka, but on the embedded Tansu broker an "
+        "idempotent producer can lose an acknowledged record after its S3 store stalls "
+        "(broker defect 7, docs/broker.md)"
+    )
 
 
 def make_producer(kc: KafkaConfig, **overrides: Any) -> KafkaProducer:
@@ -118,13 +126,8 @@ def make_producer(kc: KafkaConfig, **overrides: Any) -> KafkaProducer:
     3.x turns it on by default, and on Tansu a broker ``UnknownError`` then makes the producer
     fatal for good; docs/broker.md)."""
     check_broker(kc)
-    if kc.idempotence and not _WARNED_IDEMPOTENCE:
-        _WARNED_IDEMPOTENCE.append(True)
-        log.warning(
-            "kafka.idempotence is on: safe on Apache Kafka, but on the embedded Tansu broker an "
-            "idempotent producer can lose an acknowledged record after its S3 store stalls "
-            "(broker defect 7, docs/broker.md)"
-        )
+    if kc.idempotence:
+        _warn_idempotence()
     kw = dict(
         acks="all",
         enable_idempotence=kc.idempotence,
