@@ -8,17 +8,23 @@ one every ``--interval`` seconds: uploads the policy and world model to S3, sets
 announces both (``models.checkpoint_writer``, as the trainer does), and times from the
 announcement's acknowledgement to
 
-- the first **dream group** stamped with the version: the first record on the dream topic with
-  that ``policy_version`` (its Kafka timestamp: when the generator sent it), and
+- the first **dream group** started with the version: the earliest step-0 transition on the
+  dream topic with that ``policy_version``, at its ``created_at`` (when the generator dreamed
+  that step: the policy acted with the version and the world model answered), and
 - the first **live episode** started with it: the first step-0 transition on the real topic with
-  that ``policy_version``.
+  that ``policy_version``, at its Kafka timestamp (a collector sends each step as it is taken).
 
-It reports p50 and p95 of each and of both together (``reload_p50_s``, ``reload_p95_s``), the
-readers' own ``dynaweb_client_checkpoint_reload_to_use_seconds`` (announcement seen -> first
-use, scraped at the end), whether any group mixed policy versions further apart than
-``stream.max_staleness`` (a group must not), and each reader's memory growth per reload
-(``rss_mb_per_reload``: its own process's resident set after version 0 and after the last).  A dream round that started before a reload is
-published after it with the old version, so the dream figure includes up to one round.
+Both are the same moment: the version's first step exists.  A dream round's records are sent
+together when the round ends, so the dream group's publication is reported too
+(``dream_published_p50_s``, ``dream_published_p95_s``: the version's first dream record's Kafka
+timestamp); it includes the rest of that round.
+
+It reports p50 and p95 of each and of both starts together (``reload_p50_s``,
+``reload_p95_s``), the readers' own ``dynaweb_client_checkpoint_reload_to_use_seconds``
+(announcement seen -> first step with the version, scraped at the end), whether any group mixed
+policy versions further apart than ``stream.max_staleness`` (a group must not), and each
+reader's memory growth per reload (``rss_mb_per_reload``: its own process's resident set after
+version 0 and after the last).
 """
 
 from __future__ import annotations
@@ -59,13 +65,15 @@ def quantile(xs: list[float], q: float) -> float | None:
 
 
 class FirstUse:
-    """Tails the dream and real topics in a thread: per policy version, the time of its first
-    dream record and of its first live step-0 record, and the versions seen per group."""
+    """Tails the dream and real topics in a thread: per policy version, when its first dream
+    group started (the earliest ``created_at`` of its step-0 records: when that step was
+    dreamed), when its first dream record was sent, when its first live step-0 record was sent,
+    and the versions seen per group."""
 
     def __init__(self, cfg: Config, topics: Any):
         self.cfg = cfg
         self.topics = topics
-        self.first: dict[str, dict[int, float]] = {"dream": {}, "live": {}}
+        self.first: dict[str, dict[int, float]] = {"dream": {}, "dream_published": {}, "live": {}}
         self.group_versions: dict[str, set[int]] = defaultdict(set)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="bench-reload-tail", daemon=True)
@@ -94,10 +102,16 @@ class FirstUse:
         v = int(t.policy_version)
         if t.group_id:
             self.group_versions[t.group_id].add(v)
-        kind = "dream" if topic == self.topics.dream else "live"
-        if kind == "live" and t.step != 0:
+        sent = m.timestamp / 1000.0
+        if topic == self.topics.dream:
+            self.first["dream_published"].setdefault(v, sent)
+        if t.step != 0:
             return
-        self.first[kind].setdefault(v, m.timestamp / 1000.0)
+        if topic == self.topics.dream:  # when the step was dreamed, not when its round was sent
+            at = min(float(t.created_at or sent), sent)
+            self.first["dream"][v] = min(self.first["dream"].get(v, at), at)
+        else:  # a collector sends each step as it is taken
+            self.first["live"].setdefault(v, sent)
 
     def used(self, kind: str, version: int) -> float | None:
         return self.first[kind].get(version)
@@ -217,16 +231,18 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
               "a dream group and a live episode with version 0", sup)  # fmt: skip
         say(f"both readers act with version 0 after {time.time() - t0:.0f}s")
         rss0 = _rss_mb(sup)
-        lat: dict[str, list[float]] = {"dream": [], "live": []}
+        lat: dict[str, list[float]] = {"dream": [], "live": [], "dream_published": []}
         for v in range(1, n + 1):
             began = time.time()
             at = _publish(writer, cfg, dirs, v)
             _wait(lambda v=v: tail.used("dream", v) and tail.used("live", v), USE_TIMEOUT_S,
                   f"version {v} in use", sup)  # fmt: skip
-            for kind in lat:
+            for kind in ("dream", "live"):
                 lat[kind].append(max(0.0, tail.used(kind, v) - at))
-            say(f"v{v}: dream {lat['dream'][-1]:.2f}s, live {lat['live'][-1]:.2f}s after the "
-                "announcement")  # fmt: skip
+            lat["dream_published"].append(max(0.0, tail.used("dream_published", v) - at))
+            say(f"v{v}: dream group started {lat['dream'][-1]:.2f}s (published "
+                f"{lat['dream_published'][-1]:.2f}s), live episode {lat['live'][-1]:.2f}s after "
+                "the announcement")  # fmt: skip
             time.sleep(max(0.0, interval_s - (time.time() - began)))
         own = _own_metric(cfg)
         rss1 = _rss_mb(sup)
@@ -242,6 +258,7 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
         "reload_p95_s": r3(quantile(both, 0.95)),
         **{f"{k}_p{q}_s": r3(quantile(lat[k], q / 100)) for k in lat for q in (50, 95)},
         "dream_s": [round(x, 3) for x in lat["dream"]],
+        "dream_published_s": [round(x, 3) for x in lat["dream_published"]],
         "live_s": [round(x, 3) for x in lat["live"]],
         "readers_own_metric": own,
         "groups": len(tail.group_versions),
@@ -273,9 +290,11 @@ def main(args: Any, cfg: Config, stack_factory: StackFactory) -> int:
             stack.down(only=stack.started)
     if not args.json:
         print(
-            f"announcement -> first use over {n} checkpoints: dream p50 {res['dream_p50_s']} s "
-            f"p95 {res['dream_p95_s']} s; live p50 {res['live_p50_s']} s p95 {res['live_p95_s']} "
-            f"s; both p95 {res['reload_p95_s']} s; groups mixing versions beyond max_staleness: "
+            f"announcement -> first use over {n} checkpoints: dream group started p50 "
+            f"{res['dream_p50_s']} s p95 {res['dream_p95_s']} s (published p50 "
+            f"{res['dream_published_p50_s']} s p95 {res['dream_published_p95_s']} s); live "
+            f"episode started p50 {res['live_p50_s']} s p95 {res['live_p95_s']} s; both p95 "
+            f"{res['reload_p95_s']} s; groups mixing versions beyond max_staleness: "
             f"{res['groups_mixing_beyond_max_staleness']} of {res['groups']}"
         )
     print(json.dumps(res))

@@ -34,6 +34,7 @@ done; the step limit (the horizon) truncates.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -138,7 +139,7 @@ def dream_rollouts(
     ``start_states``: Observations (or objects with ``.obs``).  Step dict keys:
     obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob =
     log pi_T of the candidate set), ntokens, candidates_hash, temperature (the T of
-    the logprob), ok, reason, p_success (the reward head's probability; None when the
+    the logprob), at (when the step's next page was there: ``time.time()``), ok, reason, p_success (the reward head's probability; None when the
     world model was not asked or its heads are untrained).  ``batch`` caps how many rollouts advance together.
     """
     starts = [s if isinstance(s, Observation) else s.obs for s in start_states]
@@ -173,6 +174,7 @@ def dream_rollouts(
                 preds = _predict(wm_runner, obs_b, acts, ask, sample_world, abort)
             except Aborted:
                 return []
+            at = time.time()  # when these steps happened (their transitions' ``created_at``)
             for j, (k, (act, lp, nt)) in enumerate(zip(idx, acts, strict=True)):
                 ro, obs, hist = state[k]
                 text = act.to_text()
@@ -204,6 +206,7 @@ def dream_rollouts(
                         "behaviour_logprob": float(lp),
                         "logprob": float(lp),
                         "ntokens": int(nt),
+                        "at": at,
                         "candidates_hash": str(infos[j].get("candidates_hash") or ""),
                         "temperature": float(
                             infos[j].get("temperature") or (temperature if temperature > 0 else 1.0)

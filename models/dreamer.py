@@ -324,6 +324,7 @@ class Dreamer:
                     reward=float(st["reward"]) if last else 0.0,
                     done=bool(st["done"]) and last,
                     truncated=last and not st["done"],
+                    created_at=float(st.get("at") or time.time()),  # when the step was dreamed
                     producer_id=self.producer_id,
                     group_id=ro.group_id,
                     behaviour_logprob=float(st["logprob"]),
@@ -353,7 +354,7 @@ class Dreamer:
         observe_reward_signal(self.run, rollouts)
         M.DREAM_STEPS.labels(self.run).inc(n)
         if n:
-            self._used(pv, t0)
+            self._used(pv, t0, min(ro.steps[0].get("at") or t0 for ro in rollouts if ro.steps))
         M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
         if rollouts:
             M.DREAM_SUCCESS.labels(self.run).set(successes / len(rollouts))
@@ -370,13 +371,17 @@ class Dreamer:
             self._pace(time.time() + max(0.0, target - elapsed))
         return n
 
-    def _used(self, pv: int, round_t0: float) -> None:
-        late = self.reload_clock.used(pv)
+    def _used(self, pv: int, round_t0: float, first_step_at: float) -> None:
+        """The round's policy version was used: at its first dreamed step (as a collector's
+        version is used at its first action), which the reload clock times."""
+        late = self.reload_clock.used(pv, at=first_step_at)
         if late is not None:
             log.info(
-                "policy v%s first dreamed %.2fs after its announcement (round %.2fs)",
+                "policy v%s first dreamed %.2fs after its announcement; its groups were "
+                "published %.2fs after it (round %.2fs)",
                 pv,
                 late,
+                late + time.time() - first_step_at,
                 time.time() - round_t0,
             )
 

@@ -85,9 +85,10 @@ class ReloadClock:
         """When the newest announcement not yet used was seen (None: none waits)."""
         return max(self.seen.values(), default=None)
 
-    def used(self, version: int | None) -> float | None:
-        """``version`` was used now: the latency, the first time it is used after its
-        announcement (older announced versions it superseded are dropped)."""
+    def used(self, version: int | None, at: float | None = None) -> float | None:
+        """``version`` was used now (or at ``at``, a time of ``clock``): the latency, the first
+        time it is used after its announcement (older announced versions it superseded are
+        dropped)."""
         if version is None:
             return None
         t = self.seen.pop(int(version), None)
@@ -95,7 +96,7 @@ class ReloadClock:
             del self.seen[v]
         if t is None:
             return None
-        self.last = self.clock() - t
+        self.last = max(0.0, (self.clock() if at is None else at) - t)
         self.metric.observe(self.last)
         return self.last
 

@@ -22,26 +22,31 @@ def _msg(t: records.Transition, ts_ms: int) -> SimpleNamespace:
     return SimpleNamespace(value=records.encode(t), timestamp=ts_ms)
 
 
-def _t(source: str, step: int, version: int, group: str) -> records.Transition:
+def _t(source: str, step: int, version: int, group: str, at: float = 0.0) -> records.Transition:
     return records.Transition(
         run_id="r", episode_id=f"e-{group}-{step}", step=step, task="miniwob/click-button",
         seed=0, source=source, policy_version=version, world_model_version=0,
         obs={"instruction": "i", "tree": "[1] a"},
         action="click(1)", next_obs={"instruction": "i", "tree": "[1] a"}, reward=0.0, done=False,
-        group_id=group,
+        group_id=group, created_at=at,
     )  # fmt: skip
 
 
 def test_first_use_per_version_and_groups_mixing_versions() -> None:
     topics = Topics("r")
     fu = FirstUse(SimpleNamespace(kafka=None), topics)
-    fu._note(topics.dream, _msg(_t("dream", 0, 1, "g1"), 5_000))
-    fu._note(topics.dream, _msg(_t("dream", 1, 1, "g1"), 6_000))
+    # a round's records are sent together when it ends (6 s); its groups started when their
+    # step 0 was dreamed (4.5 s for g0, 4.0 s for g1)
+    fu._note(topics.dream, _msg(_t("dream", 0, 1, "g0", at=4.5), 6_000))
+    fu._note(topics.dream, _msg(_t("dream", 1, 1, "g0", at=5.5), 6_000))
+    fu._note(topics.dream, _msg(_t("dream", 0, 1, "g1", at=4.0), 6_001))
+    fu._note(topics.dream, _msg(_t("dream", 1, 1, "g1", at=5.0), 6_001))
     fu._note(topics.real, _msg(_t("real", 3, 2, "g2"), 7_000))  # not an episode start
     fu._note(topics.real, _msg(_t("real", 0, 2, "g2"), 8_000))
     fu._note(topics.real, _msg(_t("real", 0, 5, "g2"), 9_000))  # g2 spans versions 2..5
     fu._note(topics.real, _msg(records.encode(records.Control("r", "x", "y", 0.0)), 1))
-    assert fu.used("dream", 1) == 5.0 and fu.used("dream", 2) is None
+    assert fu.used("dream", 1) == 4.0 and fu.used("dream", 2) is None
+    assert fu.used("dream_published", 1) == 6.0
     assert fu.used("live", 2) == 8.0 and fu.used("live", 5) == 9.0
     assert fu.mixed_groups(max_staleness=2) == 1 and fu.mixed_groups(max_staleness=3) == 0
 

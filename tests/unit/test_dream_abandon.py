@@ -120,7 +120,7 @@ def _dreamer() -> Dreamer:
     d.sent = []
     d.pub = SimpleNamespace(send=lambda topic, rec, key=None: d.sent.append(rec))
     d.topics = SimpleNamespace(dream="dream")
-    d.reload_clock = SimpleNamespace(used=lambda v: None)
+    d.reload_clock = SimpleNamespace(used=lambda v, at=None: None)
     d._announced, d.abandoned_last, d.first_round = threading.Event(), False, False
     d._prefetched = threading.Event()
     d._round_done, d._awaited_policy = threading.Event(), -1
@@ -185,6 +185,35 @@ def test_the_first_round_with_new_weights_dreams_one_group():
     assert len({r.group_id for r in d.sent}) == full and n1 > 0 and G > 1
 
 
+class _SlowPolicy(_Policy):
+    def act(self, obs_b, hist, temperature=1.0, greedy=False):
+        time.sleep(0.02)
+        return super().act(obs_b, hist, temperature, greedy)
+
+
+def test_a_dreamed_transition_is_stamped_when_its_step_was_dreamed():
+    """``created_at`` of a dream record is when its step was dreamed, not when the round's records
+    were sent; the reload clock times the version at the round's first step (as a collector's
+    is timed at its first action)."""
+    d = _dreamer()
+    d.runners = lambda: (_SlowPolicy(), _SamePage())
+    timed = []
+    d.reload_clock = SimpleNamespace(used=lambda v, at=None: timed.append((v, at)))
+    t0 = time.time()
+    assert d.dream_once() > 0
+    sent_at = time.time()
+    by_step: dict[int, set[float]] = {}
+    for r in d.sent:
+        by_step.setdefault(r.step, set()).add(r.created_at)
+    assert len(by_step) == d.cfg.dream.horizon >= 2
+    firsts = [min(by_step[h]) for h in sorted(by_step)]
+    assert t0 < firsts[0] and all(
+        b - a >= 0.015 for a, b in zip(firsts[:-1], firsts[1:], strict=True)
+    )
+    assert firsts[-1] <= sent_at
+    assert timed == [(3, firsts[0])]
+
+
 def _transition(step: int) -> bytes:
     from streams import records
 
@@ -245,7 +274,7 @@ def test_a_new_policys_first_round_holds_the_world_models_load_back(monkeypatch)
     import models.dreamer as dreamer_mod
 
     d = _dreamer()
-    d.reload_clock = SimpleNamespace(used=lambda v: None, announced=lambda v: None)
+    d.reload_clock = SimpleNamespace(used=lambda v, at=None: None, announced=lambda v: None)
     d.slots = {"policy": SimpleNamespace(version=3, known=lambda v: v == 3),
                "world_model": SimpleNamespace(version=3, known=lambda v: v == 3)}  # fmt: skip
     d.prefetcher = SimpleNamespace(want=lambda: None)

@@ -34,3 +34,14 @@ def test_a_superseded_or_polled_version_is_not_timed() -> None:
     assert clock.seen == {}  # v4 was never used and is dropped
     assert clock.used(6) is None  # found by a LATEST poll, never announced
     assert clock.used(None) is None
+
+
+def test_a_use_is_timed_at_the_moment_given() -> None:
+    """The dream generator times a version at its round's first dreamed step, not when the
+    round's records are sent: ``used(v, at=...)``."""
+    now = [10.0]
+    clock = ReloadClock("rc-unit3", "dream", clock=lambda: now[0])
+    clock.announced(7)
+    now[0] = 13.0  # the round ended and was sent at 13 s
+    assert clock.used(7, at=11.25) == 1.25
+    assert _count("rc-unit3", "dream") == 1.25
