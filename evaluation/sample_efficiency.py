@@ -68,6 +68,7 @@ from evaluation.sample_efficiency_arms import (
     REWARD,
     bc_temperature,
     cell_config,
+    cell_settings,
     experiment_id,
     expert_samples_per_step,
     resolve_experiment,
@@ -126,13 +127,19 @@ class SampleEfficiency:
         f = self._meta_file()
         if f.exists():
             old = json.loads(f.read_text())
-            if old.get("experiment_id") != self.id:
+            # (an id from before seeds and arms left the hash: the same cells if the rest agrees)
+            if old.get("experiment_id") != self.id and (
+                cell_settings(old.get("config") or {}) != cell_settings(self.ex)
+                or old.get("quick") != self.quick
+            ):
                 raise ValueError(
-                    f"{self.out} holds experiment {old.get('experiment_id')} with another configuration; "
-                    f"use a new --out (or delete it) to run {self.id}"
+                    f"{self.out} holds experiment {old.get('experiment_id')} with another "
+                    f"configuration; use a new --out (or delete it) to run {self.id}"
                 )
-        else:
-            f.write_text(json.dumps(meta, indent=1))
+            if old.get("experiment_id") != self.id:
+                old["former_experiment_id"] = old.get("experiment_id")
+            meta = {**old, **meta}  # more seeds or arms: the same cells, the study's list grows
+        f.write_text(json.dumps(meta, indent=1))
 
     def cell_file(self, arm: str, seed: int) -> Path:
         return self.cells_dir / f"{arm}-s{seed}.json"

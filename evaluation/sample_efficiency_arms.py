@@ -90,12 +90,26 @@ def bc_temperature(ex: ExperimentConfig) -> float:
     return ex.bc_temperature or ex.temperature
 
 
-def experiment_id(ex: ExperimentConfig) -> str:
+# which cells a study runs, and how long one may take: not the configuration of any cell, so a
+# study extended by more training seeds or arms stays the same experiment (its cells are kept)
+NOT_CELL_SETTINGS = ("cell_timeout_s", "seeds", "arms")
+
+
+def cell_settings(ex: ExperimentConfig | dict) -> dict:
+    """The experiment's settings that every cell's configuration follows (as JSON values)."""
     import dataclasses
 
-    d = dataclasses.asdict(ex)
-    d.pop("cell_timeout_s", None)
-    return "se" + hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:6]
+    d = dict(ex) if isinstance(ex, dict) else dataclasses.asdict(ex)
+    for k in NOT_CELL_SETTINGS:
+        d.pop(k, None)
+    return json.loads(json.dumps(d))
+
+
+def experiment_id(ex: ExperimentConfig) -> str:
+    """The hash of ``cell_settings``: cells of one id were run with one configuration."""
+    return (
+        "se" + hashlib.sha1(json.dumps(cell_settings(ex), sort_keys=True).encode()).hexdigest()[:6]
+    )
 
 
 def cell_config(

@@ -166,8 +166,8 @@ DREAM_RELOAD_SECONDS = Histogram(
 RELOAD_TO_USE = Histogram(
     "dynaweb_client_checkpoint_reload_to_use_seconds",
     "From a policy checkpoint's announcement, seen by a reader, to its first use there: the "
-    "first dream round published with it (component dream), the first action a live collector "
-    "takes with it (component collector).",
+    "first step dreamed with it (component dream; its round is published when the round ends), "
+    "the first action a live collector takes with it (component collector).",
     ["run", "component"],
     buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120),
 )

@@ -735,3 +735,32 @@ def test_paired_differences_per_seed_with_a_t_interval():
         "per_seed": {0: -0.2},
     }
     assert "dynaweb - real_only" in p
+
+
+def test_a_study_extended_by_seeds_or_arms_keeps_its_id_and_its_cells(tmp_path):
+    """Seeds and arms say which cells run, not how: more seeds keep the experiment id, so an out
+    dir's finished cells are kept; an out dir written under an id that still hashed them is taken
+    when every other setting agrees, and refused when one differs."""
+    import dataclasses
+    import json
+
+    from evaluation.sample_efficiency import SampleEfficiency
+
+    cfg = Config()
+    ex = resolve_experiment(cfg, False)
+    cfg.experiment.seeds = [0, 1, 2, 3, 4]
+    cfg.experiment.arms = ["imitation", "imitation_matched", "real_only"]
+    assert experiment_id(resolve_experiment(cfg, False)) == experiment_id(ex)
+    out = tmp_path / "se"
+    out.mkdir()
+    old = {"experiment_id": "seOLD", "quick": False, "config": dataclasses.asdict(ex),
+           "wall_s_total": 100.0}  # fmt: skip
+    (out / "experiment.json").write_text(json.dumps(old))
+    se = SampleEfficiency(cfg, out, start_stack=False, echo=False)
+    se._check_out()
+    meta = json.loads((out / "experiment.json").read_text())
+    assert meta["experiment_id"] == se.id and meta["former_experiment_id"] == "seOLD"
+    assert meta["config"]["seeds"] == [0, 1, 2, 3, 4] and meta["wall_s_total"] == 100.0
+    cfg.experiment.online_policy_steps = 40  # a cell setting: another experiment
+    with pytest.raises(ValueError, match="another configuration"):
+        SampleEfficiency(cfg, out, start_stack=False, echo=False)._check_out()
