@@ -157,6 +157,13 @@ class WorldModelStudyConfig:
     tasks: list = _f(list(WM_STUDY_TASKS), "Tasks the study collects and evaluates on.")
     expert_episodes: int = _f(240, "Scripted-expert episodes collected.")
     random_episodes: int = _f(360, "Random-policy episodes collected.")
+    perturbed_episodes: int = _f(
+        0,
+        "Perturbed-expert episodes collected (collectors/perturbed.py: the expert with near "
+        "misses, wrong element, option or text, at perturb_prob per step): failures next to "
+        "success.",
+    )
+    perturb_prob: float = _f(0.25, "Chance of a near miss at each perturbed-expert step.")
     max_steps: int = _f(8, "Step limit per episode (random episodes mostly run out of them).")
     contexts: int = _f(2, "Browser contexts of the collection.")
     heldout_fraction: float = _f(0.2, "Share of episodes held out for evaluation (per episode).")
@@ -194,6 +201,7 @@ class WorldModelStudyConfig:
             tasks=WM_STUDY_TASKS[:4],
             expert_episodes=16,
             random_episodes=24,
+            perturbed_episodes=16,
             max_steps=5,
             heldout_fraction=0.25,
             layers=2,

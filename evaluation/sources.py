@@ -108,8 +108,16 @@ def topic_exists(cfg: Config, topic: str) -> bool:
 
 
 def read_jsonl(path: str) -> list[records.Transition]:
+    """Transitions, one JSON object per line; a name ending in ``.gz`` is read gzip-compressed."""
     out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+    p = Path(path)
+    if p.suffix == ".gz":
+        import gzip
+
+        text = gzip.decompress(p.read_bytes()).decode("utf-8")
+    else:
+        text = p.read_text()
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -35,15 +35,25 @@ from core.spaces import Observation, parse_action
 from evaluation.sources import heldout_transitions, load_checkpoint, read_jsonl, read_topic
 
 
-def world_model_fidelity(runner: Any, transitions: list, batch: int = 16) -> dict:
-    from models.world_model import fidelity
-
+def predict_all(runner: Any, transitions: list, batch: int = 16) -> list:
+    """One prediction per transition (its real page and action), in batches."""
     preds = []
     for i in range(0, len(transitions), batch):
         chunk = transitions[i : i + batch]
         preds += runner.predict(
             [Observation.from_dict(t.obs) for t in chunk], [_action(t.action) for t in chunk]
         )
+    return preds
+
+
+def world_model_fidelity(
+    runner: Any, transitions: list, batch: int = 16, stage1: bool = False
+) -> dict:
+    """``models.world_model.fidelity`` on ``transitions``; with ``stage1`` also the stage-1 figures,
+    the open-loop replay and the targets (``evaluation.wm_targets``) under ``stage1``."""
+    from models.world_model import fidelity
+
+    preds = predict_all(runner, transitions, batch)
     fid = fidelity(
         preds,
         [t.next_obs for t in transitions],
@@ -51,6 +61,12 @@ def world_model_fidelity(runner: Any, transitions: list, batch: int = 16) -> dic
         [bool(t.done) for t in transitions],
     )
     fid["episodes"] = len({t.episode_id for t in transitions})
+    if stage1:
+        from evaluation.wm_targets import check_targets, open_loop_replay, stage1_figures
+
+        st = {**stage1_figures(preds, transitions), **open_loop_replay(runner, transitions, batch)}
+        st["targets"] = check_targets(st)
+        fid["stage1"] = st
     return fid
 
 
@@ -69,6 +85,7 @@ def eval_world_model(
     limit: int = 0,
     timeout: float = 60.0,
     decode: str | None = None,
+    stage1: bool = True,
 ) -> dict:
     from models.world_model import WorldModelRunner
     from streams.topics import Topics
@@ -116,7 +133,7 @@ def eval_world_model(
 
         reward_source = "heads" if heads_trained(ck.model) else "text"
         t0 = time.time()
-        fid = world_model_fidelity(runner, uniq)
+        fid = world_model_fidelity(runner, uniq, stage1=stage1)
         fid["seconds"] = round(time.time() - t0, 2)
     finally:
         ck.close()
@@ -142,6 +159,16 @@ def format_world_model(res: dict) -> str:
     for k in ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc"):
         lines.append(f"{k:16s} {res[k]:8.3f} {res['baseline_' + k]:16.3f}")
     lines.append(f"{'ok_rate':16s} {res['ok_rate']:8.3f} {'-':>16s}")
+    st = res.get("stage1")
+    if st:
+        from evaluation.wm_targets import format_targets
+
+        lines.append(
+            f"{st['terminal_steps']} terminal steps ({st['terminal_successes']} successes), "
+            f"{st['changed_steps']} steps that change the page, {st['replay_episodes']} whole "
+            f"episodes dreamed open-loop ({st['replay_real_successes']} real successes)"
+        )
+        lines += format_targets(st["targets"])
     return "\n".join(lines)
 
 

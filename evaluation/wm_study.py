@@ -123,8 +123,7 @@ def eval_command(out: Path, fraction: float, decode: str = "rerank") -> str:
     """The ``dynaweb eval world-model`` command that recomputes the figures."""
     return (
         f"dynaweb eval world-model --checkpoint {shlex.quote(str(out / 'world_model'))} "
-        f"--data {shlex.quote(str(out / 'transitions.jsonl'))} --split heldout "
-        f"--set stream.heldout_fraction={fraction:g} --decode {decode} --json"
+        f"--data {shlex.quote(str(out / 'heldout.jsonl'))} --split all --decode {decode} --json"
     )
 
 
@@ -132,10 +131,12 @@ def eval_command(out: Path, fraction: float, decode: str = "rerank") -> str:
 
 
 def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
-    """Expert and random transitions from the live browser; (transitions, counts)."""
+    """Expert, random and perturbed-expert transitions from the live browser (each on seeds of
+    its own); (transitions, counts)."""
     from collectors.agents import ExpertAgent, RandomAgent
     from collectors.collector import run_collector
     from collectors.corpus import ListSink
+    from collectors.perturbed import PerturbedExpertAgent
     from streams.topics import Topics
 
     c = dataclasses.replace(
@@ -156,11 +157,13 @@ def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
     async def one(policy: str, n: int, offset: int) -> None:
         cc = dataclasses.replace(c, collector=dataclasses.replace(c.collector, max_episodes=n))
         sink = ListSink()
-        agent = (
-            (lambda: ExpertAgent())
-            if policy == "expert"
-            else (lambda: RandomAgent(seed=x.seed + 1))
-        )
+        agent = {
+            "expert": lambda: ExpertAgent(),
+            "random": lambda: RandomAgent(seed=x.seed + 1),
+            "perturbed": lambda: PerturbedExpertAgent(
+                ExpertAgent(), x.perturb_prob, seed=x.seed + 2
+            ),
+        }[policy]
         st = await run_collector(
             cc,
             sink,
@@ -184,6 +187,8 @@ def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
             asyncio.run(one("expert", x.expert_episodes, 0))
         if x.random_episodes:
             asyncio.run(one("random", x.random_episodes, 500_000))  # other seeds than the experts'
+        if x.perturbed_episodes:
+            asyncio.run(one("perturbed", x.perturbed_episodes, 250_000))
     finally:
         server.shutdown()
         server.server_close()
@@ -338,16 +343,48 @@ def load_or_collect(
         counts["from_file"] = data
     else:
         log(
-            f"collecting: {x.expert_episodes} expert + {x.random_episodes} random episodes on {len(x.tasks)} tasks"
+            f"collecting: {x.expert_episodes} expert + {x.random_episodes} random + "
+            f"{x.perturbed_episodes} perturbed-expert episodes on {len(x.tasks)} tasks"
         )
         trans, counts = collect(cfg, x)
         write_jsonl(path, trans)
     return trans, counts
 
 
-def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
-    """The result's ``data``: sizes of the episode split and what the training side holds."""
+def failed_episode_share(transitions: list) -> float:
+    """Share of episodes that did not succeed (failed, or ran out of steps)."""
+    ok = episode_outcomes(transitions)
+    return sum(not v for v in ok.values()) / max(1, len(ok))
+
+
+def by_policy(transitions: list) -> dict:
+    """Transitions and episodes per collecting policy (expert, perturbed, random)."""
+    out: dict[str, dict] = {}
+    for t in transitions:
+        k = (
+            "expert"
+            if t.source == "expert"
+            else ("perturbed" if "perturbed" in str(t.producer_id) else "random")
+        )
+        row = out.setdefault(k, {"transitions": 0, "episodes": set()})
+        row["transitions"] += 1
+        row["episodes"].add(t.episode_id)
     return {
+        k: {"transitions": v["transitions"], "episodes": len(v["episodes"])}
+        for k, v in sorted(out.items())
+    }
+
+
+def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
+    """The result's ``data``: sizes of the episode split and what the training side holds.
+    ``real_transitions_budget``: every training transition is a real interaction (expert,
+    perturbed and random alike) and counts."""
+    return {
+        "real_transitions_budget": len(train),
+        "train_by_policy": by_policy(train),
+        "heldout_by_policy": by_policy(held),
+        "train_failed_episode_share": round(failed_episode_share(train), 4),
+        "heldout_failed_episode_share": round(failed_episode_share(held), 4),
         "transitions": len(trans),
         "episodes": len({t.episode_id for t in trans}),
         "train_transitions": len(train),
@@ -381,9 +418,11 @@ def run_experiment(
             "collect more episodes or change the held-out fraction"
         )
     data_stats = data_summary(trans, train, held, counts)
+    write_jsonl(out / "heldout.jsonl", held)  # the held-out set, to commit beside the result
     log(
         f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "
-        f"{data_stats['train_failed_share']:.0%} from failed/unfinished episodes), "
+        f"{data_stats['train_failed_share']:.0%} from failed/unfinished episodes; "
+        f"{data_stats['train_failed_episode_share']:.0%} of the episodes failed), "
         f"{data_stats['heldout_transitions']} held out ({data_stats['heldout_episodes']} episodes)"
     )
     embedder = None
@@ -405,7 +444,7 @@ def run_experiment(
     for dec in dict.fromkeys([x.decode, "greedy"]):
         log(f"evaluating on the held-out episodes ({dec} decoding)")
         evs[dec] = eval_world_model(
-            ecfg, str(out / "world_model"), str(path), "heldout", decode=dec
+            ecfg, str(out / "world_model"), str(out / "heldout.jsonl"), "all", decode=dec
         )
     t_eval = time.time() - t0
     ev = evs[x.decode]
@@ -429,6 +468,11 @@ def run_experiment(
         "beats_baseline": b,
         "beats_baseline_all": all(b.values()),
         "model_by_decode": {d: figs(e) for d, e in evs.items()},
+        "stage1": ev.get("stage1"),
+        "stage1_by_decode": {d: e.get("stage1") for d, e in evs.items()},
+        "targets_met": bool(
+            ev.get("stage1") and all(r["met"] for r in ev["stage1"]["targets"].values())
+        ),
         "n_eval": int(ev["n"]),
         "eval_episodes": int(ev["episodes"]),
         "data": data_stats,
@@ -474,6 +518,16 @@ def format_result(res: dict) -> str:
     lines.append(
         f"wall time: collect {s['collect']} s, train {s['train']} s, eval {s['eval']} s, total {s['total']} s"
     )
+    st = res.get("stage1")
+    if st:
+        from evaluation.wm_targets import format_targets
+
+        lines.append(
+            f"stage 1 ({res.get('decode')} decoding): {st['terminal_steps']} terminal steps, "
+            f"{st['changed_steps']} steps that change the page, {st['replay_episodes']} whole "
+            f"episodes dreamed open-loop; real-transition budget {d.get('real_transitions_budget')}"
+        )
+        lines += format_targets(st["targets"])
     lines.append(f"recompute the figures: {res['eval_command']}")
     return "\n".join(lines)
 

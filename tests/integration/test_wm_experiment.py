@@ -55,6 +55,15 @@ def test_quick_world_model_experiment_end_to_end(tmp_path: Path) -> None:
     d = res["data"]
     assert d["train_transitions"] > 0 and d["heldout_transitions"] == res["n_eval"] > 0
     assert d["collected"]["expert"]["episodes"] > 0 and d["collected"]["random"]["episodes"] > 0
+    assert d["collected"]["perturbed"]["episodes"] > 0
+    assert d["real_transitions_budget"] == d["train_transitions"]
+    assert sum(v["transitions"] for v in d["train_by_policy"].values()) == d["train_transitions"]
+    # the stage-1 figures and their targets, from the same predictions
+    st = res["stage1"]
+    assert st["n"] == res["n_eval"] and 0.0 <= st["apply_rate"] <= 1.0
+    assert st["exact_match"] == pytest.approx(res["model"]["exact_match"], abs=1e-3)
+    assert st["replay_episodes"] > 0 and set(st["targets"]) >= {"replay_auroc", "apply_rate"}
+    assert isinstance(res["targets_met"], bool)
     assert res["train"]["steps"] > 0 and set(res["seconds"]) == {
         "collect",
         "train",
@@ -69,6 +78,11 @@ def test_quick_world_model_experiment_end_to_end(tmp_path: Path) -> None:
     assert len(trans) == d["transitions"]
     held = [t for t in trans if heldout(t.episode_id, res["config"]["heldout_fraction"])]
     assert len(held) == res["n_eval"]
+    written = [
+        records.decode(x, expect="transition")
+        for x in (out / "heldout.jsonl").read_text().splitlines()
+    ]
+    assert sorted(t.key for t in written) == sorted(t.key for t in held)
     assert (out / "world_model" / "config.json").exists() and (out / "result.json").exists()
     # the printed command recomputes the same figures with `dynaweb eval world-model`
     cmd = res["eval_command"].split()
@@ -87,3 +101,4 @@ def test_quick_world_model_experiment_end_to_end(tmp_path: Path) -> None:
     for k in metrics:
         assert ev[k] == pytest.approx(res["model"][k], abs=1e-3)
         assert ev["baseline_" + k] == pytest.approx(res["baseline"][k], abs=1e-3)
+    assert ev["stage1"]["targets"] == res["stage1"]["targets"]
