@@ -544,6 +544,7 @@ def main(args: Any, cfg: Config) -> int:
         "lr",
         "expert_episodes",
         "random_episodes",
+        "perturbed_episodes",
         "layers",
         "d_model",
         "heldout_fraction",

@@ -348,6 +348,11 @@ def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--random-episodes", type=int, help="world-model: random-policy episodes to collect"
     )
+    g.add_argument(
+        "--perturbed-episodes",
+        type=int,
+        help="world-model: perturbed-expert (near-miss) episodes to collect",
+    )
     g.add_argument("--heldout-fraction", type=float, help="world-model: share of episodes held out")
     g.add_argument("--seed", type=int, help="world-model: seed of the model and the batch order")
 
