@@ -333,12 +333,13 @@ class DreamConfig:
     batch: int = _f(16, "Rollouts advanced together.")
     temperature: float = _f(1.0, "Policy sampling temperature.")
     max_change_tokens: int = _f(160, "World-model output budget per step (tokens).")
-    wm_decode: Literal["greedy", "rerank"] = _f(
+    wm_decode: Literal["greedy", "rerank", "head"] = _f(
         "greedy",
-        "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text) "
-        "or 'rerank' (the generated text and proposals built from the page and the action, scored by the model, "
-        "the most likely kept; always parses, slower). Reward and done come from the reward/done heads (once trained) "
-        "with either decoding.",
+        "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text), "
+        "'rerank' (the generated text and proposals built from the page and the action, scored by the model, "
+        "the most likely kept; always parses, slower) or 'head' (the change head picks a proposal's kind, "
+        "or 'other' and the generated text; greedy until the head is trained; models/wm_proposals.py). "
+        "Reward and done come from the reward/done heads (once trained) with every decoding.",
     )
     start_pool: int = _f(256, "Real start states kept.")
     wm_gate: bool = _f(

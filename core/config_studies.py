@@ -195,8 +195,10 @@ class WorldModelStudyConfig:
     seed: int = _f(0, "Initialisation and sampling seed.")
     threads: int = _f(2, "torch threads.")
     log_every: int = _f(50, "Log every N steps.")
-    decode: Literal["greedy", "rerank"] = _f(
-        "rerank", "The headline decoding; the greedy figures are reported next to it."
+    decode: Literal["greedy", "rerank", "head"] = _f(
+        "head",
+        "The headline decoding (the change head picks a proposal, models/wm_proposals.py); the "
+        "rerank and greedy figures are reported next to it.",
     )
 
     @classmethod

@@ -126,8 +126,10 @@ def eval_world_model(
             world_model_version=ck.version or 0,
         )
         decode = decode or runner.decode  # default: dream.wm_decode
-        if decode not in ("greedy", "rerank"):
-            raise ValueError(f"--decode must be greedy or rerank, got {decode!r}")
+        from models.world_model import DECODES
+
+        if decode not in DECODES:
+            raise ValueError(f"--decode must be one of {DECODES}, got {decode!r}")
         runner.decode = decode
         from models.world_model import heads_trained
 

@@ -300,7 +300,14 @@ def train_world_model(
 def history_row(step: int, secs: float, st: dict, ema: float, grad_norm: float, lr: float) -> dict:
     """One logged training step (``train_history.json``): losses, gradient norm, learning rate and
     the reward/done heads' figures when the loss reported them."""
-    heads = ("reward_head_loss", "reward_head_acc", "done_head_loss", "done_head_acc")
+    heads = (
+        "reward_head_loss",
+        "reward_head_acc",
+        "done_head_loss",
+        "done_head_acc",
+        "change_head_loss",
+        "change_head_acc",
+    )
     return {
         "step": step,
         "s": round(secs, 1),
@@ -322,6 +329,7 @@ def format_history_row(row: dict) -> str:
             if "reward_head_acc" in row
             else ""
         )
+        + (f" change {row['change_head_acc']:.2f}" if "change_head_acc" in row else "")
     )
 
 
@@ -441,7 +449,7 @@ def run_experiment(
     )
     t0 = time.time()
     evs = {}
-    for dec in dict.fromkeys([x.decode, "greedy"]):
+    for dec in dict.fromkeys([x.decode, "rerank", "greedy"]):
         log(f"evaluating on the held-out episodes ({dec} decoding)")
         evs[dec] = eval_world_model(
             ecfg, str(out / "world_model"), str(out / "heldout.jsonl"), "all", decode=dec

@@ -266,7 +266,7 @@ def _eval_command(add: AddCommand) -> None:
     )
     p.add_argument(
         "--decode",
-        choices=["greedy", "rerank"],
+        choices=["greedy", "rerank", "head"],
         default=None,
         help="world-model: greedy text, or the most likely of it and the change proposals "
         "(default: dream.wm_decode)",

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from core.config import TrainerConfig
-from core.spaces import Observation
+from core.spaces import Observation, parse_action
 from models.losses import (
     balanced_cross_entropy,
     class_balanced_weights,
@@ -30,6 +30,7 @@ from models.losses import (
 )
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import encode, pad_id
+from models.wm_proposals import change_label
 from models.world_model import (
     HEADS,
     change_target,
@@ -98,16 +99,40 @@ def _wm_forward(
     return out, labels, mask, pooled, last
 
 
-def _wm_head_targets(transitions: list, dev: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """head name -> (labels, whole-batch class-balanced weights): reward_head = task success
-    (``task_success_reward(raw) > 0``), done_head = done."""
+def _wm_head_targets(
+    transitions: list, dev: Any, model: Any = None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """head name -> (labels, whole-batch weights): reward_head = task success
+    (``task_success_reward(raw) > 0``), done_head = done, class-balanced; change_head (when the
+    model has one) = the kind of proposal that is the real next page
+    (``models.wm_proposals.change_label``), uniform weights."""
     succ = torch.tensor(
         [int(task_success_reward(float(t.reward)) > 0) for t in transitions], device=dev
     )
     done = torch.tensor([int(bool(t.done)) for t in transitions], device=dev)
-    return {
+    out = {
         name: (y, class_balanced_weights(y, 2)) for name, y in zip(HEADS, (succ, done), strict=True)
     }
+    if getattr(model, "change_head", None) is not None:  # plain CE: a uniform mean over the batch
+        kinds = torch.tensor(
+            [
+                change_label(Observation.from_dict(t.obs), _action(t.action), t.next_obs["tree"])
+                for t in transitions
+            ],
+            device=dev,
+        )
+        out["change_head"] = (
+            kinds,
+            torch.full((len(transitions),), 1.0 / len(transitions), device=dev),
+        )
+    return out
+
+
+def _action(text: str) -> Any:
+    try:
+        return parse_action(text)
+    except ValueError:
+        return None
 
 
 def _wm_head_loss(
@@ -132,9 +157,10 @@ def _wm_head_metrics(parts: dict, targets: dict) -> dict:
             {
                 f"{k}_head_loss": loss,
                 f"{k}_head_acc": acc,
-                f"{k}_positive_share": float(targets[name][0].float().mean()),
             }
         )
+        if name != "change_head":
+            out[f"{k}_positive_share"] = float(targets[name][0].float().mean())
     return out
 
 
@@ -199,12 +225,14 @@ def world_model_batch_loss(
     head_w = float(cfg.wm_head_weight)
     dev = next(model.parameters()).device
     targets = (
-        _wm_head_targets(transitions, dev)
+        _wm_head_targets(transitions, dev, model)
         if head_w > 0 and all(getattr(model, n, None) is not None for n in HEADS)
         else {}
     )
     if targets and torch.is_grad_enabled():
         mark_heads_trained(model)
+        if "change_head" in targets:
+            model.config.wm_change_head_trained = True
     if backward and len(rows) > max(1, int(chunk_rows)):
         return _wm_loss_chunked(
             model,

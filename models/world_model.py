@@ -45,15 +45,16 @@ does one whose heads were trained on another input (``config.wm_head_feature`` !
 ``HEAD_FEATURE``) until a training step retrains them.
 
 Decoding (``DreamConfig.wm_decode``, read by ``WorldModelRunner``): ``greedy`` (the
-generated text) or ``rerank`` (the generated text and the proposals of
-``candidate_outputs`` scored by the model, the most likely kept; always parses).
+generated text), ``rerank`` (the generated text and the proposals of
+``candidate_outputs`` scored by the model, the most likely kept; always parses) or ``head``
+(the change head picks the kind of proposal, ``models.wm_proposals``; its ``other`` keeps the
+generated text).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,6 @@ from models.change import (
     change_f1,
     diff_to_change,
     format_output,
-    line_id,
     parse_model_output,
 )
 from models.embedder import DIM
@@ -75,7 +75,7 @@ from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
-from models.wm_pointer import drag_trees
+from models.wm_proposals import attach_change_head, candidate_trees, change_head_trained, choose
 
 
 def attach_page_head(model: Any, dim: int = DIM) -> Any:
@@ -106,7 +106,7 @@ def attach_heads(model: Any) -> Any:
                 head.bias.zero_()
             dev = next(model.parameters()).device
             setattr(model, name, head.to(dev))
-    return model
+    return attach_change_head(model)
 
 
 # what the heads read (``head_positions``); saved as ``config.wm_head_feature`` by the step that trains
@@ -203,11 +203,14 @@ def load_world_model(path: str) -> tuple[Any, Any]:
         from safetensors.torch import load_file
 
         saved = load_file(st)
-        for name in ("page_head", *HEADS):
+        for name in ("page_head", *HEADS, "change_head"):
             sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
             if sd:
                 getattr(model, name).load_state_dict(sd)
                 found.add(name)
+    model.config.wm_change_head_trained = (
+        bool(getattr(model.config, "wm_change_head_trained", False)) and "change_head" in found
+    )
     model.config.wm_heads_trained = bool(
         getattr(model.config, "wm_heads_trained", False)
     ) and found >= set(HEADS)
@@ -260,75 +263,7 @@ def _try_parse(text: str) -> Action | None:
         return None
 
 
-_VALUE = re.compile(r' value="(?:[^"\\]|\\.)*"')
 TRAILERS = ((0.0, False), (1.0, True), (-1.0, True))  # (reward, done): step, success, failure
-
-
-def _set_value(line: str, value: str) -> str:
-    """``value="..."`` set on the line (replaced, or placed before ``type="..."`` / at the end)."""
-    v = ' value="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if _VALUE.search(line):
-        return _VALUE.sub(lambda _m: v, line, count=1)
-    k = line.find(' type="')
-    return line[:k] + v + line[k:] if k >= 0 else line + v
-
-
-def _select_tab(lines: list[str], idx: int) -> list[str]:
-    """A tab click: the other ``expanded selected`` tabs become ``collapsed``, this one the reverse."""
-    new = list(lines)
-    for j, x in enumerate(lines):
-        if " tab " in f" {x.strip()} " and x.strip().split(" ", 2)[1:2] == ["tab"]:
-            bare = x.replace(" expanded selected", "").replace(" collapsed", "")
-            new[j] = bare + (
-                " expanded selected" if j == idx else (" collapsed" if bare != x else "")
-            )
-    return new
-
-
-def _toggle(line: str, prop: str) -> str:
-    return line.replace(" " + prop, "", 1) if (" " + prop) in line else line + " " + prop
-
-
-def candidate_trees(obs: Observation, action: Action | None) -> list[str]:
-    """Next pages the action could plausibly produce (proposals for ``decode="rerank"``).
-
-    The unchanged page, the empty page (the episode's page is gone), and for an
-    action on element ``k``: line ``k`` with ``checked``/``selected``/``expanded``
-    toggled, with ``value="<text>"`` (type/select), for select the ``selected``
-    mark moved to the chosen option below it, for a click on a ``tab`` that tab
-    ``expanded selected`` and the others ``collapsed``, for a drag the item moved
-    (``models.wm_pointer``).  Deterministic, deduplicated.
-    """
-    out = [obs.tree, ""]
-    lines = obs.tree.split("\n")
-    if action is not None and action.element is not None:
-        idx = next((i for i, x in enumerate(lines) if line_id(x) == action.element), None)
-        if idx is not None:
-            line = lines[idx]
-            variants = [_toggle(line, p) for p in ("checked", "selected", "expanded")]
-            if action.kind in ("type", "select") and action.text is not None:
-                variants.append(_set_value(line, action.text))
-            for v in variants:
-                out.append("\n".join(lines[:idx] + [v] + lines[idx + 1 :]))
-            if action.kind == "click" and line.strip().split(" ", 2)[1:2] == ["tab"]:
-                out.append("\n".join(_select_tab(lines, idx)))
-            if action.kind == "select" and action.text is not None:
-                new = list(lines)
-                new[idx] = _set_value(line, action.text)
-                for j in range(idx + 1, len(lines)):
-                    if line_id(lines[j]) is not None:
-                        break
-                    body = lines[j].strip()
-                    if body.startswith("option "):
-                        bare = lines[j].replace(" selected", "")
-                        new[j] = (
-                            bare + " selected"
-                            if body.startswith(f'option "{action.text}"')
-                            else bare
-                        )
-                out.append("\n".join(new))
-        out += drag_trees(lines, action)
-    return list(dict.fromkeys(out))
 
 
 def candidate_outputs(
@@ -352,7 +287,7 @@ def candidate_outputs(
     return list(dict.fromkeys(out))
 
 
-DECODES = ("greedy", "rerank")
+DECODES = ("greedy", "rerank", "head")
 
 
 class WorldModelRunner:
@@ -481,6 +416,14 @@ class WorldModelRunner:
             p_succ, p_done = ps.cpu().tolist(), pd.cpu().tolist()
         if self.decode == "rerank":
             outs = self.rerank(obs_list, acts, prompts, outs)
+        elif self.decode == "head" and hidden is not None and change_head_trained(self.model):
+            picks = choose(self.model, hidden, obs_list, acts)
+            outs = [
+                outs[b]
+                if pick is None
+                else format_output(diff_to_change(o.tree, pick, next_id=o.next_id), 0.0, False)
+                for b, (o, pick) in enumerate(zip(obs_list, picks, strict=True))
+            ]
         preds = []
         for b, (obs, act, text) in enumerate(zip(obs_list, acts, outs, strict=True)):
             change, reward, done, ok, reason = parse_model_output(

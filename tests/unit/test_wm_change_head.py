@@ -1,0 +1,119 @@
+"""The change head (models.wm_proposals): labels, choice among offered kinds, and its effect on
+the world model's predictions after training through the trainer's loss (decode="head")."""
+
+from __future__ import annotations
+
+import torch
+
+from core.config import DreamConfig, ModelConfig, TrainerConfig
+from core.spaces import Observation, parse_action
+from models.wm_loss import world_model_batch_loss
+from models.wm_proposals import KINDS, OTHER, change_label, choose, proposals
+from models.world_model import WorldModelRunner, load_world_model, make_world_model
+from streams.records import Transition
+
+PAGE = Observation(
+    "Tick a, type hi, pick B.",
+    "u",
+    '[1] checkbox "a"\n[2] textbox value="x"\n[3] combobox value="A"\n  option "A" selected\n  option "B"',
+    next_id=4,
+    element_ids=[1, 2, 3],
+)
+TICKED = PAGE.tree.replace('checkbox "a"', 'checkbox "a" checked')
+TYPED = PAGE.tree.replace('value="x"', 'value="a long typed string"')
+PICKED = '[1] checkbox "a"\n[2] textbox value="x"\n[3] combobox value="B"\n  option "A"\n  option "B" selected'
+
+
+def test_labels_name_the_first_proposal_that_is_the_real_page():
+    kinds = dict(proposals(PAGE, parse_action("click(1)")))
+    assert kinds["same"] == PAGE.tree and kinds["empty"] == "" and kinds["checked"] == TICKED
+    assert "value" not in kinds and "option" not in kinds  # a click sets no value
+    assert change_label(PAGE, parse_action("click(1)"), TICKED) == KINDS.index("checked")
+    assert change_label(PAGE, parse_action("click(1)"), PAGE.tree) == KINDS.index("same")
+    typed = parse_action('type(2, "a long typed string")')
+    assert change_label(PAGE, typed, TYPED) == KINDS.index("value")
+    assert change_label(PAGE, parse_action('select(3, "B")'), PICKED) == KINDS.index("option")
+    assert change_label(PAGE, parse_action("click(1)"), "[9] heading 'New'") == OTHER
+    assert change_label(PAGE, None, PAGE.tree) == KINDS.index("same")
+
+
+class _Head:
+    """A model whose change head scores the kinds by a fixed vector (for ``choose``)."""
+
+    def __init__(self, scores: list[float]):
+        lin = torch.nn.Linear(1, len(KINDS))
+        with torch.no_grad():
+            lin.weight.zero_()
+            lin.bias.copy_(torch.tensor(scores))
+        self.change_head = lin
+
+
+def test_choose_picks_the_best_kind_the_row_offers_or_other():
+    scores = [0.0] * len(KINDS)
+    scores[KINDS.index("value")] = 5.0  # best overall, but a click offers no value
+    scores[KINDS.index("checked")] = 3.0
+    h = torch.zeros(2, 1)
+    picks = choose(
+        _Head(scores), h, [PAGE, PAGE], [parse_action("click(1)"), parse_action('type(2, "z")')]
+    )
+    assert picks[0] == TICKED and picks[1] == PAGE.tree.replace('value="x"', 'value="z"')
+    scores[OTHER] = 9.0
+    assert choose(_Head(scores), h[:1], [PAGE], [parse_action("click(1)")]) == [None]
+
+
+def _tr(act: str, nxt: str, i: int) -> Transition:
+    return Transition(
+        run_id="r",
+        episode_id=f"e{i}",
+        step=0,
+        task="t",
+        seed=0,
+        source="real",
+        policy_version=0,
+        world_model_version=0,
+        obs=PAGE.to_dict(),
+        action=act,
+        next_obs={**PAGE.to_dict(), "tree": nxt},
+        reward=0.0,
+        done=False,
+    )
+
+
+def test_a_trained_change_head_makes_the_edit_the_text_could_not(tmp_path):
+    """Through the trainer's loss: the head learns which proposal each action gives, and
+    ``decode="head"`` then predicts the exact page, saved and loaded with the model; the text
+    decoder of the same barely trained model does not produce those edits."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
+    model, tok = make_world_model(cfg)
+    acts = ["click(1)", 'type(2, "a long typed string")', 'select(3, "B")', 'scroll("down")']
+    nxts = [TICKED, TYPED, PICKED, PAGE.tree]
+    batch = [_tr(a, n, i) for i, (a, n) in enumerate(zip(acts, nxts, strict=True))]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        opt.zero_grad()
+        loss, m = world_model_batch_loss(model, tok, batch, TrainerConfig(infonce_weight=0.0))
+        loss.backward()
+        opt.step()
+    assert m["change_head_acc"] == 1.0 and model.config.wm_change_head_trained
+    head = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="head"))
+    preds = head.predict([PAGE] * 4, acts)
+    assert [p.next_obs.tree for p in preds] == nxts and all(p.ok for p in preds)
+    greedy = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="greedy"))
+    assert [p.next_obs.tree for p in greedy.predict([PAGE] * 4, acts)] != nxts
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    m2, t2 = load_world_model(str(tmp_path))
+    assert m2.config.wm_change_head_trained
+    assert torch.equal(m2.change_head.weight, model.change_head.weight)
+    again = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=8, wm_decode="head"))
+    assert [p.next_obs.tree for p in again.predict([PAGE] * 4, acts)] == nxts
+
+
+def test_an_untrained_change_head_leaves_the_text_in_charge():
+    model, tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
+    assert not getattr(model.config, "wm_change_head_trained", False)
+    a = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="head"))
+    b = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="greedy"))
+    acts = ["click(1)"]
+    assert a.predict([PAGE], acts)[0].text == b.predict([PAGE], acts)[0].text
