@@ -3,6 +3,8 @@ the world model's predictions after training through the trainer's loss (decode=
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from core.config import DreamConfig, ModelConfig, TrainerConfig
@@ -117,3 +119,25 @@ def test_an_untrained_change_head_leaves_the_text_in_charge():
     b = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="greedy"))
     acts = ["click(1)"]
     assert a.predict([PAGE], acts)[0].text == b.predict([PAGE], acts)[0].text
+
+
+def test_reward_head_weights_give_terminal_failures_a_third():
+    """Successes, failures that end an episode and steps that end nothing each weigh 1/3 for the
+    reward head (a failed last step is not a sliver of the negative class); the change head's
+    rows weigh the same."""
+    from models.wm_loss import _wm_head_targets
+
+    model, _tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
+    ts = [_tr("click(1)", TICKED, i) for i in range(6)]
+    ts[0] = dataclasses.replace(ts[0], reward=1.0, done=True)
+    ts[1] = dataclasses.replace(ts[1], reward=-1.0, done=True)
+    tg = _wm_head_targets(ts, torch.device("cpu"), model)
+    y, w = tg["reward_head"]
+    assert y.tolist() == [1, 0, 0, 0, 0, 0]
+    assert torch.allclose(w, torch.tensor([1 / 3, 1 / 3] + [1 / 12] * 4))
+    dy, dw = tg["done_head"]
+    assert dy.tolist() == [1, 1, 0, 0, 0, 0] and torch.allclose(dw[:2], torch.tensor([0.25, 0.25]))
+    cy, cw = tg["change_head"]
+    assert cy.tolist() == [KINDS.index("checked")] * 6 and torch.allclose(
+        cw, torch.full((6,), 1 / 6)
+    )
