@@ -334,7 +334,7 @@ class DreamConfig:
     temperature: float = _f(1.0, "Policy sampling temperature.")
     max_change_tokens: int = _f(160, "World-model output budget per step (tokens).")
     wm_decode: Literal["greedy", "rerank", "head"] = _f(
-        "greedy",
+        "head",
         "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text), "
         "'rerank' (the generated text and proposals built from the page and the action, scored by the model, "
         "the most likely kept; always parses, slower) or 'head' (the change head picks a proposal's kind, "

@@ -118,7 +118,8 @@ def test_eval_world_model_cli_measures_the_heads(trained, tmp_path, capsys):
     ]
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert res["reward_source"] == "heads" and res["decode"] == "greedy" and res["n"] == 4
+    assert res["reward_source"] == "heads" and res["decode"] == "head" and res["n"] == 4
+    assert res["stage1"]["n"] == 4 and res["stage1"]["targets"]["apply_rate"]["met"] is not None
     assert (
         res["reward_bal_acc"] == 1.0 and res["done_bal_acc"] == 1.0
     )  # 8 tokens: no reward line in the text
@@ -167,15 +168,15 @@ def test_untrained_model_uses_the_text_and_head_weight_zero_leaves_heads_untrain
 
 def test_wm_decode_is_a_config_field_read_by_the_runner():
     model, tok = make_world_model(CFG)
-    assert DreamConfig().wm_decode == "greedy"
-    assert WorldModelRunner(model, tok, DreamConfig()).decode == "greedy"
+    assert DreamConfig().wm_decode == "head"
+    assert WorldModelRunner(model, tok, DreamConfig()).decode == "head"
     assert WorldModelRunner(model, tok, DreamConfig(wm_decode="rerank")).decode == "rerank"
     cfg = load_config(overrides={"dream.wm_decode": "rerank"}, env={})
     assert WorldModelRunner(model, tok, cfg).decode == "rerank"  # a whole Config (the gate, eval)
     assert (
         WorldModelRunner(model, tok, cfg.dream).decode == "rerank"
     )  # its dream section (dreams, trainer)
-    assert WorldModelRunner(model, tok, None).decode == "greedy"
+    assert WorldModelRunner(model, tok, None).decode == "head"
     with pytest.raises(ValueError, match="wm_decode"):
         WorldModelRunner(model, tok, DreamConfig(wm_decode="beam"))  # type: ignore[arg-type]
     assert any(k == "dream.wm_decode" and h for k, _, h in describe(Config))  # documented
