@@ -103,22 +103,15 @@ def _wm_head_targets(
     transitions: list, dev: Any, model: Any = None
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """head name -> (labels, whole-batch weights): reward_head = task success
-    (``task_success_reward(raw) > 0``), weights balanced over successes, terminal failures and
-    the other steps; done_head = done, class-balanced; change_head (when the
+    (``task_success_reward(raw) > 0``), done_head = done, class-balanced; change_head (when the
     model has one) = the kind of proposal that is the real next page
     (``models.wm_proposals.change_label``), uniform weights."""
     succ = torch.tensor(
         [int(task_success_reward(float(t.reward)) > 0) for t in transitions], device=dev
     )
     done = torch.tensor([int(bool(t.done)) for t in transitions], device=dev)
-    # the reward head balances three strata, not two classes: successes, terminal failures and
-    # steps that end nothing.  As two classes, the failures that end an episode were a small part
-    # of the negative class (most of it: steps that end nothing, an easy 0), so the head learnt
-    # little of what tells a failed last step from a successful one.
-    strata = succ + 2 * (done * (1 - succ))  # 1 success, 2 terminal failure, 0 the rest
     out = {
-        HEADS[0]: (succ, class_balanced_weights(strata, 3)),
-        HEADS[1]: (done, class_balanced_weights(done, 2)),
+        name: (y, class_balanced_weights(y, 2)) for name, y in zip(HEADS, (succ, done), strict=True)
     }
     if getattr(model, "change_head", None) is not None:  # plain CE: a uniform mean over the batch
         kinds = torch.tensor(

@@ -121,10 +121,9 @@ def test_an_untrained_change_head_leaves_the_text_in_charge():
     assert a.predict([PAGE], acts)[0].text == b.predict([PAGE], acts)[0].text
 
 
-def test_reward_head_weights_give_terminal_failures_a_third():
-    """Successes, failures that end an episode and steps that end nothing each weigh 1/3 for the
-    reward head (a failed last step is not a sliver of the negative class); the change head's
-    rows weigh the same."""
+def test_head_targets_reward_done_class_balanced_change_uniform():
+    """The reward and done heads' rows are class-balanced (each class weighs 1/2); the change
+    head's rows weigh the same (plain cross-entropy)."""
     from models.wm_loss import _wm_head_targets
 
     model, _tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
@@ -134,7 +133,7 @@ def test_reward_head_weights_give_terminal_failures_a_third():
     tg = _wm_head_targets(ts, torch.device("cpu"), model)
     y, w = tg["reward_head"]
     assert y.tolist() == [1, 0, 0, 0, 0, 0]
-    assert torch.allclose(w, torch.tensor([1 / 3, 1 / 3] + [1 / 12] * 4))
+    assert torch.allclose(w, torch.tensor([1 / 2] + [1 / 10] * 5))
     dy, dw = tg["done_head"]
     assert dy.tolist() == [1, 1, 0, 0, 0, 0] and torch.allclose(dw[:2], torch.tensor([0.25, 0.25]))
     cy, cw = tg["change_head"]
