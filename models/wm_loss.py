@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from core.config import TrainerConfig
-from core.spaces import Observation, parse_action
+from core.spaces import Observation
 from models.losses import (
     balanced_cross_entropy,
     class_balanced_weights,
@@ -37,6 +37,7 @@ from models.world_model import (
     head_input,
     head_positions,
     mark_heads_trained,
+    try_parse_action,
 )
 
 INFONCE_TEMPERATURE = 0.1
@@ -116,7 +117,9 @@ def _wm_head_targets(
     if getattr(model, "change_head", None) is not None:  # plain CE: a uniform mean over the batch
         kinds = torch.tensor(
             [
-                change_label(Observation.from_dict(t.obs), _action(t.action), t.next_obs["tree"])
+                change_label(
+                    Observation.from_dict(t.obs), try_parse_action(t.action), t.next_obs["tree"]
+                )
                 for t in transitions
             ],
             device=dev,
@@ -126,13 +129,6 @@ def _wm_head_targets(
             torch.full((len(transitions),), 1.0 / len(transitions), device=dev),
         )
     return out
-
-
-def _action(text: str) -> Any:
-    try:
-        return parse_action(text)
-    except ValueError:
-        return None
 
 
 def _wm_head_loss(

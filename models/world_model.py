@@ -149,7 +149,7 @@ def head_positions(tokenizer: Any, prompt: list[int]) -> list[int]:
     if start is None or not m:
         return [n - 1]
     tail = list(range(start, n))
-    act = _try_parse(decode(tokenizer, prompt[start + m :]).split("\n", 1)[0].strip())
+    act = try_parse_action(decode(tokenizer, prompt[start + m :]).split("\n", 1)[0].strip())
     if act is None or act.element is None:
         return tail
     digits = encode(tokenizer, f"{act.element}]")
@@ -256,7 +256,7 @@ def next_observation(obs: Observation, tree: str, action: Action | None) -> Obse
     )
 
 
-def _try_parse(text: str) -> Action | None:
+def try_parse_action(text: str) -> Action | None:
     try:
         return parse_action(text)
     except ValueError:
@@ -389,7 +389,7 @@ class WorldModelRunner:
         assert len(obs_list) == len(actions), (len(obs_list), len(actions))
         if not obs_list:
             return []
-        acts = [a if isinstance(a, Action) else _try_parse(str(a)) for a in actions]
+        acts = [a if isinstance(a, Action) else try_parse_action(str(a)) for a in actions]
         texts_in = [a.to_text() if isinstance(a, Action) else str(a) for a in actions]
         prompts = [self.prompt_ids(o, a) for o, a in zip(obs_list, texts_in, strict=True)]
         use_heads = heads_trained(self.model)
