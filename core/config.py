@@ -316,6 +316,13 @@ class TrainerConfig:
     init_from: str = _f(
         "", "Start a fresh run from another run's checkpoint: 'RUN' (its LATEST) or 'RUN:VERSION'."
     )
+    wm_init_from: str = _f(
+        "",
+        "Start the world model of a fresh run from this local Hugging Face directory (a world "
+        "model trained offline: `dynaweb experiment world-model`'s OUT/world_model, or the "
+        "sample-efficiency study's pretrained one) instead of a new one or init_from's; a resumed "
+        "run keeps its own.",
+    )
     wm_steps_per_policy_step: float = _f(
         0.0,
         "World-model steps per policy step (0 = whenever the trainer "

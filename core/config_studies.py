@@ -119,6 +119,18 @@ class ExperimentConfig:
         "World-model steps per policy step in arms imitation, dynaweb and dynaweb_dream_only "
         "(fixed, so runs are reproducible whatever the machine's speed).",
     )
+    wm_corpus: str = _f(
+        "",
+        "Real transitions (JSONL, .gz read too; e.g. docs/results/world-model/transitions.jsonl.gz, "
+        "collected by `dynaweb experiment world-model`) the DynaWeb arms' world model is "
+        "pretrained on once per study (on the transitions of `tasks`) before their cells start "
+        "(trainer.wm_init_from). Those transitions are real interactions: the summary's "
+        "real_steps of the DynaWeb arms count them (the headline accounting), real_steps_online "
+        "does not. Empty = the world model starts from the imitation arm's.",
+    )
+    wm_pretrain_steps: int = _f(
+        3000, "Optimizer steps of that pretraining (wm_study's loss, batch and schedule)."
+    )
     replay_rollouts: int = _f(
         40,
         "Dreamed rollouts of each DynaWeb arm's cell replayed in the live browser after the cell "

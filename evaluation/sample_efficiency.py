@@ -106,6 +106,7 @@ class SampleEfficiency:
         import threading
 
         self._stop = threading.Event()
+        self.wm_pre: dict | None = None  # the DynaWeb arms' pretrained world model (wm_corpus)
 
     def say(self, msg: str) -> None:
         if self.echo:
@@ -220,7 +221,8 @@ class SampleEfficiency:
         if arm != "imitation":
             imit = json.loads(self.cell_file("imitation", seed).read_text())
             init = f"{imit['run_id']}:{imit['points'][-1]['version']}"
-        c = cell_config(self.base, self.ex, run_id, arm, seed, init_from=init)
+        wm_init = self.wm_pre["dir"] if self.wm_pre and arm in DREAM_ARMS else ""
+        c = cell_config(self.base, self.ex, run_id, arm, seed, init_from=init, wm_init=wm_init)
         online = (
             [
                 json.loads(self.cell_file(a, seed).read_text())["points"]
@@ -232,6 +234,9 @@ class SampleEfficiency:
         )
         cell = CellRun(self.ex, c, arm, seed, demos, demo_steps, self._stop, self.say, online)
         res = cell.run()
+        if wm_init:  # the corpus it was pretrained on: real interactions charged to this arm
+            res["offline_real_steps"] = int(self.wm_pre["real_transitions"])
+            res["wm_pretrained"] = {k: v for k, v in self.wm_pre.items() if k != "settings"}
         self.cell_file(arm, seed).write_text(json.dumps(res, indent=1))
         self.say(
             f"{arm} seed {seed}: "
@@ -348,6 +353,10 @@ class SampleEfficiency:
             f"time on 2 cores: {'a few minutes' if self.quick else 'not yet measured for 5 arms (3 arms: 48 min)'}"
         )
         t0 = time.time()
+        if any(a in DREAM_ARMS for a in self.ex.arms):
+            from evaluation.sample_efficiency_wm import pretrain
+
+            self.wm_pre = pretrain(self.ex, self.base, self.out, self.quick, self.say)
         stack = self.stack_factory(self.base) if self.start_stack else None
         if stack is not None:
             self.say("starting the stack (S3, broker, task server, Prometheus)...")
@@ -398,6 +407,8 @@ class SampleEfficiency:
             "seeds": list(ex.seeds),
             "arms": list(ex.arms),
             "eval_episodes_per_point": ex.eval_seeds_per_task * len(ex.tasks),
+            "wm_corpus": ex.wm_corpus or None,
+            "wm_pretrain_steps": ex.wm_pretrain_steps if ex.wm_corpus else None,
         }
 
     def report(self, wall_s: float) -> dict:
@@ -416,6 +427,7 @@ class SampleEfficiency:
             "diagnostics": diag_by_arm(cells),
             "per_task": per_task(cells),
             "frozen": self.frozen(),
+            "world_model_pretrained": self.wm_pre,
         }
         summary = write_all(cells, self.out, meta)
         prev.update(wall_s_total=round(total_wall, 1), command=self.command)
@@ -430,6 +442,8 @@ class SampleEfficiency:
             "cells": len(cells),
             "rows": summary["rows"],
             "headline": summary["headline"],
+            "headline_online": summary["headline_online"],
+            "world_model_pretrained": self.wm_pre,
             "paired": summary["paired"],
             "artifacts": {
                 k: str(self.out / k)

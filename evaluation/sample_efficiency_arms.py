@@ -35,6 +35,8 @@ QUICK = {  # --quick: every artifact through every real component in a few minut
     "heads": 2,
     "cell_timeout_s": 480.0,
     "replay_rollouts": 6,
+    "wm_corpus": "docs/results/world-model/transitions.jsonl.gz",  # its enter-text transitions
+    "wm_pretrain_steps": 20,
 }
 REWARD = "binary: 1 if MiniWoB's raw reward > 0 else 0 (live and dreamed groups; evaluation counts the same success)"
 
@@ -102,6 +104,9 @@ def cell_settings(ex: ExperimentConfig | dict) -> dict:
     d = dict(ex) if isinstance(ex, dict) else dataclasses.asdict(ex)
     for k in NOT_CELL_SETTINGS:
         d.pop(k, None)
+    if not d.get("wm_corpus"):  # no pretraining: the same id as before these settings existed
+        d.pop("wm_corpus", None)
+        d.pop("wm_pretrain_steps", None)
     return json.loads(json.dumps(d))
 
 
@@ -113,15 +118,24 @@ def experiment_id(ex: ExperimentConfig) -> str:
 
 
 def cell_config(
-    base: Config, ex: ExperimentConfig, run_id: str, arm: str, seed: int, init_from: str = ""
+    base: Config,
+    ex: ExperimentConfig,
+    run_id: str,
+    arm: str,
+    seed: int,
+    init_from: str = "",
+    wm_init: str = "",
 ) -> Config:
     """The resolved config of one (arm, seed) run: the same model, tokenizer, optimiser and learning rate
     in every arm; every arm but ``imitation`` starts from ``init_from`` (the imitation checkpoint
-    'RUN:VERSION', weights only: the optimizer starts fresh in each)."""
+    'RUN:VERSION', weights only: the optimizer starts fresh in each); the DynaWeb arms' world model
+    from ``wm_init`` when given (the study's pretrained world model, ``experiment.wm_corpus``)."""
     c = copy.deepcopy(base)
     c.run_id = run_id
     if arm != "imitation":
         c.trainer.init_from = init_from
+    if arm in DREAM_ARMS and wm_init:
+        c.trainer.wm_init_from = wm_init
     c.model.layers, c.model.d_model, c.model.heads = ex.layers, ex.d_model, ex.heads
     c.model.seed = int(seed)
     cc = c.collector

@@ -16,6 +16,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from evaluation.sample_efficiency_plot import write_png
+
 ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only")
 ONLINE_ARMS = (
     "real_only",
@@ -36,6 +38,7 @@ CSV_FIELDS = (
     "point",
     "budget",
     "real_steps",
+    "offline_real_steps",
     "policy_steps",
     "version",
     "success",
@@ -143,6 +146,9 @@ def rows_from_cells(cells: list[dict]) -> list[dict]:
                     "point": p.get("point", i),
                     "budget": p.get("budget"),
                     "real_steps": int(p["real_steps"]),
+                    # the world-model corpus this arm's world model was pretrained on (real steps
+                    # spent before the run: the headline accounting adds them, the online one not)
+                    "offline_real_steps": int(c.get("offline_real_steps", 0)),
                     "policy_steps": None if ps is None else int(ps),
                     "version": p["version"],
                     "success": round(float(p["success"]), 6),
@@ -171,6 +177,7 @@ def aggregate(rows: list[dict]) -> dict[str, list[dict]]:
                 {
                     "point": k,
                     "real_steps": sum(r["real_steps"] for r in rs) / len(rs),
+                    "offline_real_steps": sum(r.get("offline_real_steps", 0) for r in rs) / len(rs),
                     "success": m,
                     "ci_low": lo,
                     "ci_high": hi,
@@ -183,6 +190,16 @@ def aggregate(rows: list[dict]) -> dict[str, list[dict]]:
             )
         out[arm] = pts
     return out
+
+
+def every_real_step(agg: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The headline accounting: ``real_steps`` of every point plus the real transitions its
+    arm's world model was pretrained on (``offline_real_steps``; 0 for the other arms).  The
+    curves as aggregated (online steps and demonstrations only) are the online accounting."""
+    return {
+        arm: [dict(p, real_steps=p["real_steps"] + p.get("offline_real_steps", 0.0)) for p in c]
+        for arm, c in agg.items()
+    }
 
 
 def steps_to_reach(curve: list[dict], target: float) -> float | None:
@@ -273,6 +290,7 @@ def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> 
             continue
         cs = [c for c in cells if c["arm"] == arm]
         last = curve[-1]
+        off = float(last.get("offline_real_steps", 0.0))
         gspo = pooled_gspo([c.get("diagnostics", {}).get("gspo") or {} for c in cs])
         per_step = []
         for c in cs:
@@ -285,7 +303,9 @@ def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> 
         out[arm] = {
             "final_success": _r(last["success"], 4),
             "ci95": [_r(last["ci_low"], 4), _r(last["ci_high"], 4)],
-            "real_steps": _r(last["real_steps"], 1),
+            "real_steps": _r(last["real_steps"] + off, 1),  # every real step (the headline)
+            "real_steps_online": _r(last["real_steps"], 1),
+            "real_steps_offline": _r(off, 1),
             "policy_steps": _r(last.get("policy_steps"), 1),
             "nonzero_adv_share": nonzero_adv_share(gspo),
             "seeds": last["n"],
@@ -348,54 +368,6 @@ def write_csv(rows: list[dict], path: Path) -> None:
     path.write_text(buf.getvalue())
 
 
-def write_png(agg: dict[str, list[dict]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    colors = {
-        "imitation": "tab:gray",
-        "imitation_matched": "tab:green",
-        "real_only": "tab:blue",
-        "dynaweb": "tab:red",
-        "dynaweb_dream_only": "tab:purple",
-    }
-    for arm, curve in agg.items():
-        if arm in ("imitation", "imitation_matched"):
-            # no interaction beyond the demonstrations: a level at the final point, not a curve
-            curve = curve[-1:]
-            ax.axhline(
-                curve[-1]["success"],
-                color=colors[arm],
-                ls="--" if arm == "imitation" else ":",
-                lw=1,
-            )
-        xs = [p["real_steps"] for p in curve]
-        ys = [p["success"] for p in curve]
-        lo = [p["success"] - p["ci_low"] if p["ci_low"] is not None else 0 for p in curve]
-        hi = [p["ci_high"] - p["success"] if p["ci_high"] is not None else 0 for p in curve]
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=[lo, hi],
-            marker="o",
-            capsize=3,
-            color=colors.get(arm),
-            label=LABELS.get(arm, arm),
-        )
-    ax.set_xlabel("real environment steps (demonstrations included)")
-    ax.set_ylabel("success on evaluation seeds")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -411,11 +383,19 @@ def _share(x: dict | None) -> str:
     return " / ".join(_pct(x.get(k)) for k, _ in SOURCES)
 
 
-def markdown(agg: dict[str, list[dict]], head: dict, meta: dict, arms: dict | None = None) -> str:
-    """``results.md``: the run, the headline table and its reading, every point, the final success
-    per task and the diagnostics (the last two when ``meta`` has them)."""
+def markdown(
+    agg: dict[str, list[dict]],
+    head: dict,
+    meta: dict,
+    arms: dict | None = None,
+    head_online: dict | None = None,
+) -> str:
+    """``results.md``: the run, the headline table and its reading (every real step counted;
+    then the online accounting when a world-model corpus makes them differ), every point, the final
+    success per task and the diagnostics (the last two when ``meta`` has them)."""
     arms = arms or {}
-    lines = _md_run(meta) + _md_headline(head, arms) + _md_points(agg) + _md_per_task(meta)
+    lines = _md_run(meta) + _md_headline(head, arms) + _md_online(head_online, arms)
+    lines += _md_points(agg) + _md_per_task(meta)
     diag = meta.get("diagnostics") or {}
     if diag:
         lines += ["", "## Diagnostics (per arm, mean over seeds)", ""]
@@ -496,6 +476,26 @@ def _md_headline(head: dict, arms: dict) -> list[str]:
     return lines
 
 
+def _md_online(head: dict | None, arms: dict) -> list[str]:
+    """The second accounting: online steps only (the world-model corpus as offline data, as in
+    the paper); only when some arm's world model was pretrained on one."""
+    if not head or not any((a or {}).get("real_steps_offline") for a in arms.values()):
+        return []
+    lines = ["", "### Online real steps only (the world-model corpus treated as offline data)", ""]
+    for arm in ("dynaweb", "dynaweb_dream_only"):
+        a, s = head["arms"].get(arm), arms.get(arm) or {}
+        if a is None:
+            continue
+        need, ratio = a["steps_to_target"], head["ratios"].get(arm)
+        lines.append(
+            f"- {LABELS[arm]}: {a['final_real_steps']:.0f} online real steps used (plus "
+            f"{s.get('real_steps_offline') or 0:.0f} in the corpus); to reach real-only's final: "
+            f"{'not reached' if need is None else f'{need:.0f}'}; ratio "
+            + ("n/a" if ratio is None else f"{ratio:.2f}x")
+        )
+    return lines
+
+
 def _md_points(agg: dict[str, list[dict]]) -> list[str]:
     lines = [
         "",
@@ -544,19 +544,22 @@ def write_all(cells: list[dict], out: Path, meta: dict) -> dict:
     if not rows:
         raise ValueError("no evaluated cells to report")
     agg = aggregate(rows)
-    head = headline(agg)
+    agg_all = every_real_step(agg)
+    head, head_online = headline(agg_all), headline(agg)
     arms = arm_summary(cells, agg)
     write_csv(rows, out / "results.csv")
     write_png(
-        agg,
+        agg_all,
         out / "success_vs_real.png",
         f"{meta.get('experiment_id', '')}: success vs real interactions",
+        LABELS,
     )
-    (out / "results.md").write_text(markdown(agg, head, meta, arms))
+    (out / "results.md").write_text(markdown(agg_all, head, meta, arms, head_online))
     return {
         "rows": len(rows),
-        "curves": agg,
+        "curves": agg_all,
         "headline": head,
+        "headline_online": head_online,
         "arms": arms,
         "paired": paired_differences(rows),
     }

@@ -380,3 +380,14 @@ def announce(
     finally:
         if publisher is None:
             pub.close()
+
+
+def wm_init_dir(path: str) -> Path:
+    """``trainer.wm_init_from``: a local Hugging Face world-model directory, checked before use."""
+    d = Path(path).expanduser()
+    if not (d / "config.json").is_file():
+        raise RuntimeError(
+            f"trainer.wm_init_from={path!r}: no Hugging Face model there (config.json missing); "
+            "train one with `dynaweb experiment world-model --out DIR` (DIR/world_model)"
+        )
+    return d

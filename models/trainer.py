@@ -39,7 +39,7 @@ from core.config import Config
 from core.process import start_component
 from core.s3 import make_client
 from models import metrics as M
-from models.checkpoint import KINDS, CheckpointStore
+from models.checkpoint import KINDS, CheckpointStore, wm_init_dir
 from models.checkpoint_writer import CheckpointWriter
 from models.component import close_component
 from models.engine import current_lr, trainer_engine
@@ -126,11 +126,11 @@ class Trainer:
             self.version = lat["version"]
         elif self.cfg.trainer.init_from:
             dirs = self._init_dirs(self.cfg.trainer.init_from)
-        models = build_models(
-            self.cfg,
-            dirs.get("policy") and dirs["policy"] / "hf",
-            dirs.get("world_model") and dirs["world_model"] / "hf",
-        )
+        wm_dir = dirs.get("world_model") and dirs["world_model"] / "hf"
+        if lat is None and self.cfg.trainer.wm_init_from:  # a fresh run: the offline world model
+            wm_dir = wm_init_dir(self.cfg.trainer.wm_init_from)
+            log.info("world model initialised from %s", wm_dir)
+        models = build_models(self.cfg, dirs.get("policy") and dirs["policy"] / "hf", wm_dir)
         self.policy_model, self.tokenizer = models["policy"]
         self.preparer = BatchPreparer(
             self.tokenizer, self.cfg.model.max_positions, self.cfg.trainer.policy_temperature

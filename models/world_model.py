@@ -308,9 +308,11 @@ class WorldModelRunner:
             dream, cfg_positions = (cfg if cfg is not None else DreamConfig()), 0
         self.model = model
         self.tokenizer = tokenizer
-        self.max_positions = int(
-            max_positions or cfg_positions or model.config.max_position_embeddings
-        )
+        own = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        want = int(max_positions or cfg_positions or own)
+        # never past the model's own position table (a world model trained offline with fewer
+        # positions than the run's model.max_positions: trainer.wm_init_from)
+        self.max_positions = min(want, own) if own > 0 else want
         self.max_change_tokens = int(max_change_tokens or dream.max_change_tokens)
         self.world_model_version = world_model_version
         self.ignore_eos = False  # benchmarks only: always generate max_change_tokens

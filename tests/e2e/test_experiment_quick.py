@@ -167,6 +167,26 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
         rep = cells[arm]["replay"]
         assert rep.get("n", 0) > 0 or "error" in rep, (arm, rep)
         assert rep.get("n", 0) <= QUICK["replay_rollouts"], rep
+    # the DynaWeb arms' world model started from the one pretrained on the corpus (its version 0 holds
+    # the same weights), and its real transitions are charged to them in the headline accounting only
+    pre = summary["world_model_pretrained"]
+    assert pre["real_transitions"] > 0 and pre["steps"] == QUICK["wm_pretrain_steps"], pre
+    from safetensors.torch import load_file
+
+    want = load_file(str(Path(pre["dir"]) / "model.safetensors"))
+    for arm in ("dynaweb", "dynaweb_dream_only"):
+        a, c = summary["arms"][arm], cells[arm]
+        assert c["offline_real_steps"] == a["real_steps_offline"] == pre["real_transitions"], a
+        assert a["real_steps"] == round(a["real_steps_online"] + pre["real_transitions"], 1), a
+        v0 = tmp_path / f"wm0-{arm}"
+        CheckpointStore(client, run_cfg.s3.bucket, c["run_id"]).download("world_model", 0, v0)
+        got = load_file(str(v0 / "hf" / "model.safetensors"))
+        for k in ("transformer.wte.weight", "change_head.weight", "reward_head.weight"):
+            assert (got[k] == want[k]).all(), (arm, k)
+    for arm in ("imitation", "imitation_matched", "real_only"):
+        a = summary["arms"][arm]
+        assert a["real_steps_offline"] == 0 and a["real_steps"] == a["real_steps_online"], a
+    assert summary["headline_online"]["arms"].keys() == summary["headline"]["arms"].keys()
     # the dreaming arm spent fewer real steps per policy version than the real-only arm
     assert len(cells["dynaweb"]["history"]) > 0 and len(cells["real_only"]["history"]) > 0
 
