@@ -136,6 +136,12 @@ class ExperimentConfig:
         "Dreamed rollouts of each DynaWeb arm's cell replayed in the live browser after the cell "
         "(the replay check: dream_reward_auroc in the summary); 0 = none.",
     )
+    keep_checkpoints: bool = _f(
+        False,
+        "Keep every checkpoint of every cell in S3. Off: once a seed's cells and probes are done, "
+        "each of its runs keeps only its final (LATEST) checkpoints (every version read out is "
+        "in the cell's record; at 100 policy steps a seed's five cells held about 10 GB).",
+    )
     parallel_arms: bool = _f(
         True,
         "Run the online arms of a seed at the same time (they only share the "

@@ -344,13 +344,32 @@ class SampleEfficiency:
                 f"{res.get('dream_reward_auroc')}"
             )
 
+    def release_checkpoints(self, seed: int) -> int:
+        """Once a seed is done: every run of its cells keeps only its LATEST checkpoints (what
+        each point read out is in the cell's record); returns the versions removed."""
+        from core.s3 import make_client
+        from models.checkpoint import KINDS, CheckpointStore
+
+        client, removed = make_client(self.base), 0
+        for arm in ARMS:
+            f = self.cell_file(arm, seed)
+            if f.exists():
+                store = CheckpointStore(
+                    client, self.base.s3.bucket, json.loads(f.read_text())["run_id"]
+                )
+                removed += sum(len(store.prune(kind, keep=1)) for kind in KINDS)
+        self.say(
+            f"seed {seed}: {removed} checkpoint versions released (experiment.keep_checkpoints)"
+        )
+        return removed
+
     # --- the whole study -------------------------------------------------------------
     def run(self) -> dict:
         self._check_out()
         self.say(
             f"{self.id}: {len(self.ex.seeds)} seeds x arms {', '.join(self.ex.arms)}, budget {self.ex.budget} "
-            f"real steps, {self.ex.online_policy_steps} policy steps per arm after imitation; expected wall "
-            f"time on 2 cores: {'a few minutes' if self.quick else 'not yet measured for 5 arms (3 arms: 48 min)'}"
+            f"real steps, {self.ex.online_policy_steps} policy steps per arm after imitation; wall time on "
+            f"2 cores: {'a few minutes' if self.quick else 'see docs/experiment.md (23 min for the defaults)'}"
         )
         t0 = time.time()
         if any(a in DREAM_ARMS for a in self.ex.arms):
@@ -381,6 +400,8 @@ class SampleEfficiency:
                         probe(seed)
                     except Exception as e:  # noqa: BLE001 - a diagnostic never fails the study
                         log.warning("%s for seed %s failed: %s", probe.__name__, seed, e)
+                if not self.ex.keep_checkpoints:
+                    self.release_checkpoints(seed)
         finally:
             if stack is not None and stack.started:
                 stack.down(only=stack.started)

@@ -94,7 +94,7 @@ def bc_temperature(ex: ExperimentConfig) -> float:
 
 # which cells a study runs, and how long one may take: not the configuration of any cell, so a
 # study extended by more training seeds or arms stays the same experiment (its cells are kept)
-NOT_CELL_SETTINGS = ("cell_timeout_s", "seeds", "arms")
+NOT_CELL_SETTINGS = ("cell_timeout_s", "seeds", "arms", "keep_checkpoints")
 
 
 def cell_settings(ex: ExperimentConfig | dict) -> dict:

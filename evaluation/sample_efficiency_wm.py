@@ -30,15 +30,16 @@ from core.config_studies import WorldModelStudyConfig
 REPO = Path(__file__).resolve().parents[1]
 
 
-def corpus_path(spec: str) -> Path:
-    """``experiment.wm_corpus``: absolute, relative to the working directory, or to the
-    repository (the committed corpus); a clear error when it is none of them."""
+def corpus_path(spec: str, what: str = "experiment.wm_corpus") -> Path:
+    """A transitions file (``what``, e.g. ``experiment.wm_corpus``): absolute, relative to the
+    working directory, or to the repository (the committed corpus); a clear error when it is none
+    of them."""
     p = Path(spec).expanduser()
     for cand in (p, REPO / p) if not p.is_absolute() else (p,):
         if cand.is_file():
             return cand
     raise FileNotFoundError(
-        f"experiment.wm_corpus={spec!r}: no such file (collect one with `dynaweb experiment "
+        f"{what}={spec!r}: no such file (collect one with `dynaweb experiment "
         "world-model --out DIR`: DIR/transitions.jsonl; the committed one is "
         "docs/results/world-model/transitions.jsonl.gz)"
     )

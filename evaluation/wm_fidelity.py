@@ -6,7 +6,7 @@ the trainer never trains on it), read from the beginning up to a sentinel
 (``streams.kafka.read_until_sentinel``), or a JSONL file of transitions
 (``--data``; ``--split heldout`` keeps only the episodes the worker would hold
 out, so the split is by episode, never by step).  Dreamed transitions are
-ignored.  Figures (``models.world_model.fidelity``): exact match of the
+ignored.  Figures (``models.wm_scores.fidelity``): exact match of the
 predicted next page, line-level F1 of the change, balanced accuracy of
 reward > 0 and of done, the share of outputs that parsed (ok_rate) -- and the
 same figures for the trivial "nothing changes" baseline (page unchanged,
@@ -49,9 +49,9 @@ def predict_all(runner: Any, transitions: list, batch: int = 16) -> list:
 def world_model_fidelity(
     runner: Any, transitions: list, batch: int = 16, stage1: bool = False
 ) -> dict:
-    """``models.world_model.fidelity`` on ``transitions``; with ``stage1`` also the stage-1 figures,
+    """``models.wm_scores.fidelity`` on ``transitions``; with ``stage1`` also the stage-1 figures,
     the open-loop replay and the targets (``evaluation.wm_targets``) under ``stage1``."""
-    from models.world_model import fidelity
+    from models.wm_scores import fidelity
 
     preds = predict_all(runner, transitions, batch)
     fid = fidelity(

@@ -1,7 +1,7 @@
 """A world model's stage-1 figures (issue 13) on held-out real transitions, and its targets.
 
 ``dynaweb eval world-model`` and ``dynaweb experiment world-model`` report, next to the
-fidelity figures of ``models.world_model.fidelity``:
+fidelity figures of ``models.wm_scores.fidelity``:
 
 * ``reward_bal_acc_terminal``: balanced accuracy of the predicted reward > 0 against the real
   reward > 0 on the *terminal* real transitions (``done``), where success or failure is decided;
@@ -45,7 +45,7 @@ def _tree(o: Any) -> str:
 
 
 def _bal_acc(pred: list[bool], real: list[bool]) -> float | None:
-    from models.world_model import balanced_accuracy
+    from models.wm_scores import balanced_accuracy
 
     return balanced_accuracy(pred, real) if real else None
 

@@ -192,7 +192,19 @@ def _bench_command(add: AddCommand) -> None:
         "streams: worker vs a raw consumer, latency; reload: checkpoint announcement -> first "
         "dream group and live episode with it)",
     )
-    p.add_argument("target", choices=["collect", "dream", "train", "streams", "reload"])
+    p.add_argument(
+        "target", choices=["collect", "dream", "train", "streams", "reload", "wm-decode"]
+    )
+    p.add_argument(
+        "--world-model",
+        help="wm-decode: a trained world model's Hugging Face directory (e.g. `experiment "
+        "world-model`'s OUT/world_model)",
+    )
+    p.add_argument(
+        "--data",
+        help="wm-decode: real transitions, JSONL or .jsonl.gz (default: the committed held-out set)",
+    )
+    p.add_argument("--pairs", type=int, default=256, help="wm-decode: (page, action) pairs")
     p.add_argument(
         "--checkpoints", type=int, default=8, help="reload: new checkpoints to time (default 8)"
     )

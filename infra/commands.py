@@ -312,6 +312,10 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
         from infra.stack import Stack
 
         return reload_main(args, cfg, stack_factory=Stack)
+    if args.target == "wm-decode":
+        from evaluation.bench_wm_decode import main as wm_decode_main
+
+        return wm_decode_main(args, cfg)
     if args.target in ("collect", "dream", "train"):
         module = {
             "collect": "evaluation.bench_collect",

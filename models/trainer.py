@@ -422,7 +422,8 @@ class Trainer:
     def report_fidelity(self) -> None:
         if not self.eval_window:
             return
-        from models.world_model import WorldModelRunner, fidelity
+        from models.wm_scores import fidelity
+        from models.world_model import WorldModelRunner
 
         sample = list(self.eval_window)[-8:]
         self.w_engine.eval()

@@ -65,7 +65,6 @@ from core.config import Config, DreamConfig, ModelConfig
 from core.spaces import Action, Observation, ids_in_tree, parse_action
 from models.change import (
     apply_change,
-    change_f1,
     diff_to_change,
     format_output,
     parse_model_output,
@@ -316,6 +315,9 @@ class WorldModelRunner:
         self.max_change_tokens = int(max_change_tokens or dream.max_change_tokens)
         self.world_model_version = world_model_version
         self.ignore_eos = False  # benchmarks only: always generate max_change_tokens
+        # decode "head": the change head picks first and only rows it leaves to the text generate
+        # any (False: every row's text first, the pick after; `dynaweb bench wm-decode` compares)
+        self.head_first = True
         # "greedy": the generated text; "rerank": the generated text and the proposals of
         # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept.
         # From ``DreamConfig.wm_decode`` (cfg: a DreamConfig or a whole Config); settable afterwards.
@@ -395,22 +397,13 @@ class WorldModelRunner:
         texts_in = [a.to_text() if isinstance(a, Action) else str(a) for a in actions]
         prompts = [self.prompt_ids(o, a) for o, a in zip(obs_list, texts_in, strict=True)]
         use_heads = heads_trained(self.model)
-        hidden = None
-        if sample:
-            res = self.generate_texts(
-                prompts, sample=True, temperature=temperature, return_hidden=use_heads, abort=abort
-            )
-            outs, hidden = res if use_heads else (res, None)
-        else:  # greedy is deterministic: identical inputs are generated once
-            uniq = list(dict.fromkeys(tuple(p) for p in prompts))
-            res = self.generate_texts([list(u) for u in uniq], return_hidden=use_heads, abort=abort)
-            texts_u, hid_u = res if use_heads else (res, None)
-            where = {u: k for k, u in enumerate(uniq)}
-            outs = [texts_u[where[tuple(p)]] for p in prompts]
-            if hid_u is not None:
-                hidden = hid_u[
-                    torch.tensor([where[tuple(p)] for p in prompts], device=hid_u.device)
-                ]
+        head = self.decode == "head" and use_heads and change_head_trained(self.model)
+        if head and self.head_first:
+            outs, hidden = self._head_first(obs_list, acts, prompts, sample, temperature, abort)
+        else:
+            outs, hidden = self._generate(prompts, sample, temperature, use_heads, abort)
+            if head:  # head_first off (benchmarks): every row's text generated, then the pick
+                outs = self._picked(obs_list, acts, hidden, outs)
         p_succ = p_done = None
         if hidden is not None:
             with torch.no_grad():
@@ -418,14 +411,6 @@ class WorldModelRunner:
             p_succ, p_done = ps.cpu().tolist(), pd.cpu().tolist()
         if self.decode == "rerank":
             outs = self.rerank(obs_list, acts, prompts, outs)
-        elif self.decode == "head" and hidden is not None and change_head_trained(self.model):
-            picks = choose(self.model, hidden, obs_list, acts)
-            outs = [
-                outs[b]
-                if pick is None
-                else format_output(diff_to_change(o.tree, pick, next_id=o.next_id), 0.0, False)
-                for b, (o, pick) in enumerate(zip(obs_list, picks, strict=True))
-            ]
         preds = []
         for b, (obs, act, text) in enumerate(zip(obs_list, acts, outs, strict=True)):
             change, reward, done, ok, reason = parse_model_output(
@@ -457,6 +442,86 @@ class WorldModelRunner:
             )
         return preds
 
+    def _generate(
+        self, prompts: list, sample: bool, temperature: float, want_hidden: bool, abort: Any
+    ) -> tuple[list[str], torch.Tensor | None]:
+        """(texts, the heads' input or None) of every prompt; greedy generates identical prompts once."""
+        if sample:
+            res = self.generate_texts(
+                prompts,
+                sample=True,
+                temperature=temperature,
+                return_hidden=want_hidden,
+                abort=abort,
+            )
+            return res if want_hidden else (res, None)
+        uniq = list(dict.fromkeys(tuple(p) for p in prompts))
+        res = self.generate_texts([list(u) for u in uniq], return_hidden=want_hidden, abort=abort)
+        texts_u, hid_u = res if want_hidden else (res, None)
+        where = {u: k for k, u in enumerate(uniq)}
+        idx = [where[tuple(p)] for p in prompts]
+        hidden = None if hid_u is None else hid_u[torch.tensor(idx, device=hid_u.device)]
+        return [texts_u[i] for i in idx], hidden
+
+    def _head_first(
+        self,
+        obs_list: list,
+        acts: list,
+        prompts: list,
+        sample: bool,
+        temperature: float,
+        abort: Any,
+    ) -> tuple[list[str], torch.Tensor]:
+        """``decode="head"``: the heads' input from one forward pass over the distinct prompts, the
+        change head's pick per row, and text generated only for the rows it leaves to the text
+        (``other``): no token is decoded for a row whose page a proposal gives."""
+        uniq = list(dict.fromkeys(tuple(p) for p in prompts))
+        where = {u: k for k, u in enumerate(uniq)}
+        hid_u = self.prefill_head_input([list(u) for u in uniq])
+        hidden = hid_u[torch.tensor([where[tuple(p)] for p in prompts], device=hid_u.device)]
+        picks = choose(self.model, hidden, obs_list, acts)
+        need = [b for b, pick in enumerate(picks) if pick is None]
+        texts = (
+            self._generate([prompts[b] for b in need], sample, temperature, False, abort)[0]
+            if need
+            else []
+        )
+        got = dict(zip(need, texts, strict=True))
+        texts_all = [got.get(b, "") for b in range(len(picks))]
+        return self._picked(obs_list, acts, hidden, texts_all, picks), hidden
+
+    def _picked(
+        self, obs_list: list, acts: list, hidden: Any, texts: list[str], picks: list | None = None
+    ) -> list[str]:
+        """Per row: the change head's proposal as an edit script, or the row's text on ``other``."""
+        picks = choose(self.model, hidden, obs_list, acts) if picks is None else picks
+        return [
+            texts[b]
+            if pick is None
+            else format_output(diff_to_change(o.tree, pick, next_id=o.next_id), 0.0, False)
+            for b, (o, pick) in enumerate(zip(obs_list, picks, strict=True))
+        ]
+
+    @torch.no_grad()
+    def prefill_head_input(self, prompts: list[list[int]], chunk: int = 16) -> torch.Tensor:
+        """The heads' input (B, d) of each prompt (``head_input`` at ``head_positions`` of the last
+        layer, after the final norm, as the prefill of ``generate_texts`` reads it) from a forward
+        pass of the transformer alone (no language-model head, no decoding)."""
+        self.model.eval()
+        dev = next(self.model.parameters()).device
+        pad, out = pad_id(self.tokenizer), []
+        for i in range(0, len(prompts), chunk):
+            part = prompts[i : i + chunk]
+            T = max(len(p) for p in part)
+            ids = torch.full((len(part), T), pad, dtype=torch.long, device=dev)
+            att = torch.zeros((len(part), T), dtype=torch.long, device=dev)
+            for r, p in enumerate(part):
+                ids[r, : len(p)] = torch.tensor(p, device=dev)
+                att[r, : len(p)] = 1
+            h = self.model.base_model(input_ids=ids, attention_mask=att).last_hidden_state
+            out.append(head_input(h, [head_positions(self.tokenizer, p) for p in part]))
+        return torch.cat(out)
+
     @torch.no_grad()
     def rerank(
         self,
@@ -481,60 +546,3 @@ class WorldModelRunner:
             self.model, prompts, conts, self.max_positions, pad_id(self.tokenizer)
         )
         return [cs[int(torch.argmax(sc))] for cs, sc in zip(cands, scores, strict=True)]
-
-
-# --- fidelity ---------------------------------------------------------------------
-
-
-def balanced_accuracy(pred: list[bool], real: list[bool]) -> float:
-    """Mean per-class recall over the classes present in ``real`` (1.0 if empty)."""
-    recalls = []
-    for cls in (False, True):
-        idx = [i for i, r in enumerate(real) if r == cls]
-        if idx:
-            recalls.append(sum(pred[i] == cls for i in idx) / len(idx))
-    return sum(recalls) / len(recalls) if recalls else 1.0
-
-
-def _scores(obs_trees, pred_trees, pred_r, pred_d, real_trees, real_r, real_d) -> dict:
-    n = max(1, len(real_trees))
-    return {
-        "exact_match": sum(p == r for p, r in zip(pred_trees, real_trees, strict=True)) / n,
-        "change_f1": sum(
-            change_f1(o, p, r) for o, p, r in zip(obs_trees, pred_trees, real_trees, strict=True)
-        )
-        / n,
-        "reward_bal_acc": balanced_accuracy([x > 0 for x in pred_r], [x > 0 for x in real_r]),
-        "done_bal_acc": balanced_accuracy([bool(x) for x in pred_d], [bool(x) for x in real_d]),
-    }
-
-
-def fidelity(
-    predictions: list[Prediction], real_next_obs: list, real_rewards: list, real_dones: list
-) -> dict:
-    """Dream fidelity vs. the real transitions, and the same for "nothing changes".
-
-    Keys: exact_match (next tree identical), change_f1 (line-level F1 of the
-    change, ``models.change.change_f1``), reward_bal_acc (reward > 0 as the
-    class), done_bal_acc, ok_rate; ``baseline_*`` = predicting the unchanged
-    page, reward 0, not done.  ``real_next_obs``: Observations or their dicts.
-    """
-    real_trees = [o.tree if isinstance(o, Observation) else o["tree"] for o in real_next_obs]
-    obs_trees = [p.obs_tree for p in predictions]
-    n = len(predictions)
-    out = _scores(
-        obs_trees,
-        [p.next_obs.tree for p in predictions],
-        [p.reward for p in predictions],
-        [p.done for p in predictions],
-        real_trees,
-        real_rewards,
-        real_dones,
-    )
-    base = _scores(
-        obs_trees, obs_trees, [0.0] * n, [False] * n, real_trees, real_rewards, real_dones
-    )
-    out.update({f"baseline_{k}": v for k, v in base.items()})
-    out["ok_rate"] = sum(p.ok for p in predictions) / max(1, n)
-    out["n"] = n
-    return out

@@ -40,6 +40,8 @@ def _run(env: dict, out: Path, log: Path) -> subprocess.CompletedProcess:
                 str(out),
                 "--no-stack",
                 "--json",
+                "--set",
+                "experiment.keep_checkpoints=true",  # version 0 is read below; then released
             ],
             env=env,
             stdout=fh,
@@ -189,6 +191,18 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     assert summary["headline_online"]["arms"].keys() == summary["headline"]["arms"].keys()
     # the dreaming arm spent fewer real steps per policy version than the real-only arm
     assert len(cells["dynaweb"]["history"]) > 0 and len(cells["real_only"]["history"]) > 0
+
+    # once a seed is done its runs keep only their final checkpoints (here called by hand: the run
+    # above kept them all), on the real S3 store
+    from evaluation.sample_efficiency import SampleEfficiency
+
+    study = SampleEfficiency(run_cfg, out, quick=True, start_stack=False, echo=False)
+    assert study.release_checkpoints(0) > 0
+    for arm, c in cells.items():
+        store = CheckpointStore(client, run_cfg.s3.bucket, c["run_id"])
+        assert store.versions("policy") == [store.latest("policy")["version"]], arm
+        if arm.startswith("dynaweb"):
+            assert store.versions("world_model") == [store.latest("world_model")["version"]]
 
     # resume: a second call finds every cell done and only rewrites the report
     proc2 = _run(env, out, tmp_path / "again.log")

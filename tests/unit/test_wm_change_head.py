@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from core.config import DreamConfig, ModelConfig, TrainerConfig
@@ -110,6 +111,41 @@ def test_a_trained_change_head_makes_the_edit_the_text_could_not(tmp_path):
     assert torch.equal(m2.change_head.weight, model.change_head.weight)
     again = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=8, wm_decode="head"))
     assert [p.next_obs.tree for p in again.predict([PAGE] * 4, acts)] == nxts
+
+
+def test_the_head_decodes_no_text_for_rows_a_proposal_gives(monkeypatch):
+    """The heads' input of the forward-only pass is the one the generating prefill reads, and
+    ``decode="head"`` generates text only for the rows whose pick is ``other``."""
+    torch.manual_seed(0)
+    model, tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
+    acts = ["click(1)", 'type(2, "a long typed string")', 'select(3, "B")', 'scroll("down")']
+    nxts = [TICKED, TYPED, PICKED, PAGE.tree]
+    batch = [_tr(a, n, i) for i, (a, n) in enumerate(zip(acts, nxts, strict=True))]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        opt.zero_grad()
+        world_model_batch_loss(model, tok, batch, TrainerConfig(infonce_weight=0.0))[0].backward()
+        opt.step()
+    run = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="head"))
+    prompts = [run.prompt_ids(PAGE, a) for a in acts]
+    _, ref = run.generate_texts(prompts, return_hidden=True)
+    assert torch.allclose(run.prefill_head_input(prompts, chunk=3), ref, atol=1e-5)
+    calls: list[int] = []
+    real = WorldModelRunner.generate_texts
+
+    def counting(self, ps, **kw):
+        calls.append(len(ps))
+        return real(self, ps, **kw)
+
+    monkeypatch.setattr(WorldModelRunner, "generate_texts", counting)
+    preds = run.predict([PAGE] * 4, acts)
+    assert [p.next_obs.tree for p in preds] == nxts and calls == []  # every row picked
+    want = [p.p_success for p in preds]
+    assert want == pytest.approx(torch.softmax(model.reward_head(ref), -1)[:, 1].tolist(), abs=1e-5)
+    with torch.no_grad():  # make the head answer "other" for every row: the text decides
+        model.change_head.bias[OTHER] = 1e4
+    texts = [p.text for p in run.predict([PAGE] * 4, acts)]
+    assert calls == [4] and texts == real(run, prompts)
 
 
 def test_an_untrained_change_head_leaves_the_text_in_charge():

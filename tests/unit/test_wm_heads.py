@@ -9,10 +9,10 @@ import torch
 from core.config import Config, DreamConfig, TrainerConfig, describe, load_config
 from core.spaces import Observation
 from models.wm_loss import world_model_batch_loss
+from models.wm_scores import fidelity
 from models.world_model import (
     HEADS,
     WorldModelRunner,
-    fidelity,
     heads_trained,
     load_world_model,
     make_world_model,

@@ -6,12 +6,11 @@ from models.change import apply_change
 from models.dream_env import DreamEnv, dream_rollouts
 from models.policy import PolicyRunner, make_policy
 from models.wm_loss import world_model_batch_loss
+from models.wm_scores import balanced_accuracy, fidelity
 from models.world_model import (
     Prediction,
     WorldModelRunner,
-    balanced_accuracy,
     change_target,
-    fidelity,
     load_world_model,
     make_world_model,
 )
