@@ -215,6 +215,7 @@ def model_config(x: WorldModelStudyConfig) -> ModelConfig:
         heads=x.heads,
         max_positions=x.max_positions,
         seed=x.seed,
+        wm_head_feature=x.head_feature,
     )
 
 

@@ -34,6 +34,7 @@ from models.wm_proposals import change_label
 from models.world_model import (
     HEADS,
     change_target,
+    head_feature,
     head_input,
     head_positions,
     mark_heads_trained,
@@ -96,7 +97,9 @@ def _wm_forward(
         pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
     last = None
     if heads:  # the heads' input, as WorldModelRunner's prefill reads it
-        last = head_input(out.hidden_states[-1], [head_positions(tokenizer, p) for p, _ in rows])
+        feat = head_feature(model)
+        pos = [head_positions(tokenizer, p, feat) for p, _ in rows]
+        last = head_input(out.hidden_states[-1], pos)
     return out, labels, mask, pooled, last
 
 
