@@ -241,12 +241,6 @@ class ModelConfig:
         "", "Local Hugging Face directory for the world model (empty = from config)."
     )
     seed: int = _f(0, "Initialisation seed.")
-    wm_head_feature: Literal["element_line+action", "element_line+action+page"] = _f(
-        "element_line+action",
-        "What a new world model's reward, done and change heads read (models/world_model.py, "
-        "head_positions): the acted element's line and the action, or those and the page's mean. "
-        "A saved model keeps its own.",
-    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "

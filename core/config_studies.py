@@ -195,10 +195,6 @@ class WorldModelStudyConfig:
     d_model: int = _f(128, "World-model hidden size.")
     heads: int = _f(4, "Attention heads.")
     max_positions: int = _f(640, "Context length in tokens.")
-    head_feature: str = _f(
-        "element_line+action",
-        "model.wm_head_feature of the trained world model (element_line+action[+page]).",
-    )
     steps: int = _f(5000, "Optimizer steps at most.")
     time_budget_s: float = _f(840.0, "Training stops after this many seconds.")
     batch: int = _f(8, "Transitions per optimizer step.")

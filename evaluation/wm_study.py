@@ -215,7 +215,6 @@ def model_config(x: WorldModelStudyConfig) -> ModelConfig:
         heads=x.heads,
         max_positions=x.max_positions,
         seed=x.seed,
-        wm_head_feature=x.head_feature,
     )
 
 

@@ -34,7 +34,6 @@ from models.wm_proposals import change_label
 from models.world_model import (
     HEADS,
     change_target,
-    head_feature,
     head_input,
     head_positions,
     mark_heads_trained,
@@ -97,9 +96,7 @@ def _wm_forward(
         pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
     last = None
     if heads:  # the heads' input, as WorldModelRunner's prefill reads it
-        feat = head_feature(model)
-        pos = [head_positions(tokenizer, p, feat) for p, _ in rows]
-        last = head_input(out.hidden_states[-1], pos)
+        last = head_input(out.hidden_states[-1], [head_positions(tokenizer, p) for p, _ in rows])
     return out, labels, mask, pooled, last
 
 

@@ -108,38 +108,30 @@ def attach_heads(model: Any) -> Any:
     return attach_change_head(model)
 
 
-# what the heads read (``head_positions``), a property of the model (``config.wm_head_feature``, set
-# when it is made: ``ModelConfig.wm_head_feature``): heads trained on another input (the last prompt
-# token alone, before) count as untrained.  ``+page``: the page's mean as well (see head_positions)
-HEAD_FEATURES = ("element_line+action", "element_line+action+page")
-HEAD_FEATURE = HEAD_FEATURES[0]  # the default, and what a model without a known feature reads
-
-
-def head_feature(model: Any) -> str:
-    """The input ``model``'s heads read (``HEAD_FEATURES``; unknown or unset: ``HEAD_FEATURE``)."""
-    f = getattr(getattr(model, "config", None), "wm_head_feature", None)
-    return f if f in HEAD_FEATURES else HEAD_FEATURE
+# what the heads read (``head_positions``); saved as ``config.wm_head_feature`` by the step that trains
+# them: heads trained on another input (the last prompt token alone, before) count as untrained
+HEAD_FEATURE = "element_line+action"
 
 
 def heads_trained(model: Any) -> bool:
-    """True once the reward/done heads were trained on one of ``HEAD_FEATURES`` (``predict`` then
-    uses them; else the text)."""
+    """True once the reward/done heads were trained on ``HEAD_FEATURE`` (``predict`` then uses them;
+    else the text)."""
     cfg = getattr(model, "config", None)
     return (
         bool(getattr(cfg, "wm_heads_trained", False))
-        and getattr(cfg, "wm_head_feature", None) in HEAD_FEATURES
+        and getattr(cfg, "wm_head_feature", None) == HEAD_FEATURE
         and all(getattr(model, n, None) is not None for n in HEADS)
     )
 
 
 def mark_heads_trained(model: Any) -> None:
-    """Set the flag and the feature they were trained on (on ``model.config``, so ``save_pretrained``
-    writes them into config.json)."""
+    """Set the flag and the feature (on ``model.config``, so ``save_pretrained`` writes them into
+    config.json)."""
     model.config.wm_heads_trained = True
-    model.config.wm_head_feature = head_feature(model)
+    model.config.wm_head_feature = HEAD_FEATURE
 
 
-def head_positions(tokenizer: Any, prompt: list[int], feature: str = HEAD_FEATURE) -> list[int]:
+def head_positions(tokenizer: Any, prompt: list[int]) -> list[int]:
     """Positions of ``prompt`` (world-model prompt ids) whose last-layer hidden states the reward/done
     heads average: the line of the element the action names (``[k] ...`` up to its newline, its first
     occurrence at a line start, when the page shows it) and the action tail (``Action: ...`` up to the
@@ -148,23 +140,7 @@ def head_positions(tokenizer: Any, prompt: list[int], feature: str = HEAD_FEATUR
     Why not the last prompt token alone: its hidden state has to gather the action from a few tokens
     among the whole page by attention, which a fresh model had not learned after 60 steps (p(success)
     within 0.01 across every action of a page), while the action's own tokens and the acted element's
-    line (its role, its label, the instruction it can attend to) carry it from the first step.
-
-    ``feature="element_line+action+page"``: those positions, repeated about as many times as the
-    page before ``Action:`` has tokens, then every page position once: an even mix of the action's
-    mean and the page's mean (whether the page as a whole agrees with the instruction, e.g. which
-    boxes are checked, is read where each line attends to the instruction)."""
-    own = _element_action_positions(tokenizer, prompt)
-    if feature != "element_line+action+page":
-        return own
-    mark = encode(tokenizer, "Action:")
-    m, n = len(mark), len(prompt)
-    start = next((i for i in range(n - m, -1, -1) if prompt[i : i + m] == mark), None)
-    page = list(range(start)) if start else []
-    return own * max(1, round(len(page) / max(1, len(own)))) + page
-
-
-def _element_action_positions(tokenizer: Any, prompt: list[int]) -> list[int]:
+    line (its role, its label, the instruction it can attend to) carry it from the first step."""
     n = len(prompt)
     mark = encode(tokenizer, "Action:")
     m = len(mark)
@@ -211,7 +187,6 @@ def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
         return load_world_model(model_cfg.world_model_path)
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     model.config.wm_heads_trained = False
-    model.config.wm_head_feature = model_cfg.wm_head_feature
     return attach_heads(model), tok
 
 
@@ -389,9 +364,7 @@ class WorldModelRunner:
             temperature=temperature,
             return_hidden=return_hidden,
             ignore_eos=self.ignore_eos,
-            hidden_positions=[
-                head_positions(self.tokenizer, p, head_feature(self.model)) for p in prompts
-            ]
+            hidden_positions=[head_positions(self.tokenizer, p) for p in prompts]
             if return_hidden
             else None,
             abort=abort,
@@ -546,8 +519,7 @@ class WorldModelRunner:
                 ids[r, : len(p)] = torch.tensor(p, device=dev)
                 att[r, : len(p)] = 1
             h = self.model.base_model(input_ids=ids, attention_mask=att).last_hidden_state
-            feat = head_feature(self.model)
-            out.append(head_input(h, [head_positions(self.tokenizer, p, feat) for p in part]))
+            out.append(head_input(h, [head_positions(self.tokenizer, p) for p in part]))
         return torch.cat(out)
 
     @torch.no_grad()

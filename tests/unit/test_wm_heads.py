@@ -1,7 +1,6 @@
 """The world model's reward and done heads: learning, prediction, save/load, the text fallback,
 and the ``dream.wm_decode`` field."""
 
-import dataclasses
 import json
 
 import pytest
@@ -258,33 +257,3 @@ def test_heads_trained_on_another_input_count_as_untrained(trained, tmp_path):
     assert not heads_trained(m2)
     world_model_batch_loss(m2, t2, BATCH, TrainerConfig(infonce_weight=0.0))[0].backward()
     assert heads_trained(m2)
-
-
-def test_the_page_feature_mixes_the_action_and_the_whole_page_evenly_and_trains():
-    """``element_line+action+page``: the acted element's line and the action, repeated about as
-    often as the page has tokens, then every page position once; a model made with it keeps it
-    through training and save/load, and its heads are trained (the default feature is unchanged)."""
-    from models.prompts import world_model_prompt_ids
-    from models.tokenizer import encode
-    from models.world_model import HEAD_FEATURE, head_feature, head_positions
-
-    cfg = dataclasses.replace(CFG, wm_head_feature="element_line+action+page")
-    model, tok = make_world_model(cfg)
-    assert head_feature(model) == "element_line+action+page" and not heads_trained(model)
-    ids = world_model_prompt_ids(tok, P, "click(1)", CFG.max_positions, 24)
-    own = head_positions(tok, ids)
-    mix = head_positions(tok, ids, "element_line+action+page")
-    mark = encode(tok, "Action:")
-    start = max(i for i in range(len(ids)) if ids[i : i + len(mark)] == mark)
-    page = list(range(start))
-    k = round(len(page) / len(own))
-    assert mix == own * k + page and k >= 1
-    assert abs(k * len(own) - len(page)) <= len(own)  # the two halves weigh about the same
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(3):
-        opt.zero_grad()
-        world_model_batch_loss(model, tok, BATCH, TrainerConfig(infonce_weight=0.0))[0].backward()
-        opt.step()
-    assert heads_trained(model) and head_feature(model) == "element_line+action+page"
-    default, _ = make_world_model(CFG)
-    assert head_feature(default) == HEAD_FEATURE == "element_line+action"
