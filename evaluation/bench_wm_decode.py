@@ -34,7 +34,7 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
     from core.spaces import Observation
     from models.checkpoint import wm_init_dir
     from models.wm_proposals import change_head_trained, choose
-    from models.world_model import WorldModelRunner, load_world_model
+    from models.world_model import WorldModelRunner, load_world_model, try_parse_action
 
     torch.set_num_threads(cfg.threads)
     model, tok = load_world_model(str(wm_init_dir(wm_dir)))
@@ -44,7 +44,6 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
     obs = [Observation.from_dict(t.obs) for t in rows]
     acts = [t.action for t in rows]
     runner = WorldModelRunner(model, tok, cfg)
-    runner.decode = "head"
 
     def timed(mode: str) -> tuple[float, list[str]]:
         runner.decode = "greedy" if mode == "greedy" else "head"
@@ -61,7 +60,9 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
         res[f"{mode}_steps_per_s"], trees[mode] = timed(mode)
     runner.decode = "head"
     prompts = [runner.prompt_ids(o, a) for o, a in zip(obs, acts, strict=True)]
-    picks = choose(model, runner.prefill_head_input(prompts), obs, [runner_action(a) for a in acts])
+    picks = choose(
+        model, runner.prefill_head_input(prompts), obs, [try_parse_action(a) for a in acts]
+    )
     real = [t.next_obs["tree"] for t in rows]
     return {
         **{k: round(v, 2) for k, v in res.items()},
@@ -84,12 +85,6 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
         "model": f"{model.config.num_layers}x{model.config.hidden_size}",
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
-
-
-def runner_action(text: str) -> Any:
-    from models.world_model import try_parse_action
-
-    return try_parse_action(text)
 
 
 def main(args: Any, cfg: Config) -> int:

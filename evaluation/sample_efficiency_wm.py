@@ -83,9 +83,13 @@ def pretrain(ex: ExperimentConfig, base: Config, out: Path, quick: bool, say: An
         f"pretraining the DynaWeb arms' world model: {x.steps} steps on {len(trans)} real "
         f"transitions of {len(ex.tasks)} tasks from {path}"
     )
+    threads = torch.get_num_threads()  # the study's own process: restored after training
     torch.set_num_threads(max(1, int(x.threads)))
     t0 = time.time()
-    res = train_world_model(trans, x, model_dir, log=lambda m: None)
+    try:
+        res = train_world_model(trans, x, model_dir, log=lambda m: None)
+    finally:
+        torch.set_num_threads(threads)
     episodes = {(t.run_id, t.episode_id) for t in trans}
     record = {
         "corpus": str(ex.wm_corpus),

@@ -289,6 +289,14 @@ def candidate_outputs(
 DECODES = ("greedy", "rerank", "head")
 
 
+def _distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """(the distinct prompts in first-seen order, each prompt's index among them): deterministic
+    work on identical inputs is done once."""
+    where: dict[tuple, int] = {}
+    idx = [where.setdefault(tuple(p), len(where)) for p in prompts]
+    return [list(u) for u in where], idx
+
+
 class WorldModelRunner:
     """Batched prediction with KV-cached generation (left padded)."""
 
@@ -455,11 +463,9 @@ class WorldModelRunner:
                 abort=abort,
             )
             return res if want_hidden else (res, None)
-        uniq = list(dict.fromkeys(tuple(p) for p in prompts))
-        res = self.generate_texts([list(u) for u in uniq], return_hidden=want_hidden, abort=abort)
+        uniq, idx = _distinct(prompts)
+        res = self.generate_texts(uniq, return_hidden=want_hidden, abort=abort)
         texts_u, hid_u = res if want_hidden else (res, None)
-        where = {u: k for k, u in enumerate(uniq)}
-        idx = [where[tuple(p)] for p in prompts]
         hidden = None if hid_u is None else hid_u[torch.tensor(idx, device=hid_u.device)]
         return [texts_u[i] for i in idx], hidden
 
@@ -475,10 +481,9 @@ class WorldModelRunner:
         """``decode="head"``: the heads' input from one forward pass over the distinct prompts, the
         change head's pick per row, and text generated only for the rows it leaves to the text
         (``other``): no token is decoded for a row whose page a proposal gives."""
-        uniq = list(dict.fromkeys(tuple(p) for p in prompts))
-        where = {u: k for k, u in enumerate(uniq)}
-        hid_u = self.prefill_head_input([list(u) for u in uniq])
-        hidden = hid_u[torch.tensor([where[tuple(p)] for p in prompts], device=hid_u.device)]
+        uniq, idx = _distinct(prompts)
+        hid_u = self.prefill_head_input(uniq)
+        hidden = hid_u[torch.tensor(idx, device=hid_u.device)]
         picks = choose(self.model, hidden, obs_list, acts)
         need = [b for b, pick in enumerate(picks) if pick is None]
         texts = (

@@ -82,52 +82,51 @@ def _tr(act: str, nxt: str, i: int) -> Transition:
     )
 
 
-def test_a_trained_change_head_makes_the_edit_the_text_could_not(tmp_path):
-    """Through the trainer's loss: the head learns which proposal each action gives, and
-    ``decode="head"`` then predicts the exact page, saved and loaded with the model; the text
-    decoder of the same barely trained model does not produce those edits."""
+ACTS = ["click(1)", 'type(2, "a long typed string")', 'select(3, "B")', 'scroll("down")']
+NXTS = [TICKED, TYPED, PICKED, PAGE.tree]
+
+
+def _trained_on_four_edits() -> tuple:
+    """A small world model trained 40 steps through the trainer's loss on four actions of
+    ``PAGE`` (a tick, a typed value, a chosen option, nothing): (model, tokenizer, last metrics)."""
     torch.manual_seed(0)
-    cfg = ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
-    model, tok = make_world_model(cfg)
-    acts = ["click(1)", 'type(2, "a long typed string")', 'select(3, "B")', 'scroll("down")']
-    nxts = [TICKED, TYPED, PICKED, PAGE.tree]
-    batch = [_tr(a, n, i) for i, (a, n) in enumerate(zip(acts, nxts, strict=True))]
+    model, tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
+    batch = [_tr(a, n, i) for i, (a, n) in enumerate(zip(ACTS, NXTS, strict=True))]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(40):
         opt.zero_grad()
         loss, m = world_model_batch_loss(model, tok, batch, TrainerConfig(infonce_weight=0.0))
         loss.backward()
         opt.step()
+    return model, tok, m
+
+
+def test_a_trained_change_head_makes_the_edit_the_text_could_not(tmp_path):
+    """Through the trainer's loss: the head learns which proposal each action gives, and
+    ``decode="head"`` then predicts the exact page, saved and loaded with the model; the text
+    decoder of the same barely trained model does not produce those edits."""
+    model, tok, m = _trained_on_four_edits()
     assert m["change_head_acc"] == 1.0 and model.config.wm_change_head_trained
     head = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="head"))
-    preds = head.predict([PAGE] * 4, acts)
-    assert [p.next_obs.tree for p in preds] == nxts and all(p.ok for p in preds)
+    preds = head.predict([PAGE] * 4, ACTS)
+    assert [p.next_obs.tree for p in preds] == NXTS and all(p.ok for p in preds)
     greedy = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="greedy"))
-    assert [p.next_obs.tree for p in greedy.predict([PAGE] * 4, acts)] != nxts
+    assert [p.next_obs.tree for p in greedy.predict([PAGE] * 4, ACTS)] != NXTS
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     m2, t2 = load_world_model(str(tmp_path))
     assert m2.config.wm_change_head_trained
     assert torch.equal(m2.change_head.weight, model.change_head.weight)
     again = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=8, wm_decode="head"))
-    assert [p.next_obs.tree for p in again.predict([PAGE] * 4, acts)] == nxts
+    assert [p.next_obs.tree for p in again.predict([PAGE] * 4, ACTS)] == NXTS
 
 
 def test_the_head_decodes_no_text_for_rows_a_proposal_gives(monkeypatch):
     """The heads' input of the forward-only pass is the one the generating prefill reads, and
     ``decode="head"`` generates text only for the rows whose pick is ``other``."""
-    torch.manual_seed(0)
-    model, tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
-    acts = ["click(1)", 'type(2, "a long typed string")', 'select(3, "B")', 'scroll("down")']
-    nxts = [TICKED, TYPED, PICKED, PAGE.tree]
-    batch = [_tr(a, n, i) for i, (a, n) in enumerate(zip(acts, nxts, strict=True))]
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(40):
-        opt.zero_grad()
-        world_model_batch_loss(model, tok, batch, TrainerConfig(infonce_weight=0.0))[0].backward()
-        opt.step()
+    model, tok, _ = _trained_on_four_edits()
     run = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="head"))
-    prompts = [run.prompt_ids(PAGE, a) for a in acts]
+    prompts = [run.prompt_ids(PAGE, a) for a in ACTS]
     _, ref = run.generate_texts(prompts, return_hidden=True)
     assert torch.allclose(run.prefill_head_input(prompts, chunk=3), ref, atol=1e-5)
     calls: list[int] = []
@@ -138,13 +137,13 @@ def test_the_head_decodes_no_text_for_rows_a_proposal_gives(monkeypatch):
         return real(self, ps, **kw)
 
     monkeypatch.setattr(WorldModelRunner, "generate_texts", counting)
-    preds = run.predict([PAGE] * 4, acts)
-    assert [p.next_obs.tree for p in preds] == nxts and calls == []  # every row picked
+    preds = run.predict([PAGE] * 4, ACTS)
+    assert [p.next_obs.tree for p in preds] == NXTS and calls == []  # every row picked
     want = [p.p_success for p in preds]
     assert want == pytest.approx(torch.softmax(model.reward_head(ref), -1)[:, 1].tolist(), abs=1e-5)
     with torch.no_grad():  # make the head answer "other" for every row: the text decides
         model.change_head.bias[OTHER] = 1e4
-    texts = [p.text for p in run.predict([PAGE] * 4, acts)]
+    texts = [p.text for p in run.predict([PAGE] * 4, ACTS)]
     assert calls == [4] and texts == real(run, prompts)
 
 
