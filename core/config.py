@@ -241,6 +241,12 @@ class ModelConfig:
         "", "Local Hugging Face directory for the world model (empty = from config)."
     )
     seed: int = _f(0, "Initialisation seed.")
+    wm_match_feature: bool = _f(
+        True,
+        "World model built from config: add a learned vector to the input embedding of every page "
+        "or action token that is part of a word also in the task instruction (models/wm_match.py). "
+        "A model loaded from a directory keeps what it was saved with.",
+    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "

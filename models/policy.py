@@ -55,6 +55,7 @@ from models.candidates import (
 )
 from models.prompts import policy_prompt_ids
 from models.tokenizer import build_tokenizer, load_tokenizer, pad_id
+from models.wm_match import given_flags, prompt_flags
 
 
 def gpt_neo_config(model_cfg: ModelConfig, tokenizer: Any) -> Any:
@@ -191,31 +192,33 @@ def prefix_groups(
 
 def _trie_rounds(
     seqs: list[list[int]], starts: list[int], room: int
-) -> list[tuple[list[int], list[int], list[tuple]]]:
-    """Sequences -> rounds of (node tokens, node parents, labels) within ``room`` nodes.
+) -> list[tuple[list[int], list[int], list[tuple], list[tuple[int, int]]]]:
+    """Sequences -> rounds of (node tokens, node parents, labels, origins) within ``room`` nodes.
 
     The nodes of a round are the distinct proper prefixes of its sequences (the
     node for prefix ``s[:i+1]`` carries token ``s[i]``; parents precede children);
     ``labels`` lists (sequence, node predicting the token, token) for every token
-    of sequence ``k`` from index ``starts[k] >= 1`` on.  A sequence that does not
-    fit a round with others starts a new one (and brings its own prefix nodes).
+    of sequence ``k`` from index ``starts[k] >= 1`` on; ``origins`` gives each node's
+    (first sequence, index) it stands for.  A sequence that does not fit a round
+    with others starts a new one (and brings its own prefix nodes).
     """
-    rounds, nodes, toks, parents, labels = [], {}, [], [], []
+    rounds, nodes, toks, parents, labels, origins = [], {}, [], [], [], []
     for k, t in enumerate(seqs):
         new = sum(1 for i in range(len(t) - 1) if tuple(t[: i + 1]) not in nodes)
         if toks and len(toks) + new > room:
-            rounds.append((toks, parents, labels))
-            nodes, toks, parents, labels = {}, [], [], []
+            rounds.append((toks, parents, labels, origins))
+            nodes, toks, parents, labels, origins = {}, [], [], [], []
         for i in range(len(t) - 1):
             key = tuple(t[: i + 1])
             if key not in nodes:
                 nodes[key] = len(toks)
                 toks.append(t[i])
                 parents.append(nodes[key[:-1]] if i else -1)
+                origins.append((k, i))
             if i + 1 >= starts[k]:
                 labels.append((k, nodes[key], t[i + 1]))
     if toks:
-        rounds.append((toks, parents, labels))
+        rounds.append((toks, parents, labels, origins))
     return rounds
 
 
@@ -263,6 +266,7 @@ def score_continuations(
     neg = torch.finfo(torch.float32).min
     scores = [torch.zeros(len(c)) for c in conts]
     used = 0
+    flags = prompt_flags(model, prompts)  # the world model's match feature (None: none)
     for L, members in prefix_groups(prompts):
         seqs, starts, owner = [], [], []
         for m in members:
@@ -274,20 +278,28 @@ def score_continuations(
         flat = torch.zeros(len(seqs))
         cache = None
         if L:
-            out = model(
-                input_ids=torch.tensor([prompts[members[0]][:L]], device=dev), use_cache=True
-            )
+            given = None if flags is None else torch.tensor([flags[members[0]][:L]])
+            with given_flags(model, given):
+                out = model(
+                    input_ids=torch.tensor([prompts[members[0]][:L]], device=dev), use_cache=True
+                )
             cache = out.past_key_values
             used += L
-        for toks, parents, labels in _trie_rounds(seqs, starts, max(1, max_positions - L)):
+        rounds = _trie_rounds(seqs, starts, max(1, max_positions - L))
+        for toks, parents, labels, origins in rounds:
             mask, depth = _tree_mask(parents, L, neg)
-            o = model(
-                input_ids=torch.tensor([toks], device=dev),
-                attention_mask=mask.to(dev),
-                position_ids=(L + depth)[None].to(dev),
-                past_key_values=cache,
-                use_cache=True,
-            )
+            given = None
+            if flags is not None:  # a prompt token's flag; the continuation's are never set
+                f = [i < starts[k] and flags[owner[k][0]][L + i] for k, i in origins]
+                given = torch.tensor([f], dtype=torch.bool)
+            with given_flags(model, given):
+                o = model(
+                    input_ids=torch.tensor([toks], device=dev),
+                    attention_mask=mask.to(dev),
+                    position_ids=(L + depth)[None].to(dev),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
             lsm = torch.log_softmax(o.logits[0].float(), -1).cpu()
             lab = torch.tensor(labels)  # (k, 3): sequence, node, token
             flat.index_add_(0, lab[:, 0], lsm[lab[:, 1], lab[:, 2]])

@@ -30,6 +30,7 @@ import torch
 from core.waiting import Aborted
 from models.lean_decode import LeanStep, SharedPrefixCache
 from models.policy import prefix_groups
+from models.wm_match import given_flags, left_padded, prompt_flags
 
 
 class PreallocatedLayer:
@@ -155,6 +156,7 @@ def _prefill_prefixes(
     keep: torch.Tensor,
     pad: int,
     return_hidden: bool = False,
+    flags: list[list[bool]] | None = None,
 ) -> tuple[torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor]]]:
     """One row per prefix group (left padded) into the cache, then one copy of each group's keys to
     its members' rows; marks the prefix positions each row attends to in ``keep``.  Returns, with
@@ -171,14 +173,16 @@ def _prefill_prefixes(
             kp[g, Pp - L :] = True
     causal = torch.ones(Pp, Pp, dtype=torch.bool).tril()
     allowed = (causal[None] & kp[:, None, :]) | torch.eye(Pp, dtype=torch.bool)[None]
-    pre = model(
-        input_ids=ids.to(dev),
-        attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-        position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
-        past_key_values=cache,
-        use_cache=True,
-        output_hidden_states=return_hidden,
-    )
+    given = None if flags is None else left_padded([flags[m[0]][:L] for L, m in lay.groups], Pp)
+    with given_flags(model, given):
+        pre = model(
+            input_ids=ids.to(dev),
+            attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+            position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=return_hidden,
+        )
     once = [(layer.keys, layer.values) for layer in cache.layers]  # kept by the copy below
     cache.batch_select_indices(lay.gi.to(dev))  # one copy: prefix group -> its members' rows
     keep[:, :Pp] = kp[lay.gi]
@@ -231,7 +235,13 @@ def _head_hidden(
 
 
 def _prefill_tails(
-    model: Any, lay: _Layout, cache: Any, keep: torch.Tensor, pad: int, return_hidden: bool
+    model: Any,
+    lay: _Layout,
+    cache: Any,
+    keep: torch.Tensor,
+    pad: int,
+    return_hidden: bool,
+    flags: list[list[bool]] | None = None,
 ) -> Any:
     """Every row's own tail (left padded inside its block), after its prefix: the model's output
     (its last position is each row's last prompt token)."""
@@ -247,14 +257,18 @@ def _prefill_tails(
     causal = torch.ones(S, Pp + S, dtype=torch.bool).tril(diagonal=Pp)
     allowed = causal[None] & keep[:, None, : Pp + S]
     allowed[:, torch.arange(S), Pp + torch.arange(S)] = True  # pad rows see themselves: no NaN
-    return model(
-        input_ids=ids.to(dev),
-        attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-        position_ids=pos.to(dev),
-        past_key_values=cache,
-        use_cache=True,
-        output_hidden_states=return_hidden,
-    )
+    given = None
+    if flags is not None:
+        given = left_padded([flags[b][int(lay.plen_b[b]) :] for b in range(B)], S)
+    with given_flags(model, given):
+        return model(
+            input_ids=ids.to(dev),
+            attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+            position_ids=pos.to(dev),
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=return_hidden,
+        )
 
 
 ABORT_EVERY = 8  # tokens between two calls of ``abort`` in the decode loop
@@ -389,9 +403,10 @@ def generate_tokens(
     cache = preallocated_cache(lay.Pp + lay.S + new)
     keep = torch.zeros(len(prompts), lay.Pp + lay.S + new, dtype=torch.bool)
     hp, once = None, []  # the prefix pass's last hidden layer, its keys and values
+    flags = prompt_flags(model, prompts)  # the world model's match feature (None: none)
     if lay.Pp:
-        hp, once = _prefill_prefixes(model, prompts, lay, cache, keep, pad, return_hidden)
-    out = _prefill_tails(model, lay, cache, keep, pad, return_hidden)
+        hp, once = _prefill_prefixes(model, prompts, lay, cache, keep, pad, return_hidden, flags)
+    out = _prefill_tails(model, lay, cache, keep, pad, return_hidden, flags)
     last_hidden = None
     if return_hidden:
         positions = hidden_positions or [[len(p) - 1] for p in prompts]

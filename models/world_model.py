@@ -74,6 +74,7 @@ from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
+from models.wm_match import attach_match_feature
 from models.wm_proposals import attach_change_head, candidate_trees, change_head_trained, choose
 
 
@@ -187,6 +188,9 @@ def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
         return load_world_model(model_cfg.world_model_path)
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     model.config.wm_heads_trained = False
+    model.config.wm_match_feature = False
+    if model_cfg.wm_match_feature:
+        attach_match_feature(model, tok)
     return attach_heads(model), tok
 
 
@@ -196,16 +200,19 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     loads with fresh heads and ``heads_trained`` off (reward and done then come from the text)."""
     model, tok = load_causal_lm(path)
     attach_heads(model)
+    if getattr(model.config, "wm_match_feature", False):
+        attach_match_feature(model, tok)
     found = set()
     st = os.path.join(path, "model.safetensors")
     if os.path.exists(st):
         from safetensors.torch import load_file
 
         saved = load_file(st)
-        for name in ("page_head", *HEADS, "change_head"):
+        for name in ("page_head", *HEADS, "change_head", "wm_match"):
             sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
             if sd:
-                getattr(model, name).load_state_dict(sd)
+                if getattr(model, name, None) is not None:
+                    getattr(model, name).load_state_dict(sd)
                 found.add(name)
     model.config.wm_change_head_trained = (
         bool(getattr(model.config, "wm_change_head_trained", False)) and "change_head" in found

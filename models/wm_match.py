@@ -1,0 +1,150 @@
+"""The world model's exact-match input feature (``ModelConfig.wm_match_feature``).
+
+What it is: one learned vector (``model.wm_match.weight``, d_model, zero at init) added to the
+input embedding of every prompt token that belongs to a word of the page (or the action) that
+also appears, as a whole word, in the task instruction (the prompt's first line).  Words are
+runs of letters, digits and ``_`` (``\\w+``), compared case-sensitively; a token is flagged when
+its characters overlap a flagged word.  Only the span from the end of the instruction line to the
+``Change:`` marker is flagged: the instruction itself, and every token the model writes (the
+change text, in training and when generating), never are, so training and decoding see the same
+inputs.
+
+Why: the reward of a task's last step is mostly "does the page now hold what the instruction
+asked for" (the typed text, the selected option, the checked boxes, the link clicked).  Telling
+that from the tokens alone means matching strings across the prompt by attention, which a small
+model trained on a few hundred terminal steps did not learn (terminal reward balanced accuracy
+0.60-0.71 on click-checkboxes, enter-text and choose-list).  The flag hands it the match, as the
+exact-match feature of reading-comprehension models (DrQA's "exact match" token feature) does.
+
+How: a forward hook on the input embedding module (``get_input_embeddings()``), so every path
+(training loss, prefill, cached decoding, the change head's forward) gets it with no change to
+the callers.  A row is flagged only when it starts (after padding) with ``Task: ``; the cached
+decoding steps feed new tokens only, which never do.  The vector is a submodule, so
+``save_pretrained`` writes it (``wm_match.weight``) and ``models.world_model.load_world_model``
+restores it; ``model.config.wm_match_feature`` (config.json) says whether the model has it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from models.tokenizer import decode
+
+_WORD = re.compile(r"\w+")
+TASK = "Task: "
+END = "\nChange:\n"
+
+
+def token_pieces(tokenizer: Any) -> list[str]:
+    """Each id's own text (special ids: empty).  Byte-level pieces of a multi-byte character
+    decode to replacement characters; they are never part of an ASCII word match anyway."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    return ["" if i in special else decode(tokenizer, [i]) for i in range(len(tokenizer))]
+
+
+def match_flags(ids: list[int], pieces: list[str]) -> list[bool]:
+    """Per token of one row: does it overlap a word of the flagged span that is also a word of
+    the instruction (the module docstring's rule)?  All False for a row not starting with
+    ``Task: `` (after empty pieces, i.e. padding)."""
+    texts = [pieces[i] if 0 <= i < len(pieces) else "" for i in ids]
+    starts, pos = [], 0
+    for t in texts:
+        starts.append(pos)
+        pos += len(t)
+    text = "".join(texts)
+    if not text.startswith(TASK):
+        return [False] * len(ids)
+    nl = text.find("\n")
+    if nl < 0:
+        return [False] * len(ids)
+    words = set(_WORD.findall(text[len(TASK) : nl]))
+    end = text.find(END, nl)
+    end = len(text) if end < 0 else end + 1  # the newline before "Change:" stays in the span
+    hit = bytearray(len(text))
+    for m in _WORD.finditer(text, nl + 1, end):
+        if m.group(0) in words:
+            hit[m.start() : m.end()] = b"\x01" * (m.end() - m.start())
+    return [any(hit[s : s + len(t)]) for s, t in zip(starts, texts, strict=True)]
+
+
+class MatchFeature(torch.nn.Module):
+    """``weight`` (d,) added to the embeddings of flagged tokens (``hook``).  ``given``: the flags
+    of the next forward pass, set by ``given_flags`` for the callers that feed a prompt in pieces
+    (a shared prefix, then each row's tail), which a row's own tokens cannot flag."""
+
+    def __init__(self, dim: int, pieces: list[str]) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(dim))
+        self.pieces = pieces
+        self.given: torch.Tensor | None = None
+
+    def flags(self, input_ids: torch.Tensor) -> torch.Tensor:
+        rows = [match_flags(r, self.pieces) for r in input_ids.tolist()]
+        return torch.tensor(rows, dtype=torch.bool, device=input_ids.device)
+
+    def hook(self, _module: Any, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
+        ids = inputs[0] if inputs else None
+        if ids is None or ids.dim() != 2:
+            return None
+        if self.given is not None:
+            f = self.given
+            if tuple(f.shape) != tuple(ids.shape):
+                raise ValueError(f"given match flags {tuple(f.shape)} != input {tuple(ids.shape)}")
+            f = f.to(ids.device)
+        elif ids.shape[1] < 2:
+            return None  # cached decoding (one new token): never flagged
+        else:
+            f = self.flags(ids)
+        if not bool(f.any()):
+            return None
+        return output + f.unsqueeze(-1).to(output.dtype) * self.weight.to(output.dtype)
+
+
+def prompt_flags(model: Any, prompts: list[list[int]]) -> list[list[bool]] | None:
+    """``match_flags`` of each whole prompt; None for a model without the feature."""
+    feat = getattr(model, "wm_match", None)
+    return None if feat is None else [match_flags(p, feat.pieces) for p in prompts]
+
+
+def left_padded(rows: list[list[bool]], width: int) -> torch.Tensor:
+    """(len(rows), width) bool: each row right-aligned (the callers' left padding), rest False."""
+    out = torch.zeros(len(rows), width, dtype=torch.bool)
+    for b, r in enumerate(rows):
+        if r:
+            out[b, width - len(r) :] = torch.tensor(r, dtype=torch.bool)
+    return out
+
+
+@contextmanager
+def given_flags(model: Any, flags: torch.Tensor | None) -> Iterator[None]:
+    """The flags of the forward passes inside (shape = their ``input_ids``); nothing for a model
+    without the feature or ``flags`` None."""
+    feat = getattr(model, "wm_match", None)
+    if feat is None or flags is None:
+        yield
+        return
+    feat.given = flags
+    try:
+        yield
+    finally:
+        feat.given = None
+
+
+def attach_match_feature(model: Any, tokenizer: Any) -> Any:
+    """Give ``model`` the feature (idempotent) and mark ``model.config.wm_match_feature``."""
+    if getattr(model, "wm_match", None) is None:
+        emb = model.get_input_embeddings()
+        feat = MatchFeature(int(emb.weight.shape[1]), token_pieces(tokenizer))
+        model.wm_match = feat.to(emb.weight.device)
+        emb.register_forward_hook(model.wm_match.hook)
+    model.config.wm_match_feature = True
+    return model
+
+
+def has_match_feature(model: Any) -> bool:
+    return getattr(model, "wm_match", None) is not None

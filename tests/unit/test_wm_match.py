@@ -1,0 +1,190 @@
+"""The world model's exact-match input feature (models/wm_match.py): which tokens it flags, that
+every path that feeds a prompt in pieces (shared prefix + tails, the rerank trie) gives the same
+numbers as one plain forward pass of the whole prompt, and that it is saved and restored."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.config import ModelConfig
+from core.spaces import Observation, parse_action
+from models.policy import score_continuations
+from models.prompts import world_model_prompt_ids
+from models.tokenizer import decode, encode, eos_id, pad_id
+from models.wm_decoding import generate_tokens
+from models.wm_match import match_flags, token_pieces
+from models.world_model import (
+    head_input,
+    head_positions,
+    load_world_model,
+    make_world_model,
+)
+
+PAGE = Observation(
+    'Enter "Emile" into the text field and press Submit.',
+    "u",
+    '[1] textbox value="Emile"\n[2] button "Submit"\n[3] text "Emilia"',
+    next_id=4,
+    element_ids=[1, 2, 3],
+)
+OTHER = Observation(
+    "Select Kiribati from the list and click Submit.",
+    "u",
+    '[1] combobox value="Jordan"\n  option "Jordan" selected\n  option "Kiribati"\n[2] button "Submit"',
+    next_id=3,
+    element_ids=[1, 2],
+)
+CFG = ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
+
+
+def _model(feature: bool = True, seed: int = 3):
+    model, tok = make_world_model(
+        ModelConfig(layers=1, d_model=64, heads=2, max_positions=320, wm_match_feature=feature)
+    )
+    if feature:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():  # a trained-looking vector: big enough to move every output
+            model.wm_match.weight.copy_(torch.randn(model.wm_match.weight.shape, generator=g))
+    return model.eval(), tok
+
+
+def _flagged_words(tok, obs: Observation, action: str) -> list[str]:
+    ids = world_model_prompt_ids(tok, obs, action, 320, 32)
+    flags = match_flags(ids, token_pieces(tok))
+    return [decode(tok, [i]) for i, f in zip(ids, flags, strict=True) if f]
+
+
+def test_flags_mark_page_and_action_words_of_the_instruction_only():
+    model, tok = _model()
+    words = "".join(_flagged_words(tok, PAGE, "click(2)")).split()
+    # "Emile" (the value) and "Submit" (the button) are in the instruction; "Emilia", "textbox",
+    # "value", "button" and the instruction's own words are not flagged
+    assert "".join(words).count("Emile") == 1 and "Submit" in "".join(words)
+    assert "Emilia" not in "".join(words) and "textbox" not in "".join(words)
+    typed = "".join(_flagged_words(tok, PAGE, 'type(1, "Emile")'))
+    assert typed.count("Emile") == 2  # the page's value and the action's text
+    # no "Task: " first line (a cached decoding step, a continuation): nothing is flagged
+    ids = encode(tok, 'value="Emile"\nEnter "Emile"')
+    assert not any(match_flags(ids, token_pieces(tok)))
+
+
+def test_the_feature_is_zero_at_init_so_a_fresh_model_is_unchanged():
+    with_f, tok = make_world_model(CFG)
+    torch.manual_seed(0)
+    without, _ = make_world_model(
+        ModelConfig(layers=1, d_model=64, heads=2, max_positions=320, wm_match_feature=False)
+    )
+    ids = torch.tensor([world_model_prompt_ids(tok, PAGE, "click(2)", 320, 32)])
+    assert with_f.config.wm_match_feature and not without.config.wm_match_feature
+    assert torch.equal(with_f.wm_match.weight, torch.zeros_like(with_f.wm_match.weight))
+    with torch.no_grad():
+        assert torch.allclose(with_f(input_ids=ids).logits, without(input_ids=ids).logits)
+
+
+def _prompts(tok) -> list[list[int]]:
+    # rows 0-2 share their page (a shared prefix group), row 3 is another task
+    return [
+        world_model_prompt_ids(tok, PAGE, a, 320, 32)
+        for a in ("click(2)", 'type(1, "Emile")', "click(3)")
+    ] + [world_model_prompt_ids(tok, OTHER, "click(2)", 320, 32)]
+
+
+def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
+    """``generate_tokens`` feeds shared prefixes, then tails: the heads' input it returns and its
+    first generated token equal those of a plain forward pass over each whole prompt."""
+    model, tok = _model()
+    prompts = _prompts(tok)
+    positions = [head_positions(tok, p) for p in prompts]
+    with torch.no_grad():
+        gen, hid = generate_tokens(
+            model,
+            prompts,
+            1,
+            pad_id(tok),
+            eos_id(tok),
+            320,
+            return_hidden=True,
+            hidden_positions=positions,
+        )
+        ref_h, ref_tok = [], []
+        for p, pos in zip(prompts, positions, strict=True):
+            out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
+            ref_h.append(head_input(out.hidden_states[-1], [pos])[0])
+            ref_tok.append(int(out.logits[0, -1].argmax()))
+    assert torch.allclose(hid, torch.stack(ref_h), atol=1e-4)
+    assert [g[0] for g in gen] == ref_tok
+    # and the feature matters: without it the heads' input differs
+    with torch.no_grad():
+        model.wm_match.weight.zero_()
+        _, plain = generate_tokens(
+            model,
+            prompts,
+            1,
+            pad_id(tok),
+            eos_id(tok),
+            320,
+            return_hidden=True,
+            hidden_positions=positions,
+        )
+    assert not torch.allclose(hid, plain, atol=1e-3)
+
+
+def test_rerank_scores_equal_one_plain_forward_with_the_feature():
+    """``score_continuations`` (a shared prefix, then a trie of tails and candidates) scores each
+    candidate as a plain forward pass over prompt + candidate does."""
+    model, tok = _model()
+    prompts = _prompts(tok)
+    conts = [[encode(tok, c) + [eos_id(tok)] for c in ("why: x\nreward 0", "why: y")]] * 4
+    with torch.no_grad():
+        got = score_continuations(model, prompts, conts, 320, pad_id(tok))
+        for p, cs, g in zip(prompts, conts, got, strict=True):
+            for c, s in zip(cs, g.tolist(), strict=True):
+                lp = torch.log_softmax(model(input_ids=torch.tensor([p + c])).logits[0], -1)
+                ref = sum(float(lp[len(p) - 1 + j, t]) for j, t in enumerate(c))
+                assert s == pytest.approx(ref, abs=1e-3)
+
+
+def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_path):
+    model, tok = _model()
+    model.save_pretrained(tmp_path / "with")
+    tok.save_pretrained(tmp_path / "with")
+    again, _ = load_world_model(str(tmp_path / "with"))
+    assert torch.equal(again.wm_match.weight, model.wm_match.weight)
+    ids = torch.tensor([_prompts(tok)[0]])
+    with torch.no_grad():
+        assert torch.allclose(again(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
+    old, otok = _model(feature=False)
+    old.save_pretrained(tmp_path / "old")
+    otok.save_pretrained(tmp_path / "old")
+    loaded, _ = load_world_model(str(tmp_path / "old"))
+    assert getattr(loaded, "wm_match", None) is None and not loaded.config.wm_match_feature
+
+
+def test_the_trainers_loss_trains_the_vector():
+    from core.config import TrainerConfig
+    from models.wm_loss import world_model_batch_loss
+    from streams.records import Transition
+
+    model, tok = make_world_model(CFG)
+    t = Transition(
+        run_id="r",
+        episode_id="e",
+        step=0,
+        task="t",
+        seed=0,
+        source="real",
+        policy_version=0,
+        world_model_version=0,
+        obs=PAGE.to_dict(),
+        action="click(2)",
+        next_obs=PAGE.to_dict(),
+        reward=1.0,
+        done=True,
+    )
+    loss, _ = world_model_batch_loss(model, tok, [t], TrainerConfig(infonce_weight=0.0))
+    loss.backward()
+    assert (
+        model.wm_match.weight.grad is not None and float(model.wm_match.weight.grad.abs().sum()) > 0
+    )
+    assert parse_action("click(2)").element == 2
