@@ -247,13 +247,6 @@ class ModelConfig:
         "or action token that is part of a word also in the task instruction (models/wm_match.py). "
         "A model loaded from a directory keeps what it was saved with.",
     )
-    wm_head_pool: bool = _f(
-        True,
-        "World model built from config: its reward, done and change heads also read an attention "
-        "pool of the whole prompt (4 learned queries; models/wm_pool.py), beside the mean over the "
-        "acted element's line and the action. A model loaded from a directory keeps what it was "
-        "saved with.",
-    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "

@@ -31,7 +31,6 @@ from core.waiting import Aborted
 from models.lean_decode import LeanStep, SharedPrefixCache
 from models.policy import prefix_groups
 from models.wm_match import given_flags, left_padded, prompt_flags
-from models.wm_pool import pooled
 
 
 class PreallocatedLayer:
@@ -221,32 +220,18 @@ def _shared_prefix_cache(
 
 
 def _head_hidden(
-    lay: _Layout,
-    hp: torch.Tensor | None,
-    ht: torch.Tensor,
-    positions: list[list[int]],
-    model: Any = None,
+    lay: _Layout, hp: torch.Tensor | None, ht: torch.Tensor, positions: list[list[int]]
 ) -> torch.Tensor:
     """(B, d): row b's mean last-layer hidden state over prompt positions ``positions[b]``; a
     position inside the row's shared prefix is read from its prefix group's row of the prefix pass
-    (``hp``), the others from the row's own tail pass (``ht``).  For a ``model`` with the
-    attention pool (``models.wm_pool``), plus the pool of the row's whole prompt."""
-    rows, prompts = [], []
-    has_pool = getattr(model, "head_pool", None) is not None
+    (``hp``), the others from the row's own tail pass (``ht``)."""
+    rows = []
     for b, pos in enumerate(positions):
         L, off = int(lay.plen_b[b]), lay.S - len(lay.tails[b])
         g = int(lay.gi[b])
-
-        def at(q: int, b: int = b, L: int = L, off: int = off, g: int = g) -> torch.Tensor:
-            return hp[g, lay.Pp - L + q] if q < L else ht[b, off + q - L]  # type: ignore[index]
-
-        rows.append(torch.stack([at(q) for q in pos]).mean(0))
-        if has_pool:  # the whole prompt: its shared prefix, then its own tail
-            whole = ht[b, off:] if not L else torch.cat([hp[g, lay.Pp - L :], ht[b, off:]])  # type: ignore[index]
-            prompts.append(whole)
-    mean = torch.stack(rows)
-    extra = pooled(model, prompts) if has_pool else None
-    return mean if extra is None else mean + extra.to(mean.dtype)
+        vecs = [hp[g, lay.Pp - L + q] if q < L else ht[b, off + q - L] for q in pos]  # type: ignore[index]
+        rows.append(torch.stack(vecs).mean(0))
+    return torch.stack(rows)
 
 
 def _prefill_tails(
@@ -425,7 +410,7 @@ def generate_tokens(
     last_hidden = None
     if return_hidden:
         positions = hidden_positions or [[len(p) - 1] for p in prompts]
-        last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions, model)
+        last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions)
     plen = torch.tensor([len(p) for p in prompts])
     step = LeanStep(model) if lean and LeanStep.supports(model) else None
     P = lay.Pp + lay.S

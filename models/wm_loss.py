@@ -96,8 +96,7 @@ def _wm_forward(
         pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
     last = None
     if heads:  # the heads' input, as WorldModelRunner's prefill reads it
-        pos = [head_positions(tokenizer, p) for p, _ in rows]
-        last = head_input(out.hidden_states[-1], pos, model, [len(p) for p, _ in rows])
+        last = head_input(out.hidden_states[-1], [head_positions(tokenizer, p) for p, _ in rows])
     return out, labels, mask, pooled, last
 
 

@@ -75,7 +75,6 @@ from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
 from models.wm_match import attach_match_feature
-from models.wm_pool import attach_head_pool, pooled
 from models.wm_proposals import attach_change_head, candidate_trees, change_head_trained, choose
 
 
@@ -168,20 +167,9 @@ def head_positions(tokenizer: Any, prompt: list[int]) -> list[int]:
     return tail
 
 
-def head_input(
-    hidden: torch.Tensor,
-    positions: list[list[int]],
-    model: Any = None,
-    lengths: list[int] | None = None,
-) -> torch.Tensor:
-    """(B, d): row b's mean of ``hidden[b, positions[b]]`` (hidden: (B, T, d), positions in its
-    columns), plus, for a ``model`` with the attention pool (``models.wm_pool``), the pool of its
-    prompt ``hidden[b, :lengths[b]]``."""
-    mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
-    if model is None or lengths is None:
-        return mean
-    extra = pooled(model, [hidden[b, :n] for b, n in enumerate(lengths)])
-    return mean if extra is None else mean + extra.to(mean.dtype)
+def head_input(hidden: torch.Tensor, positions: list[list[int]]) -> torch.Tensor:
+    """(B, d): row b's mean of ``hidden[b, positions[b]]`` (hidden: (B, T, d), positions in its columns)."""
+    return torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
 
 
 def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,11 +188,9 @@ def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
         return load_world_model(model_cfg.world_model_path)
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     model.config.wm_heads_trained = False
-    model.config.wm_match_feature = model.config.wm_head_pool = False
+    model.config.wm_match_feature = False
     if model_cfg.wm_match_feature:
         attach_match_feature(model, tok)
-    if model_cfg.wm_head_pool:
-        attach_head_pool(model)
     return attach_heads(model), tok
 
 
@@ -216,15 +202,13 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     attach_heads(model)
     if getattr(model.config, "wm_match_feature", False):
         attach_match_feature(model, tok)
-    if getattr(model.config, "wm_head_pool", False):
-        attach_head_pool(model)
     found = set()
     st = os.path.join(path, "model.safetensors")
     if os.path.exists(st):
         from safetensors.torch import load_file
 
         saved = load_file(st)
-        for name in ("page_head", *HEADS, "change_head", "wm_match", "head_pool"):
+        for name in ("page_head", *HEADS, "change_head", "wm_match"):
             sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
             if sd:
                 if getattr(model, name, None) is not None:
@@ -547,8 +531,7 @@ class WorldModelRunner:
                 ids[r, : len(p)] = torch.tensor(p, device=dev)
                 att[r, : len(p)] = 1
             h = self.model.base_model(input_ids=ids, attention_mask=att).last_hidden_state
-            pos = [head_positions(self.tokenizer, p) for p in part]
-            out.append(head_input(h, pos, self.model, [len(p) for p in part]))
+            out.append(head_input(h, [head_positions(self.tokenizer, p) for p in part]))
         return torch.cat(out)
 
     @torch.no_grad()

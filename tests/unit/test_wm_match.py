@@ -1,7 +1,6 @@
-"""The world model's exact-match input feature (models/wm_match.py) and its heads' attention pool
-(models/wm_pool.py): which tokens the feature flags, that every path that feeds a prompt in pieces
-(shared prefix + tails, the rerank trie) gives the same numbers as one plain forward pass of the
-whole prompt, and that both are trained, saved and restored."""
+"""The world model's exact-match input feature (models/wm_match.py): which tokens it flags, that
+every path that feeds a prompt in pieces (shared prefix + tails, the rerank trie) gives the same
+numbers as one plain forward pass of the whole prompt, and that it is saved and restored."""
 
 from __future__ import annotations
 
@@ -41,21 +40,12 @@ CFG = ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
 
 def _model(feature: bool = True, seed: int = 3):
     model, tok = make_world_model(
-        ModelConfig(
-            layers=1,
-            d_model=64,
-            heads=2,
-            max_positions=320,
-            wm_match_feature=feature,
-            wm_head_pool=feature,
-        )
+        ModelConfig(layers=1, d_model=64, heads=2, max_positions=320, wm_match_feature=feature)
     )
     if feature:
         g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():  # trained-looking weights: big enough to move every output
+        with torch.no_grad():  # a trained-looking vector: big enough to move every output
             model.wm_match.weight.copy_(torch.randn(model.wm_match.weight.shape, generator=g))
-            for w in (model.head_pool.query.weight, model.head_pool.out.weight):
-                w.copy_(torch.randn(w.shape, generator=g) * 0.3)
     return model.eval(), tok
 
 
@@ -120,23 +110,11 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
         ref_h, ref_tok = [], []
         for p, pos in zip(prompts, positions, strict=True):
             out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
-            ref_h.append(head_input(out.hidden_states[-1], [pos], model, [len(p)])[0])
+            ref_h.append(head_input(out.hidden_states[-1], [pos])[0])
             ref_tok.append(int(out.logits[0, -1].argmax()))
     assert torch.allclose(hid, torch.stack(ref_h), atol=1e-4)
     assert [g[0] for g in gen] == ref_tok
-    # the pool is in it: the plain mean alone differs
-    with torch.no_grad():
-        mean = torch.stack(
-            [
-                head_input(
-                    model(input_ids=torch.tensor([p]), output_hidden_states=True).hidden_states[-1],
-                    [pos],
-                )[0]
-                for p, pos in zip(prompts, positions, strict=True)
-            ]
-        )
-    assert not torch.allclose(hid, mean, atol=1e-3)
-    # and the match feature matters: without it the heads' input differs
+    # and the feature matters: without it the heads' input differs
     with torch.no_grad():
         model.wm_match.weight.zero_()
         _, plain = generate_tokens(
@@ -173,8 +151,6 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     tok.save_pretrained(tmp_path / "with")
     again, _ = load_world_model(str(tmp_path / "with"))
     assert torch.equal(again.wm_match.weight, model.wm_match.weight)
-    assert torch.equal(again.head_pool.out.weight, model.head_pool.out.weight)
-    assert torch.equal(again.head_pool.query.weight, model.head_pool.query.weight)
     ids = torch.tensor([_prompts(tok)[0]])
     with torch.no_grad():
         assert torch.allclose(again(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
@@ -183,10 +159,9 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     otok.save_pretrained(tmp_path / "old")
     loaded, _ = load_world_model(str(tmp_path / "old"))
     assert getattr(loaded, "wm_match", None) is None and not loaded.config.wm_match_feature
-    assert getattr(loaded, "head_pool", None) is None and not loaded.config.wm_head_pool
 
 
-def test_the_trainers_loss_trains_the_feature_and_the_pool():
+def test_the_trainers_loss_trains_the_vector():
     from core.config import TrainerConfig
     from models.wm_loss import world_model_batch_loss
     from streams.records import Transition
@@ -209,6 +184,7 @@ def test_the_trainers_loss_trains_the_feature_and_the_pool():
     )
     loss, _ = world_model_batch_loss(model, tok, [t], TrainerConfig(infonce_weight=0.0))
     loss.backward()
-    for w in (model.wm_match.weight, model.head_pool.out.weight):
-        assert w.grad is not None and float(w.grad.abs().sum()) > 0
+    assert (
+        model.wm_match.weight.grad is not None and float(model.wm_match.weight.grad.abs().sum()) > 0
+    )
     assert parse_action("click(2)").element == 2
