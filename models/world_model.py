@@ -35,6 +35,13 @@ come from the prefill passes of ``generate_texts`` (no extra forward).  Heads ar
 attached, saved and restored like ``page_head`` (``attach_heads``,
 ``save_pretrained``, ``load_world_model``).
 
+**Exact-match feature** (``ModelConfig.wm_match_feature``, on by default; ``models.wm_match``):
+a learned vector added to the input embedding of every page and action token whose word is
+also a word of the instruction.  The heads then read "the clicked link is the asked one", "the
+typed value is the asked text" off the acted element's line instead of matching strings across
+the prompt by attention (terminal reward balanced accuracy 0.935 / 0.943 over two seeds against
+0.847 / 0.836 without it; docs/algorithm.md, "Stage 1").
+
 Fallback flag: ``model.config.wm_heads_trained`` (``heads_trained(model)``), set
 by the first training step that trains the heads (``mark_heads_trained``) and
 saved with the config by ``save_pretrained``.  A model saved before the heads
