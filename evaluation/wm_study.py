@@ -337,18 +337,29 @@ def format_history_row(row: dict) -> str:
 
 
 def load_or_collect(
-    cfg: Config, x: WorldModelStudyConfig, path: Path, data: str | None, log: Any = print
+    cfg: Config, x: WorldModelStudyConfig, path: Path, data: str | list | None, log: Any = print
 ) -> tuple[list, dict]:
-    """The transitions of ``data`` (a JSONL file) or, without it, collected now; both kept at
-    ``path``.  Returns (transitions, counts)."""
+    """The transitions of ``data`` (a JSONL file, or several, concatenated in order; no episode
+    may be in two of them) or, without it, collected now; both kept at ``path``.  Returns
+    (transitions, counts)."""
     from evaluation.sources import read_jsonl
 
     counts: dict = {}
-    if data:
-        trans = read_jsonl(data)
-        if Path(data).resolve() != path.resolve():
+    files = [data] if isinstance(data, str) else list(data or [])
+    if files:
+        trans, seen = [], set()
+        for f in files:
+            part = read_jsonl(f)
+            eps = {t.episode_id for t in part}
+            if eps & seen:
+                raise ValueError(
+                    f"--data {f}: {len(eps & seen)} episode(s) already in an earlier file"
+                )
+            seen |= eps
+            trans += part
+        if len(files) > 1 or Path(files[0]).resolve() != path.resolve():
             write_jsonl(path, trans)
-        counts["from_file"] = data
+        counts["from_file"] = files[0] if len(files) == 1 else files
     else:
         log(
             f"collecting: {x.expert_episodes} expert + {x.random_episodes} random + "
@@ -407,7 +418,11 @@ def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
 
 
 def run_experiment(
-    cfg: Config, x: WorldModelStudyConfig, out: Path, data: str | None = None, log: Any = print
+    cfg: Config,
+    x: WorldModelStudyConfig,
+    out: Path,
+    data: str | list | None = None,
+    log: Any = print,
 ) -> dict:
     from evaluation.wm_fidelity import eval_world_model
 
@@ -541,7 +556,7 @@ def format_result(res: dict) -> str:
 
 
 def main(args: Any, cfg: Config) -> int:
-    """``dynaweb experiment world-model [--quick] --out DIR [--data FILE] [--steps N] [--json]``."""
+    """``dynaweb experiment world-model [--quick] --out DIR [--data FILE ...] [--steps N] [--json]``."""
     # the run's ``wm_study`` section (config file, DYNAWEB_WM_STUDY__*, --set wm_study.*), or the
     # scaled-down plumbing check; the command's own options win
     x = WorldModelStudyConfig.make_quick() if getattr(args, "quick", False) else cfg.wm_study

@@ -346,7 +346,11 @@ def _experiment_command(add: AddCommand) -> None:
 def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
     """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.wm_study.WorldModelStudyConfig``)."""
     g = p.add_argument_group("world-model")
-    g.add_argument("--data", help="world-model: JSONL of transitions to use instead of collecting")
+    g.add_argument(
+        "--data",
+        action="append",
+        help="world-model: JSONL of transitions to use instead of collecting (repeat to concatenate files)",
+    )
     g.add_argument("--steps", type=int, help="world-model: training steps (upper bound)")
     g.add_argument(
         "--time-budget",

@@ -142,3 +142,28 @@ def test_format_result_prints_every_metric_side_by_side():
     for k in METRICS:
         assert k in text
     assert "nothing-changes" in text and "dynaweb eval world-model" in text
+
+
+def test_data_files_are_concatenated_in_order_and_an_episode_in_two_is_refused(tmp_path):
+    from core.config import load_config
+    from evaluation.sources import read_jsonl
+    from evaluation.wm_study import load_or_collect, write_jsonl
+
+    a, b, dup = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "dup.jsonl"
+    write_jsonl(a, [_t("e1", 0), _t("e1", 1, 1.0, True)])
+    write_jsonl(b, [_t("e2", 0, -1.0, True)])
+    write_jsonl(dup, [_t("e1", 5)])
+    x = WorldModelStudyConfig()
+    out = tmp_path / "transitions.jsonl"
+    trans, counts = load_or_collect(load_config(), x, out, [str(a), str(b)])
+    assert [(t.episode_id, t.step) for t in trans] == [("e1", 0), ("e1", 1), ("e2", 0)]
+    assert counts["from_file"] == [str(a), str(b)]
+    assert [(t.episode_id, t.step) for t in read_jsonl(str(out))] == [
+        ("e1", 0),
+        ("e1", 1),
+        ("e2", 0),
+    ]
+    with pytest.raises(ValueError, match="already in an earlier file"):
+        load_or_collect(load_config(), x, out, [str(a), str(dup)])
+    one, _ = load_or_collect(load_config(), x, tmp_path / "one.jsonl", str(b))
+    assert [t.episode_id for t in one] == ["e2"]
