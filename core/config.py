@@ -247,6 +247,12 @@ class ModelConfig:
         "or action token that is part of a word also in the task instruction (models/wm_match.py). "
         "A model loaded from a directory keeps what it was saved with.",
     )
+    wm_head_lines: bool = _f(
+        True,
+        "World model built from config: its reward, done and change heads also read a learned "
+        "projection (zero at init) of the mean over the page lines that hold a word of the "
+        "instruction (models/wm_lines.py). A model loaded from a directory keeps what it was saved with.",
+    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "

@@ -30,6 +30,7 @@ import torch
 from core.waiting import Aborted
 from models.lean_decode import LeanStep, SharedPrefixCache
 from models.policy import prefix_groups
+from models.wm_lines import line_positions, lines_term
 from models.wm_match import given_flags, left_padded, prompt_flags
 
 
@@ -220,18 +221,28 @@ def _shared_prefix_cache(
 
 
 def _head_hidden(
-    lay: _Layout, hp: torch.Tensor | None, ht: torch.Tensor, positions: list[list[int]]
+    lay: _Layout,
+    hp: torch.Tensor | None,
+    ht: torch.Tensor,
+    positions: list[list[int]],
+    model: Any = None,
+    lines: list[list[int]] | None = None,
 ) -> torch.Tensor:
     """(B, d): row b's mean last-layer hidden state over prompt positions ``positions[b]``; a
     position inside the row's shared prefix is read from its prefix group's row of the prefix pass
-    (``hp``), the others from the row's own tail pass (``ht``)."""
-    rows = []
-    for b, pos in enumerate(positions):
-        L, off = int(lay.plen_b[b]), lay.S - len(lay.tails[b])
-        g = int(lay.gi[b])
-        vecs = [hp[g, lay.Pp - L + q] if q < L else ht[b, off + q - L] for q in pos]  # type: ignore[index]
-        rows.append(torch.stack(vecs).mean(0))
-    return torch.stack(rows)
+    (``hp``), the others from the row's own tail pass (``ht``).  With ``lines`` (a ``model`` with
+    the named lines' layer, ``models.wm_lines``): plus that layer on the hidden states at
+    ``lines[b]``, read the same way."""
+
+    def at(b: int, qs: list[int]) -> torch.Tensor:
+        L, off, g = int(lay.plen_b[b]), lay.S - len(lay.tails[b]), int(lay.gi[b])
+        vecs = [hp[g, lay.Pp - L + q] if q < L else ht[b, off + q - L] for q in qs]  # type: ignore[index]
+        return torch.stack(vecs) if vecs else ht.new_zeros(0, ht.shape[-1])
+
+    mean = torch.stack([at(b, pos).mean(0) for b, pos in enumerate(positions)])
+    if lines is None:
+        return mean
+    return mean + lines_term(model, [at(b, q) for b, q in enumerate(lines)], mean)
 
 
 def _prefill_tails(
@@ -410,7 +421,8 @@ def generate_tokens(
     last_hidden = None
     if return_hidden:
         positions = hidden_positions or [[len(p) - 1] for p in prompts]
-        last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions)
+        lines = line_positions(model, prompts) if hidden_positions is not None else None
+        last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions, model, lines)
     plen = torch.tensor([len(p) for p in prompts])
     step = LeanStep(model) if lean and LeanStep.supports(model) else None
     P = lay.Pp + lay.S

@@ -30,6 +30,7 @@ from models.losses import (
 )
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import encode, pad_id
+from models.wm_lines import line_positions
 from models.wm_proposals import change_label
 from models.world_model import (
     HEADS,
@@ -96,7 +97,9 @@ def _wm_forward(
         pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
     last = None
     if heads:  # the heads' input, as WorldModelRunner's prefill reads it
-        last = head_input(out.hidden_states[-1], [head_positions(tokenizer, p) for p, _ in rows])
+        pos = [head_positions(tokenizer, p) for p, _ in rows]
+        lines = line_positions(model, [p for p, _ in rows])
+        last = head_input(out.hidden_states[-1], pos, model, lines)
     return out, labels, mask, pooled, last
 
 

@@ -47,29 +47,57 @@ def token_pieces(tokenizer: Any) -> list[str]:
     return ["" if i in special else decode(tokenizer, [i]) for i in range(len(tokenizer))]
 
 
-def match_flags(ids: list[int], pieces: list[str]) -> list[bool]:
-    """Per token of one row: does it overlap a word of the flagged span that is also a word of
-    the instruction (the module docstring's rule)?  All False for a row not starting with
-    ``Task: `` (after empty pieces, i.e. padding)."""
+def _scan(ids: list[int], pieces: list[str]) -> tuple[list[str], list[int], str, bytearray, int]:
+    """(token texts, their start offsets, the row's text, per character: part of a flagged word,
+    the end of the instruction line (-1: not a prompt row))."""
     texts = [pieces[i] if 0 <= i < len(pieces) else "" for i in ids]
     starts, pos = [], 0
     for t in texts:
         starts.append(pos)
         pos += len(t)
     text = "".join(texts)
-    if not text.startswith(TASK):
-        return [False] * len(ids)
-    nl = text.find("\n")
+    hit = bytearray(len(text))
+    nl = text.find("\n") if text.startswith(TASK) else -1
     if nl < 0:
-        return [False] * len(ids)
+        return texts, starts, text, hit, -1
     words = set(_WORD.findall(text[len(TASK) : nl]))
     end = text.find(END, nl)
     end = len(text) if end < 0 else end + 1  # the newline before "Change:" stays in the span
-    hit = bytearray(len(text))
     for m in _WORD.finditer(text, nl + 1, end):
         if m.group(0) in words:
             hit[m.start() : m.end()] = b"\x01" * (m.end() - m.start())
+    return texts, starts, text, hit, nl
+
+
+def match_flags(ids: list[int], pieces: list[str]) -> list[bool]:
+    """Per token of one row: does it overlap a word of the flagged span that is also a word of
+    the instruction (the module docstring's rule)?  All False for a row not starting with
+    ``Task: `` (after empty pieces, i.e. padding)."""
+    texts, starts, _, hit, _ = _scan(ids, pieces)
     return [any(hit[s : s + len(t)]) for s, t in zip(starts, texts, strict=True)]
+
+
+def match_line_positions(ids: list[int], pieces: list[str]) -> list[int]:
+    """Positions of the tokens of every page line (after the instruction line, before the
+    ``Action:`` line) that holds a flagged word: the whole line, its state words (``checked``,
+    ``selected``, a ``value``) included.  Empty for a row that is not a prompt."""
+    texts, starts, text, hit, nl = _scan(ids, pieces)
+    if nl < 0:
+        return []
+    stop = text.find("\nAction: ", nl)
+    stop = len(text) if stop < 0 else stop
+    spans, a = [], nl + 1
+    while a < stop:
+        b = text.find("\n", a, stop)
+        b = stop if b < 0 else b
+        if any(hit[a:b]):
+            spans.append((a, b))
+        a = b + 1
+    out = []
+    for k, (s, t) in enumerate(zip(starts, texts, strict=True)):
+        if t and any(s < b and s + len(t) > a for a, b in spans):
+            out.append(k)
+    return out
 
 
 class MatchFeature(torch.nn.Module):

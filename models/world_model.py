@@ -81,6 +81,7 @@ from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
+from models.wm_lines import attach_match_lines, line_positions, lines_term
 from models.wm_match import attach_match_feature
 from models.wm_proposals import attach_change_head, candidate_trees, change_head_trained, choose
 
@@ -174,9 +175,19 @@ def head_positions(tokenizer: Any, prompt: list[int]) -> list[int]:
     return tail
 
 
-def head_input(hidden: torch.Tensor, positions: list[list[int]]) -> torch.Tensor:
-    """(B, d): row b's mean of ``hidden[b, positions[b]]`` (hidden: (B, T, d), positions in its columns)."""
-    return torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
+def head_input(
+    hidden: torch.Tensor,
+    positions: list[list[int]],
+    model: Any = None,
+    lines: list[list[int]] | None = None,
+) -> torch.Tensor:
+    """(B, d): row b's mean of ``hidden[b, positions[b]]`` (hidden: (B, T, d), positions in its
+    columns), plus, for a ``model`` with the named lines' layer (``models.wm_lines``), that layer
+    on ``hidden[b, lines[b]]`` (``lines``: ``models.wm_lines.line_positions``)."""
+    mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
+    if model is None or lines is None or getattr(model, "match_lines", None) is None:
+        return mean
+    return mean + lines_term(model, [hidden[b, q] for b, q in enumerate(lines)], mean)
 
 
 def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,10 +206,20 @@ def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
         return load_world_model(model_cfg.world_model_path)
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     model.config.wm_heads_trained = False
-    model.config.wm_match_feature = False
-    if model_cfg.wm_match_feature:
+    model.config.wm_match_feature = model.config.wm_head_lines = False
+    return attach_parts(model, tok, model_cfg.wm_match_feature, model_cfg.wm_head_lines), tok
+
+
+def attach_parts(model: Any, tok: Any, match: bool, lines: bool) -> Any:
+    """The world model's parts beside the LM, always in this order (the parameter order an
+    optimizer's saved state is matched by on resume): the exact-match feature (``match``), the
+    page, reward, done and change heads, the named lines' layer (``lines``)."""
+    if match:
         attach_match_feature(model, tok)
-    return attach_heads(model), tok
+    attach_heads(model)
+    if lines:
+        attach_match_lines(model, tok)
+    return model
 
 
 def load_world_model(path: str) -> tuple[Any, Any]:
@@ -206,16 +227,17 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     restored if they were saved.  A file without the reward/done heads (saved before they existed)
     loads with fresh heads and ``heads_trained`` off (reward and done then come from the text)."""
     model, tok = load_causal_lm(path)
-    attach_heads(model)
-    if getattr(model.config, "wm_match_feature", False):
-        attach_match_feature(model, tok)
+    cfg = model.config
+    attach_parts(
+        model, tok, getattr(cfg, "wm_match_feature", False), getattr(cfg, "wm_head_lines", False)
+    )
     found = set()
     st = os.path.join(path, "model.safetensors")
     if os.path.exists(st):
         from safetensors.torch import load_file
 
         saved = load_file(st)
-        for name in ("page_head", *HEADS, "change_head", "wm_match"):
+        for name in ("page_head", *HEADS, "change_head", "wm_match", "match_lines"):
             sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
             if sd:
                 if getattr(model, name, None) is not None:
@@ -538,7 +560,8 @@ class WorldModelRunner:
                 ids[r, : len(p)] = torch.tensor(p, device=dev)
                 att[r, : len(p)] = 1
             h = self.model.base_model(input_ids=ids, attention_mask=att).last_hidden_state
-            out.append(head_input(h, [head_positions(self.tokenizer, p) for p in part]))
+            pos = [head_positions(self.tokenizer, p) for p in part]
+            out.append(head_input(h, pos, self.model, line_positions(self.model, part)))
         return torch.cat(out)
 
     @torch.no_grad()

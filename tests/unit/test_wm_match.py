@@ -1,6 +1,9 @@
-"""The world model's exact-match input feature (models/wm_match.py): which tokens it flags, that
-every path that feeds a prompt in pieces (shared prefix + tails, the rerank trie) gives the same
-numbers as one plain forward pass of the whole prompt, and that it is saved and restored."""
+"""The world model's exact-match input feature (models/wm_match.py) and its heads' view of the
+lines the instruction names (models/wm_lines.py): which tokens and lines they take, that every
+path that feeds a prompt in pieces (shared prefix + tails, the rerank trie) gives the same numbers
+as one plain forward pass of the whole prompt, that both are trained, saved and restored, and
+that a saved model comes back with its parameters in the same order (an optimizer's saved state
+is matched by that order on resume)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from models.policy import score_continuations
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
-from models.wm_match import match_flags, token_pieces
+from models.wm_match import match_flags, match_line_positions, token_pieces
 from models.world_model import (
     head_input,
     head_positions,
@@ -40,12 +43,21 @@ CFG = ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
 
 def _model(feature: bool = True, seed: int = 3):
     model, tok = make_world_model(
-        ModelConfig(layers=1, d_model=64, heads=2, max_positions=320, wm_match_feature=feature)
+        ModelConfig(
+            layers=1,
+            d_model=64,
+            heads=2,
+            max_positions=320,
+            wm_match_feature=feature,
+            wm_head_lines=feature,
+        )
     )
     if feature:
         g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():  # a trained-looking vector: big enough to move every output
+        with torch.no_grad():  # trained-looking weights: big enough to move every output
             model.wm_match.weight.copy_(torch.randn(model.wm_match.weight.shape, generator=g))
+            w = model.match_lines.proj.weight
+            w.copy_(torch.randn(w.shape, generator=g) * 0.3)
     return model.eval(), tok
 
 
@@ -110,11 +122,24 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
         ref_h, ref_tok = [], []
         for p, pos in zip(prompts, positions, strict=True):
             out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
-            ref_h.append(head_input(out.hidden_states[-1], [pos])[0])
+            lines = [match_line_positions(p, model.match_lines.pieces)]
+            ref_h.append(head_input(out.hidden_states[-1], [pos], model, lines)[0])
             ref_tok.append(int(out.logits[0, -1].argmax()))
     assert torch.allclose(hid, torch.stack(ref_h), atol=1e-4)
     assert [g[0] for g in gen] == ref_tok
-    # and the feature matters: without it the heads' input differs
+    # the named lines are in it: the plain mean alone differs
+    with torch.no_grad():
+        mean = torch.stack(
+            [
+                head_input(
+                    model(input_ids=torch.tensor([p]), output_hidden_states=True).hidden_states[-1],
+                    [pos],
+                )[0]
+                for p, pos in zip(prompts, positions, strict=True)
+            ]
+        )
+    assert not torch.allclose(hid, mean, atol=1e-3)
+    # and the match feature matters: without it the heads' input differs
     with torch.no_grad():
         model.wm_match.weight.zero_()
         _, plain = generate_tokens(
@@ -151,6 +176,11 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     tok.save_pretrained(tmp_path / "with")
     again, _ = load_world_model(str(tmp_path / "with"))
     assert torch.equal(again.wm_match.weight, model.wm_match.weight)
+    assert torch.equal(again.match_lines.proj.weight, model.match_lines.proj.weight)
+    # the same parameters in the same order: a resumed optimizer's state lands on the right ones
+    assert [(n, tuple(p.shape)) for n, p in again.named_parameters()] == [
+        (n, tuple(p.shape)) for n, p in model.named_parameters()
+    ]
     ids = torch.tensor([_prompts(tok)[0]])
     with torch.no_grad():
         assert torch.allclose(again(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
@@ -159,9 +189,11 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     otok.save_pretrained(tmp_path / "old")
     loaded, _ = load_world_model(str(tmp_path / "old"))
     assert getattr(loaded, "wm_match", None) is None and not loaded.config.wm_match_feature
+    assert getattr(loaded, "match_lines", None) is None and not loaded.config.wm_head_lines
+    assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
 
 
-def test_the_trainers_loss_trains_the_vector():
+def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
     from core.config import TrainerConfig
     from models.wm_loss import world_model_batch_loss
     from streams.records import Transition
@@ -184,7 +216,26 @@ def test_the_trainers_loss_trains_the_vector():
     )
     loss, _ = world_model_batch_loss(model, tok, [t], TrainerConfig(infonce_weight=0.0))
     loss.backward()
-    assert (
-        model.wm_match.weight.grad is not None and float(model.wm_match.weight.grad.abs().sum()) > 0
-    )
+    for w in (model.wm_match.weight, model.match_lines.proj.weight):
+        assert w.grad is not None and float(w.grad.abs().sum()) > 0
     assert parse_action("click(2)").element == 2
+
+
+def test_named_lines_are_the_page_lines_holding_an_instruction_word_with_their_state():
+    _, tok = _model()
+    pieces = token_pieces(tok)
+
+    def lines(obs: Observation, action: str) -> str:
+        ids = world_model_prompt_ids(tok, obs, action, 320, 32)
+        return decode(tok, [ids[i] for i in match_line_positions(ids, pieces)])
+
+    picked = OTHER.tree.replace('value="Jordan"', 'value="Kiribati"')
+    picked = picked.replace('"Jordan" selected', '"Jordan"').replace(
+        '"Kiribati"\n', '"Kiribati" selected\n'
+    )
+    right = Observation(OTHER.instruction, "u", picked, next_id=3, element_ids=[1, 2])
+    got = lines(right, "click(2)")
+    assert 'value="Kiribati"' in got and '"Kiribati" selected' in got and "Submit" in got
+    wrong = lines(OTHER, "click(2)")  # the asked option is there, not selected: no value line
+    assert "Jordan" not in wrong and '"Kiribati"' in wrong and "selected" not in wrong
+    assert "Action" not in got and "Select" not in got  # not the action line, not the instruction
