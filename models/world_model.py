@@ -42,6 +42,12 @@ typed value is the asked text" off the acted element's line instead of matching 
 the prompt by attention (terminal reward balanced accuracy 0.935 / 0.943 over two seeds against
 0.847 / 0.836 without it; docs/algorithm.md, "Stage 1").
 
+**The lines the instruction names** (``ModelConfig.wm_head_lines``, on by default;
+``models.wm_lines``): the heads' input also gets a linear layer (zero at init) on the mean over
+the page lines that hold an instruction word, where a click on "Submit" is decided (choose-list
+0.96-1.00 with it, 0.54-0.65 without).  ``attach_parts`` attaches every part in one order, when
+made and when loaded, so a resumed optimizer's saved state lands on the right parameters.
+
 Fallback flag: ``model.config.wm_heads_trained`` (``heads_trained(model)``), set
 by the first training step that trains the heads (``mark_heads_trained``) and
 saved with the config by ``save_pretrained``.  A model saved before the heads
