@@ -62,8 +62,3 @@ def line_positions(model: Any, prompts: list[list[int]]) -> list[list[int]] | No
     """Each prompt's ``match_line_positions``; None for a model without the layer."""
     ml = getattr(model, "match_lines", None)
     return None if ml is None else [match_line_positions(p, ml.pieces) for p in prompts]
-
-
-def lines_term(model: Any, vecs: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """The layer's output for rows whose named lines' hidden states are ``vecs``."""
-    return model.match_lines(vecs, like)

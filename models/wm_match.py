@@ -172,7 +172,3 @@ def attach_match_feature(model: Any, tokenizer: Any) -> Any:
         emb.register_forward_hook(model.wm_match.hook)
     model.config.wm_match_feature = True
     return model
-
-
-def has_match_feature(model: Any) -> bool:
-    return getattr(model, "wm_match", None) is not None

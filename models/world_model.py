@@ -87,7 +87,7 @@ from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
-from models.wm_lines import attach_match_lines, line_positions, lines_term
+from models.wm_lines import attach_match_lines, line_positions
 from models.wm_match import attach_match_feature
 from models.wm_proposals import attach_change_head, candidate_trees, change_head_trained, choose
 
@@ -193,7 +193,7 @@ def head_input(
     mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
     if model is None or lines is None or getattr(model, "match_lines", None) is None:
         return mean
-    return mean + lines_term(model, [hidden[b, q] for b, q in enumerate(lines)], mean)
+    return mean + model.match_lines([hidden[b, q] for b, q in enumerate(lines)], mean)
 
 
 def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -108,50 +108,37 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
     model, tok = _model()
     prompts = _prompts(tok)
     positions = [head_positions(tok, p) for p in prompts]
+
+    def generated() -> tuple[list, torch.Tensor]:
+        with torch.no_grad():
+            return generate_tokens(
+                model,
+                prompts,
+                1,
+                pad_id(tok),
+                eos_id(tok),
+                320,
+                return_hidden=True,
+                hidden_positions=positions,
+            )
+
+    gen, hid = generated()
+    ref_h, ref_tok, mean = [], [], []
     with torch.no_grad():
-        gen, hid = generate_tokens(
-            model,
-            prompts,
-            1,
-            pad_id(tok),
-            eos_id(tok),
-            320,
-            return_hidden=True,
-            hidden_positions=positions,
-        )
-        ref_h, ref_tok = [], []
         for p, pos in zip(prompts, positions, strict=True):
             out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
             lines = [match_line_positions(p, model.match_lines.pieces)]
             ref_h.append(head_input(out.hidden_states[-1], [pos], model, lines)[0])
             ref_tok.append(int(out.logits[0, -1].argmax()))
+            mean.append(head_input(out.hidden_states[-1], [pos])[0])
     assert torch.allclose(hid, torch.stack(ref_h), atol=1e-4)
     assert [g[0] for g in gen] == ref_tok
     # the named lines are in it: the plain mean alone differs
-    with torch.no_grad():
-        mean = torch.stack(
-            [
-                head_input(
-                    model(input_ids=torch.tensor([p]), output_hidden_states=True).hidden_states[-1],
-                    [pos],
-                )[0]
-                for p, pos in zip(prompts, positions, strict=True)
-            ]
-        )
-    assert not torch.allclose(hid, mean, atol=1e-3)
+    assert not torch.allclose(hid, torch.stack(mean), atol=1e-3)
     # and the match feature matters: without it the heads' input differs
     with torch.no_grad():
         model.wm_match.weight.zero_()
-        _, plain = generate_tokens(
-            model,
-            prompts,
-            1,
-            pad_id(tok),
-            eos_id(tok),
-            320,
-            return_hidden=True,
-            hidden_positions=positions,
-        )
+    _, plain = generated()
     assert not torch.allclose(hid, plain, atol=1e-3)
 
 
