@@ -9,11 +9,13 @@ This agent is the scripted expert with, at each step and with probability
 - ``select`` -> another option of the same list (wrong option);
 - ``type`` -> the same field with mistyped text (a character dropped, swapped or replaced).
 
-The experts read the page at every step, so a mistyped field would simply be typed again on the
-next step and the episode would still succeed.  When the expert is about to correct a field
-this agent has just mistyped, the agent submits instead (``premature_submit``: the page's
-submit button, as the experts find it), so the failure is a near miss of the success: the same
-form, one field wrong.
+The experts read the page at every step, so a near miss would simply be undone and the
+episode would still succeed (or, on a page of toggles, run out of steps undoing it).  When the
+expert is about to undo a near miss of this agent, it submits instead (``premature_submit``:
+the page's submit button, as the experts find it), so the failure is a near miss of the
+success: the same form, one field wrong.  Undoing is retyping the field this agent has just
+mistyped, or clicking again an element this agent clicked by mistake earlier in the episode
+(a checkbox ticked in place of another: the expert would untick it).
 
 Other actions (keys, scrolls, pointer actions, stop) are kept as the expert chose them.  Its
 episodes are real interaction (source ``real``, published to the real-transitions topic and
@@ -99,6 +101,8 @@ class PerturbedExpertAgent:
         self.p, self.rng = float(p), random.Random(seed)
         self.perturbed = {k: 0 for k in KINDS}
         self.recent: deque[str] = deque(maxlen=256)  # the mistyped actions it emitted lately
+        # the wrong clicks it emitted lately, with their page's instruction (one episode's)
+        self.wrong_clicks: deque[tuple[str, str]] = deque(maxlen=256)
 
     def supports(self, task: str) -> bool:
         return self.expert.supports(task)
@@ -119,18 +123,20 @@ class PerturbedExpertAgent:
             self.perturbed[miss[1]] += 1
             if miss[1] == "wrong_text":
                 self.recent.append(miss[0].to_text())
+            elif miss[1] == "wrong_element":
+                self.wrong_clicks.append((obs.instruction, miss[0].to_text()))
             out.append((miss[0], lp, nt, {"perturbed": miss[1]}))
         return out
 
     def _commit_instead(self, a: Action, obs: Observation, hist: list) -> tuple[Action, str] | None:
-        """The page's submit click when the expert is about to retype the field this agent has
-        just mistyped (the previous action), else None."""
-        if a.kind != "type" or not hist:
+        """The page's submit click when the expert is about to undo a near miss of this agent:
+        retype the field it has just mistyped (the previous action), or click again an element
+        it clicked by mistake earlier in this episode; else None."""
+        if not hist or a.kind not in ("type", "click"):
             return None
-        prev = (
-            hist[-1][1] if isinstance(hist[-1], tuple) else hist[-1]
-        )  # (obs, action) in a collector
-        text = prev.to_text() if isinstance(prev, Action) else str(prev)
+        if a.kind == "click":
+            return self._unclick_instead(a, obs, hist)
+        text = _action_text(hist[-1])
         if text not in self.recent:
             return None
         try:
@@ -141,3 +147,22 @@ class PerturbedExpertAgent:
             return None
         commit = submit(parse_tree(obs.tree))
         return (commit, "premature_submit") if commit is not None else None
+
+    def _unclick_instead(
+        self, a: Action, obs: Observation, hist: list
+    ) -> tuple[Action, str] | None:
+        text = a.to_text()
+        if text not in {_action_text(h) for h in hist}:
+            return None
+        if (obs.instruction, text) not in self.wrong_clicks:
+            return None
+        commit = submit(parse_tree(obs.tree))
+        if commit is None or commit == a:
+            return None
+        return commit, "premature_submit"
+
+
+def _action_text(entry: Any) -> str:
+    """The action of a history entry as text (a collector's history holds (obs, action))."""
+    act = entry[1] if isinstance(entry, tuple) else entry
+    return act.to_text() if isinstance(act, Action) else str(act)

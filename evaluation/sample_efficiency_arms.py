@@ -23,7 +23,7 @@ QUICK = {  # --quick: every artifact through every real component in a few minut
     "seeds": [0],
     "budget": [14, 22, 30],
     "imitation_steps": 3,
-    "online_policy_steps": 3,
+    "online_policy_steps": 5,  # dream-fed steps are fast: room for the first live group to land
     "group_size": 2,
     "batch_trajectories": 4,
     "dream_real_share": 0.5,

@@ -120,3 +120,58 @@ def test_a_mistyped_field_is_submitted_not_corrected() -> None:
 def test_a_wrong_click_prefers_the_targets_role() -> None:
     rng = random.Random(0)
     assert {perturb(Action.click(6), PAGE, rng)[0].element for _ in range(20)} == {7}
+
+
+BOXES = Observation(
+    instruction="Select b and click Submit.",
+    url="http://127.0.0.1/miniwob/click-checkboxes.html",
+    tree='[1] checkbox "a"\n[2] checkbox "b"\n[3] checkbox "c"\n[4] button "Submit"',
+    next_id=5,
+)
+
+
+class _ScriptExpert:
+    """Answers each call with the next action of its script."""
+
+    def __init__(self, *actions: Action) -> None:
+        self.actions = list(actions)
+
+    def supports(self, task: str) -> bool:
+        return True
+
+    async def act(self, obs_list, histories, tasks=None):
+        return [(self.actions.pop(0), None, 0) for _ in obs_list]
+
+
+def test_a_wrong_click_is_submitted_not_undone() -> None:
+    """A box ticked in place of the asked one: where the expert would click it again (untick
+    it), the agent clicks Submit, so the episode ends one box wrong instead of running out of
+    steps undoing near misses."""
+    agent = PerturbedExpertAgent(_ScriptExpert(Action.click(2)), p=1.0, seed=0)
+    (first,) = asyncio.run(agent.act([BOXES], [[]]))
+    assert first[3] == {"perturbed": "wrong_element"} and first[0].element in (1, 3)
+    wrong = first[0]
+    agent.expert = _ScriptExpert(Action.click(2), wrong)
+    agent.p = 0.0
+    hist = [(BOXES, wrong)]
+    (second,) = asyncio.run(agent.act([BOXES], [hist]))  # the expert ticks the asked box
+    assert second[0] == Action.click(2) and len(second) == 3
+    hist.append((BOXES, second[0]))
+    (third,) = asyncio.run(agent.act([BOXES], [hist]))  # ... then would untick the wrong one
+    assert third[0] == Action.click(4) and third[3] == {"perturbed": "premature_submit"}
+
+
+def test_an_expert_click_repeated_is_not_a_reason_to_submit() -> None:
+    agent = PerturbedExpertAgent(_ScriptExpert(Action.click(2), Action.click(2)), p=0.0)
+    (out,) = asyncio.run(agent.act([BOXES], [[(BOXES, Action.click(2))]]))
+    assert out[0] == Action.click(2) and len(out) == 3
+    # a wrong click of another episode (another instruction) is not this episode's
+    other = Observation("Select a and click Submit.", BOXES.url, BOXES.tree, next_id=5)
+    agent.wrong_clicks.append((other.instruction, "click(2)"))
+    (out,) = asyncio.run(agent.act([BOXES], [[(BOXES, Action.click(2))]]))
+    assert out[0] == Action.click(2) and len(out) == 3
+    # the submit click itself is never replaced by itself
+    agent.wrong_clicks.append((BOXES.instruction, "click(4)"))
+    agent.expert = _ScriptExpert(Action.click(4))
+    (out,) = asyncio.run(agent.act([BOXES], [[(BOXES, Action.click(4))]]))
+    assert out[0] == Action.click(4) and len(out) == 3
