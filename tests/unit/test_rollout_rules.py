@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from collectors.agents import ExpertAgent, RandomAgent
+from collectors.perturbed import PerturbedExpertAgent
 from collectors.schedule import _Schedule, collector_group_size
 from collectors.tasks import resolve_tasks
 from core.config import Config
@@ -104,6 +105,8 @@ def test_collector_group_size_auto():
     assert collector_group_size(cfg, "real", object()) == cfg.stream.group_size  # a sampling policy
     assert collector_group_size(cfg, "expert", ExpertAgent()) == 1
     assert collector_group_size(cfg, "real", RandomAgent()) == 1
+    # the perturbed expert's episodes carry no behaviour log-probs: one per seed, not groups
+    assert collector_group_size(cfg, "real", PerturbedExpertAgent(ExpertAgent())) == 1
     cfg.collector.group_size = 5
     assert collector_group_size(cfg, "real", RandomAgent()) == 5
 
