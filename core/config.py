@@ -253,13 +253,6 @@ class ModelConfig:
         "projection (zero at init) of the mean over the page lines that hold a word of the "
         "instruction (models/wm_lines.py). A model loaded from a directory keeps what it was saved with.",
     )
-    wm_head_page_lines: bool = _f(
-        True,
-        "World model built from config: its heads also read a small network (GELU MLP, output "
-        "zero at init) applied to every page line's mean hidden state, averaged over the lines "
-        "(a count over lines, e.g. click-checkboxes' boxes right minus wrong; models/wm_lines.py). "
-        "A model loaded from a directory keeps what it was saved with.",
-    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "

@@ -30,7 +30,7 @@ import torch
 from core.waiting import Aborted
 from models.lean_decode import LeanStep, SharedPrefixCache
 from models.policy import prefix_groups
-from models.wm_lines import line_positions, lines_term
+from models.wm_lines import line_positions
 from models.wm_match import given_flags, left_padded, prompt_flags
 
 
@@ -242,7 +242,7 @@ def _head_hidden(
     mean = torch.stack([at(b, pos).mean(0) for b, pos in enumerate(positions)])
     if lines is None:
         return mean
-    return mean + lines_term(model, [at(b, q) for b, q in enumerate(lines)], mean, lines)
+    return mean + model.match_lines([at(b, q) for b, q in enumerate(lines)], mean)
 
 
 def _prefill_tails(

@@ -100,47 +100,6 @@ def match_line_positions(ids: list[int], pieces: list[str]) -> list[int]:
     return out
 
 
-def page_line_tokens(ids: list[int], pieces: list[str]) -> tuple[list[int], list[int], list[bool]]:
-    """The tokens of every page line (after the instruction and ``Page:`` lines, before the
-    ``Action:`` line):
-    (their positions, each one's line, counted from 0, each one's "is in a line that holds a
-    flagged word", as ``match_line_positions`` takes it).  A token across a line break counts
-    for the first line it overlaps.  Empty for a row that is not a prompt."""
-    texts, starts, text, hit, nl = _scan(ids, pieces)
-    if nl < 0:
-        return [], [], []
-    stop = text.find("\nAction: ", nl)
-    stop = len(text) if stop < 0 else stop
-    spans, a = [], nl + 1
-    while a < stop:
-        b = text.find("\n", a, stop)
-        b = stop if b < 0 else b
-        if b > a and text[a:b] != "Page:":  # the page's header line says nothing
-            spans.append((a, b, any(hit[a:b])))
-        a = b + 1
-    pos: list[int] = []
-    line: list[int] = []
-    named: list[bool] = []
-    j = 0
-    for k, (s, t) in enumerate(zip(starts, texts, strict=True)):
-        if not t:
-            continue
-        while j < len(spans) and spans[j][1] <= s:
-            j += 1  # spans ending before this token
-        over, i = [], j
-        while i < len(spans) and spans[i][0] < s + len(t):
-            over.append(i)
-            i += 1
-        if over:
-            pos.append(k)
-            line.append(over[0])
-            named.append(any(spans[i][2] for i in over))
-    if not pos:
-        return [], [], []
-    first = {n: i for i, n in enumerate(sorted(set(line)))}  # lines counted from 0
-    return pos, [first[n] for n in line], named
-
-
 class MatchFeature(torch.nn.Module):
     """``weight`` (d,) added to the embeddings of flagged tokens (``hook``).  ``given``: the flags
     of the next forward pass, set by ``given_flags`` for the callers that feed a prompt in pieces

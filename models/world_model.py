@@ -87,7 +87,7 @@ from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
-from models.wm_lines import attach_match_lines, attach_page_lines, line_positions, lines_term
+from models.wm_lines import attach_match_lines, line_positions
 from models.wm_match import attach_match_feature
 from models.wm_proposals import attach_change_head, candidate_trees, change_head_trained, choose
 
@@ -191,9 +191,9 @@ def head_input(
     columns), plus, for a ``model`` with the named lines' layer (``models.wm_lines``), that layer
     on ``hidden[b, lines[b]]`` (``lines``: ``models.wm_lines.line_positions``)."""
     mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
-    if model is None or lines is None:
+    if model is None or lines is None or getattr(model, "match_lines", None) is None:
         return mean
-    return mean + lines_term(model, [hidden[b, q] for b, q in enumerate(lines)], mean, lines)
+    return mean + model.match_lines([hidden[b, q] for b, q in enumerate(lines)], mean)
 
 
 def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,23 +213,18 @@ def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     model.config.wm_heads_trained = False
     model.config.wm_match_feature = model.config.wm_head_lines = False
-    model.config.wm_head_page_lines = False
-    return attach_parts(model, tok, model_cfg), tok
+    return attach_parts(model, tok, model_cfg.wm_match_feature, model_cfg.wm_head_lines), tok
 
 
-def attach_parts(model: Any, tok: Any, flags: Any) -> Any:
-    """The world model's parts beside the LM that ``flags`` (a ``ModelConfig``, or a saved
-    model's config: a missing flag is off) asks for, always in this order (the parameter order an
-    optimizer's saved state is matched by on resume): the exact-match feature
-    (``wm_match_feature``), the page, reward, done and change heads, the named lines' layer
-    (``wm_head_lines``), the per-line network (``wm_head_page_lines``)."""
-    if getattr(flags, "wm_match_feature", False):
+def attach_parts(model: Any, tok: Any, match: bool, lines: bool) -> Any:
+    """The world model's parts beside the LM, always in this order (the parameter order an
+    optimizer's saved state is matched by on resume): the exact-match feature (``match``), the
+    page, reward, done and change heads, the named lines' layer (``lines``)."""
+    if match:
         attach_match_feature(model, tok)
     attach_heads(model)
-    if getattr(flags, "wm_head_lines", False):
+    if lines:
         attach_match_lines(model, tok)
-    if getattr(flags, "wm_head_page_lines", False):
-        attach_page_lines(model, tok)
     return model
 
 
@@ -238,14 +233,17 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     restored if they were saved.  A file without the reward/done heads (saved before they existed)
     loads with fresh heads and ``heads_trained`` off (reward and done then come from the text)."""
     model, tok = load_causal_lm(path)
-    attach_parts(model, tok, model.config)
+    cfg = model.config
+    attach_parts(
+        model, tok, getattr(cfg, "wm_match_feature", False), getattr(cfg, "wm_head_lines", False)
+    )
     found = set()
     st = os.path.join(path, "model.safetensors")
     if os.path.exists(st):
         from safetensors.torch import load_file
 
         saved = load_file(st)
-        for name in ("page_head", *HEADS, "change_head", "wm_match", "match_lines", "page_lines"):
+        for name in ("page_head", *HEADS, "change_head", "wm_match", "match_lines"):
             sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
             if sd:
                 if getattr(model, name, None) is not None:

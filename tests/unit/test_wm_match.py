@@ -16,8 +16,7 @@ from models.policy import score_continuations
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
-from models.wm_lines import line_positions
-from models.wm_match import match_flags, match_line_positions, page_line_tokens, token_pieces
+from models.wm_match import match_flags, match_line_positions, token_pieces
 from models.world_model import (
     head_input,
     head_positions,
@@ -51,15 +50,14 @@ def _model(feature: bool = True, seed: int = 3):
             max_positions=320,
             wm_match_feature=feature,
             wm_head_lines=feature,
-            wm_head_page_lines=feature,
         )
     )
     if feature:
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():  # trained-looking weights: big enough to move every output
             model.wm_match.weight.copy_(torch.randn(model.wm_match.weight.shape, generator=g))
-            for w in (model.match_lines.proj.weight, model.page_lines.mlp[2].weight):
-                w.copy_(torch.randn(w.shape, generator=g) * 0.3)
+            w = model.match_lines.proj.weight
+            w.copy_(torch.randn(w.shape, generator=g) * 0.3)
     return model.eval(), tok
 
 
@@ -129,7 +127,7 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
     with torch.no_grad():
         for p, pos in zip(prompts, positions, strict=True):
             out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
-            lines = line_positions(model, [p])
+            lines = [match_line_positions(p, model.match_lines.pieces)]
             ref_h.append(head_input(out.hidden_states[-1], [pos], model, lines)[0])
             ref_tok.append(int(out.logits[0, -1].argmax()))
             mean.append(head_input(out.hidden_states[-1], [pos])[0])
@@ -166,7 +164,6 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     again, _ = load_world_model(str(tmp_path / "with"))
     assert torch.equal(again.wm_match.weight, model.wm_match.weight)
     assert torch.equal(again.match_lines.proj.weight, model.match_lines.proj.weight)
-    assert torch.equal(again.page_lines.mlp[2].weight, model.page_lines.mlp[2].weight)
     # the same parameters in the same order: a resumed optimizer's state lands on the right ones
     assert [(n, tuple(p.shape)) for n, p in again.named_parameters()] == [
         (n, tuple(p.shape)) for n, p in model.named_parameters()
@@ -180,7 +177,6 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     loaded, _ = load_world_model(str(tmp_path / "old"))
     assert getattr(loaded, "wm_match", None) is None and not loaded.config.wm_match_feature
     assert getattr(loaded, "match_lines", None) is None and not loaded.config.wm_head_lines
-    assert getattr(loaded, "page_lines", None) is None and not loaded.config.wm_head_page_lines
     assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
 
 
@@ -207,7 +203,7 @@ def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
     )
     loss, _ = world_model_batch_loss(model, tok, [t], TrainerConfig(infonce_weight=0.0))
     loss.backward()
-    for w in (model.wm_match.weight, model.match_lines.proj.weight, model.page_lines.mlp[2].weight):
+    for w in (model.wm_match.weight, model.match_lines.proj.weight):
         assert w.grad is not None and float(w.grad.abs().sum()) > 0
     assert parse_action("click(2)").element == 2
 
@@ -230,63 +226,3 @@ def test_named_lines_are_the_page_lines_holding_an_instruction_word_with_their_s
     wrong = lines(OTHER, "click(2)")  # the asked option is there, not selected: no value line
     assert "Jordan" not in wrong and '"Kiribati"' in wrong and "selected" not in wrong
     assert "Action" not in got and "Select" not in got  # not the action line, not the instruction
-
-
-BOXES = Observation(
-    "Select b and click Submit.",
-    "u",
-    '[1] checkbox "a"\n[2] checkbox "b" checked\n[3] checkbox "c"\n[4] button "Submit"',
-    next_id=5,
-    element_ids=[1, 2, 3, 4],
-)
-
-
-def test_page_lines_are_every_page_line_with_the_named_ones_marked():
-    _, tok = _model()
-    pieces = token_pieces(tok)
-    ids = world_model_prompt_ids(tok, BOXES, "click(4)", 320, 32)
-    pos, line_of, named = page_line_tokens(ids, pieces)
-    assert max(line_of) + 1 == 4 and sorted(set(line_of)) == [0, 1, 2, 3]
-    texts = [
-        "".join(decode(tok, [ids[p]]) for p, n in zip(pos, line_of, strict=True) if n == k)
-        for k in range(4)
-    ]
-    assert texts == [
-        '[1] checkbox "a"',
-        '[2] checkbox "b" checked',
-        '[3] checkbox "c"',
-        '[4] button "Submit"',
-    ]
-    # the named lines' tokens are exactly those the named lines' layer took before
-    assert [p for p, n in zip(pos, named, strict=True) if n] == match_line_positions(ids, pieces)
-    assert [texts[k] for k in sorted({n for n, f in zip(line_of, named, strict=True) if f})] == [
-        texts[1],
-        texts[3],
-    ]
-
-
-def test_the_per_line_network_sees_a_wrongly_ticked_box_the_named_lines_do_not():
-    """click-checkboxes' success counts every box: a box the instruction does not name, ticked,
-    moves the per-line term (its own line is one of the lines averaged)."""
-    model, tok = _model()
-    wrong = Observation(
-        BOXES.instruction,
-        "u",
-        BOXES.tree.replace('"c"', '"c" checked'),
-        next_id=5,
-        element_ids=[1, 2, 3, 4],
-    )
-
-    def terms(obs: Observation) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = world_model_prompt_ids(tok, obs, "click(4)", 320, 32)
-        lines = line_positions(model, [ids])
-        with torch.no_grad():
-            h = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[-1]
-            vecs = [h[0, lines[0]]]
-            return model.match_lines(vecs, h[:, 0], lines)[0], model.page_lines(
-                vecs, h[:, 0], lines
-            )[0]
-
-    (named_ok, page_ok), (_, page_bad) = terms(BOXES), terms(wrong)
-    assert not torch.allclose(page_ok, page_bad, atol=1e-4)
-    assert named_ok.shape == page_ok.shape == (64,)
