@@ -66,6 +66,10 @@ def test_steps_to_reach_interpolates_and_reports_never():
     assert steps_to_reach(curve, 0.05) == 100.0
     assert steps_to_reach(curve, 0.5) == 300.0
     assert steps_to_reach(curve, 0.6) is None
+    # the same successes, means apart by the cells' 4-decimal rounding: reached, at that point
+    tie = [{"real_steps": 100, "success": 0.35}, {"real_steps": 500, "success": 0.397222}]
+    assert steps_to_reach(tie, 0.3972223333) == 500.0
+    assert steps_to_reach(tie, 0.3975) is None  # 0.0003 apart: more than rounding
 
 
 def _cell(arm, seed, pts):
