@@ -132,34 +132,24 @@ class PerturbedExpertAgent:
         """The page's submit click when the expert is about to undo a near miss of this agent:
         retype the field it has just mistyped (the previous action), or click again an element
         it clicked by mistake earlier in this episode; else None."""
-        if not hist or a.kind not in ("type", "click"):
-            return None
-        if a.kind == "click":
-            return self._unclick_instead(a, obs, hist)
-        text = _action_text(hist[-1])
-        if text not in self.recent:
-            return None
-        try:
-            last = parse_action(text)
-        except ValueError:
-            return None
-        if last.element != a.element:
+        if not hist or not self._undoes(a, obs, hist):
             return None
         commit = submit(parse_tree(obs.tree))
-        return (commit, "premature_submit") if commit is not None else None
+        return (commit, "premature_submit") if commit is not None and commit != a else None
 
-    def _unclick_instead(
-        self, a: Action, obs: Observation, hist: list
-    ) -> tuple[Action, str] | None:
-        text = a.to_text()
-        if text not in {_action_text(h) for h in hist}:
-            return None
-        if (obs.instruction, text) not in self.wrong_clicks:
-            return None
-        commit = submit(parse_tree(obs.tree))
-        if commit is None or commit == a:
-            return None
-        return commit, "premature_submit"
+    def _undoes(self, a: Action, obs: Observation, hist: list) -> bool:
+        if a.kind == "click":
+            text = a.to_text()
+            return (obs.instruction, text) in self.wrong_clicks and text in {
+                _action_text(h) for h in hist
+            }
+        if a.kind != "type" or _action_text(hist[-1]) not in self.recent:
+            return False
+        try:
+            last = parse_action(_action_text(hist[-1]))
+        except ValueError:
+            return False
+        return last.element == a.element
 
 
 def _action_text(entry: Any) -> str:

@@ -215,7 +215,7 @@ def steps_to_reach(curve: list[dict], target: float) -> float | None:
     prev = None
     for p in curve:
         if p["success"] >= target - REACH_TOL:
-            if prev is None or p["success"] <= prev["success"] or p["success"] <= target:
+            if prev is None or p["success"] <= target:  # (within REACH_TOL: no interpolation)
                 return float(p["real_steps"])
             frac = (target - prev["success"]) / (p["success"] - prev["success"])
             return float(prev["real_steps"] + frac * (p["real_steps"] - prev["real_steps"]))

@@ -191,7 +191,7 @@ def head_input(
     columns), plus, for a ``model`` with the named lines' layer (``models.wm_lines``), that layer
     on ``hidden[b, lines[b]]`` (``lines``: ``models.wm_lines.line_positions``)."""
     mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
-    if model is None or lines is None or getattr(model, "match_lines", None) is None:
+    if lines is None:  # line_positions gives None for a model without the layer
         return mean
     return mean + model.match_lines([hidden[b, q] for b, q in enumerate(lines)], mean)
 
