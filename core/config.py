@@ -253,6 +253,11 @@ class ModelConfig:
         "projection (zero at init) of the mean over the page lines that hold a word of the "
         "instruction (models/wm_lines.py). A model loaded from a directory keeps what it was saved with.",
     )
+    wm_head_counts: bool = _f(
+        True,
+        "With wm_head_lines: the heads also read sums of per-line maxima over the named and the "
+        "other page lines, i.e. counts (models/wm_lines.py). A loaded model keeps its own.",
+    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "
@@ -282,6 +287,9 @@ class TrainerConfig:
         60.0, "...or after this many seconds with at least one new step."
     )
     wm_batch: int = _f(8, "World-model transitions per step.")
+    wm_terminal_share: float = _f(
+        0.25, "Share of each world-model batch drawn from episode-ending steps (models/learner.py)."
+    )
     chunk_rows: int = _f(
         32,
         "Policy loss: forward + backward in micro-batches of about this many step rows, so only "

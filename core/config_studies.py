@@ -209,6 +209,13 @@ class WorldModelStudyConfig:
     head_weight: float = _f(
         1.0, "trainer.wm_head_weight: the reward/done heads (reward and done in the eval)."
     )
+    terminal_share: float = _f(
+        0.25,
+        "Share of every training batch drawn from the terminal steps (done), each task's as "
+        "often (evaluation/wm_study.py batches), beside the shuffled epochs over all "
+        "transitions: the steps where the reward heads learn success from failure are a few "
+        "percent of the data, most of them one task's. 0 = plain epochs.",
+    )
     max_change_tokens: int = _f(160, "Decoding limit of a predicted change.")
     seed: int = _f(0, "Initialisation and sampling seed.")
     threads: int = _f(2, "torch threads.")

@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import math
 import os
 import random
 import shlex
@@ -51,6 +50,7 @@ import torch
 
 from core.config import Config, ModelConfig
 from core.config_studies import WM_STUDY_TASKS, WorldModelStudyConfig
+from evaluation.wm_sampling import batches, lr_at, terminal_indices
 
 METRICS = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc")
 
@@ -88,35 +88,9 @@ def failed_share(transitions: list) -> float:
     return sum(not ok[t.episode_id] for t in transitions) / len(transitions)
 
 
-def lr_at(step: int, progress: float, base: float, warmup: int, min_fraction: float = 0.0) -> float:
-    """Linear warm-up over ``warmup`` steps, then cosine decay to ``min_fraction * base`` at ``progress`` 1.
-
-    ``progress``: the share of the run done (the larger of steps done / steps and
-    seconds spent / time budget, so the decay ends whichever limit comes first).
-    """
-    if warmup > 0 and step < warmup:
-        return base * (step + 1) / warmup
-    p = min(1.0, max(0.0, progress))
-    return base * (min_fraction + (1.0 - min_fraction) * 0.5 * (1.0 + math.cos(math.pi * p)))
-
-
 def beats(model: dict, baseline: dict, metrics: tuple = METRICS) -> dict[str, bool]:
     """Per metric: is the model strictly above the baseline?"""
     return {k: float(model[k]) > float(baseline[k]) for k in metrics}
-
-
-def batches(n: int, batch: int, rng: random.Random):
-    """Endless shuffled epochs of index batches (the last short batch of an epoch is dropped
-    when there is more than one batch per epoch)."""
-    if n <= 0:
-        raise ValueError("no training transitions")
-    b = max(1, min(batch, n))
-    while True:
-        idx = list(range(n))
-        rng.shuffle(idx)
-        stop = n - n % b if n >= 2 * b else n
-        for i in range(0, stop, b):
-            yield idx[i : i + b]
 
 
 def eval_command(out: Path, fraction: float, decode: str = "rerank") -> str:
@@ -250,7 +224,7 @@ def train_world_model(
     model.train()
     t0 = time.time()
     hist: list[dict] = []
-    it = batches(len(transitions), x.batch, rng)
+    it = batches(len(transitions), x.batch, rng, terminal_indices(transitions), x.terminal_share)
     step, seen, ema = 0, 0, None
     while step < x.steps and time.time() - t0 < x.time_budget_s:
         for g in opt.param_groups:
@@ -370,6 +344,26 @@ def load_or_collect(
     return trans, counts
 
 
+def train_only(files: list | None, trans: list, log: Any = print) -> list:
+    """The transitions of ``files`` (``--train-data``), for training only; an episode also in
+    ``trans`` (the split data) or in two of them is an error: it would leak into the held-out
+    side or count twice."""
+    from evaluation.sources import read_jsonl
+
+    out: list = []
+    seen = {t.episode_id for t in trans}
+    for f in files or []:
+        part = [t for t in read_jsonl(f) if t.source != "dream"]
+        eps = {t.episode_id for t in part}
+        if eps & seen:
+            raise ValueError(f"--train-data {f}: {len(eps & seen)} episode(s) already in the data")
+        seen |= eps
+        out += part
+    if out:
+        log(f"training only: {len(out)} transitions from {len(files or [])} file(s)")
+    return out
+
+
 def failed_episode_share(transitions: list) -> float:
     """Share of episodes that did not succeed (failed, or ran out of steps)."""
     ok = episode_outcomes(transitions)
@@ -417,13 +411,37 @@ def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
     }
 
 
+def split_data(
+    trans: list, x: WorldModelStudyConfig, counts: dict, train_data: list | None, log: Any
+):
+    """(every transition, training side, held-out side, the result's ``data``): the episode split
+    of ``trans`` (dreams dropped), plus ``train_data``'s transitions on the training side."""
+    trans = [t for t in trans if t.source != "dream"]
+    train, held = split_by_episode(trans, x.heldout_fraction)
+    extra = train_only(train_data, trans, log)
+    train += extra
+    if not train or not held:
+        raise ValueError(
+            f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
+            "collect more episodes or change the held-out fraction"
+        )
+    stats = data_summary(trans + extra, train, held, counts)
+    if train_data:
+        stats["train_only"] = {"files": list(train_data), "transitions": len(extra)}
+    return trans + extra, train, held, stats
+
+
 def run_experiment(
     cfg: Config,
     x: WorldModelStudyConfig,
     out: Path,
     data: str | list | None = None,
     log: Any = print,
+    train_data: list | None = None,
 ) -> dict:
+    """Collect (or read ``data``), split by episode, train, evaluate on the held-out episodes.
+    ``train_data``: files whose transitions all go to training (``--train-data``), beside the
+    training side of the split; the held-out set is unchanged by them."""
     from evaluation.wm_fidelity import eval_world_model
 
     out.mkdir(parents=True, exist_ok=True)
@@ -433,14 +451,7 @@ def run_experiment(
     path = out / "transitions.jsonl"
     trans, counts = load_or_collect(cfg, x, path, data, log)
     t_collect = time.time() - t0
-    trans = [t for t in trans if t.source != "dream"]
-    train, held = split_by_episode(trans, x.heldout_fraction)
-    if not train or not held:
-        raise ValueError(
-            f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
-            "collect more episodes or change the held-out fraction"
-        )
-    data_stats = data_summary(trans, train, held, counts)
+    trans, train, held, data_stats = split_data(trans, x, counts, train_data, log)
     write_jsonl(out / "heldout.jsonl", held)  # the held-out set, to commit beside the result
     log(
         f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "
@@ -580,7 +591,9 @@ def main(args: Any, cfg: Config) -> int:
         x.threads = int(args.threads_wm)
     as_json = bool(getattr(args, "json", False))
     log = (lambda *_a, **_k: None) if as_json else (lambda m: print(m, flush=True))
-    res = run_experiment(cfg, x, Path(args.out), getattr(args, "data", None), log)
+    res = run_experiment(
+        cfg, x, Path(args.out), getattr(args, "data", None), log, getattr(args, "train_data", None)
+    )
     if not as_json:
         print(format_result(res))
     print(json.dumps(res))

@@ -351,6 +351,12 @@ def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
         action="append",
         help="world-model: JSONL of transitions to use instead of collecting (repeat to concatenate files)",
     )
+    g.add_argument(
+        "--train-data",
+        action="append",
+        help="world-model: JSONL of transitions used for training only (repeat for more files): "
+        "the held-out set stays the episode split of --data",
+    )
     g.add_argument("--steps", type=int, help="world-model: training steps (upper bound)")
     g.add_argument(
         "--time-budget",

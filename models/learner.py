@@ -12,7 +12,10 @@ in micro-batches, each calling ``engine.backward``, so only one micro-batch's gr
 
 from __future__ import annotations
 
+import random
 import time
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from core.config import ModelConfig, TrainerConfig
@@ -72,3 +75,22 @@ def world_model_update(
         backward_fn=engine.backward if chunked else None,
     )
     return loss, stats, engine_step(engine, None if chunked else loss)
+
+
+def world_model_batch(
+    fresh: deque,
+    buffer: Sequence,
+    terminal: Sequence,
+    n: int,
+    terminal_share: float = 0.0,
+    rng: Any = random,
+) -> list:
+    """The trainer's world-model batch of ``n``: the newest transitions first (up to half, taken
+    off ``fresh``), ``round(n * terminal_share)`` drawn from ``terminal`` (the steps that end an
+    episode, where the reward heads learn success from failure: a few percent of the data;
+    ``trainer.wm_terminal_share``, as ``wm_study.terminal_share`` offline), the rest drawn from
+    ``buffer``.  Fewer when the buffers hold fewer."""
+    got = [fresh.popleft() for _ in range(min(len(fresh), n // 2 or 1))]
+    k = min(len(terminal), round(n * terminal_share), n - len(got)) if terminal_share > 0 else 0
+    got += rng.sample(list(terminal), k) if k else []
+    return got + rng.sample(list(buffer), min(len(buffer), n - len(got)))

@@ -94,6 +94,7 @@ class Trainer:
         self.seen_wm = BoundedSet(500_000)
         self.wm_buffer: deque = deque(maxlen=20_000)
         self.wm_fresh: deque = deque(maxlen=256)
+        self.wm_terminal: deque = deque(maxlen=5_000)  # the buffer's done steps
         self.eval_window: deque = deque(maxlen=64)
         self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
         self.batches_consumed = 0
@@ -314,6 +315,8 @@ class Trainer:
                         elif self.seen_wm.add(t.key):
                             self.wm_buffer.append(t)
                             self.wm_fresh.append(t)
+                            if t.done:
+                                self.wm_terminal.append(t)
                         else:
                             M.TRAINER_DUPES.labels(self.run, "world_model").inc()
                 except records.RecordError as e:  # the stream worker validated; count and go on
@@ -387,12 +390,11 @@ class Trainer:
         return kept
 
     def wm_step(self) -> None:
-        from models.learner import world_model_update
+        from models.learner import world_model_batch, world_model_update
 
         n = self.cfg.trainer.wm_batch
-        fresh = [self.wm_fresh.popleft() for _ in range(min(len(self.wm_fresh), n // 2 or 1))]
-        rest = random.sample(list(self.wm_buffer), min(len(self.wm_buffer), n - len(fresh)))
-        batch = fresh + rest
+        share = self.cfg.trainer.wm_terminal_share
+        batch = world_model_batch(self.wm_fresh, self.wm_buffer, self.wm_terminal, n, share)
         if not batch:
             return
         t0 = time.time()

@@ -30,7 +30,7 @@ import torch
 from core.waiting import Aborted
 from models.lean_decode import LeanStep, SharedPrefixCache
 from models.policy import prefix_groups
-from models.wm_lines import line_positions
+from models.wm_lines import RowLines, line_positions
 from models.wm_match import given_flags, left_padded, prompt_flags
 
 
@@ -226,7 +226,7 @@ def _head_hidden(
     ht: torch.Tensor,
     positions: list[list[int]],
     model: Any = None,
-    lines: list[list[int]] | None = None,
+    lines: list[RowLines] | None = None,
 ) -> torch.Tensor:
     """(B, d): row b's mean last-layer hidden state over prompt positions ``positions[b]``; a
     position inside the row's shared prefix is read from its prefix group's row of the prefix pass
@@ -236,13 +236,21 @@ def _head_hidden(
 
     def at(b: int, qs: list[int]) -> torch.Tensor:
         L, off, g = int(lay.plen_b[b]), lay.S - len(lay.tails[b]), int(lay.gi[b])
-        vecs = [hp[g, lay.Pp - L + q] if q < L else ht[b, off + q - L] for q in qs]  # type: ignore[index]
-        return torch.stack(vecs) if vecs else ht.new_zeros(0, ht.shape[-1])
+        q = torch.tensor(qs, dtype=torch.long, device=ht.device)
+        pre = q < L
+        if bool(pre.all()):
+            return hp[g, lay.Pp - L + q]  # type: ignore[index]
+        if not bool(pre.any()):
+            return ht[b, off + q - L]
+        out = ht.new_empty(len(qs), ht.shape[-1])
+        out[pre] = hp[g, lay.Pp - L + q[pre]]  # type: ignore[index]
+        out[~pre] = ht[b, off + q[~pre] - L]
+        return out
 
     mean = torch.stack([at(b, pos).mean(0) for b, pos in enumerate(positions)])
     if lines is None:
         return mean
-    return mean + model.match_lines([at(b, q) for b, q in enumerate(lines)], mean)
+    return mean + model.match_lines(at, lines, mean)
 
 
 def _prefill_tails(

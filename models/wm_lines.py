@@ -13,52 +13,135 @@ tasks stayed at a terminal reward balanced accuracy of 0.54-0.65 while the other
 0.90; the lines the instruction names are where the answer is.  A learned pool over the whole
 prompt (4 queries, session 17) did not find them (0.52-0.62).
 
+**Counts** (``ModelConfig.wm_head_counts``, on by default): a mean says which share of the named
+lines is in a state, not how many, and says nothing of the lines the instruction does not name.
+click-checkboxes' success is MiniWoB's partial credit, (boxes right - boxes wrong) / boxes > 0,
+where an unasked box that is ticked counts against: a linear function of four counts (asked and
+ticked, asked, unasked and ticked, unasked).  So the layer also counts lines: per page line the
+element-wise max of its tokens' hidden states, summed over the named lines and over the other
+lines (each divided by ``COUNT_SCALE``), each sum through its own linear layer (zero at init).  A
+linear head on these can compute the count's sign.  Why the max and not the mean: a word that
+marks a line (``checked``, a flagged label) is one token of 6-12, so a mean carries it at a
+strength that varies with the label's length and is drowned by the label's own tokens, which are
+random strings; the max keeps a feature that fires on any token of the line at full strength
+(the PointNet / DeepSets pooling).  Measured on the three-file held-out set (docs/algorithm.md,
+"Session 19"): click-checkboxes 0.97 with the max, 0.84 with the mean, the same data and steps.
+
 Compatibility: the layer starts at zero, so attaching it changes nothing until it is trained; a
 model saved without it (no ``match_lines.*`` weights, ``config.wm_head_lines`` unset) loads without
-it and behaves as before.
+it and behaves as before; one saved without the counts (``config.wm_head_counts`` unset) loads
+without them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from models.wm_match import match_line_positions, token_pieces
+from models.wm_match import match_line_positions, page_line_positions, token_pieces
+
+# the line sums are divided by this (pages hold 3-40 lines; a mean's scale at about 8)
+COUNT_SCALE = 8.0
+
+
+@dataclass(frozen=True)
+class RowLines:
+    """One prompt's lines for the layer: ``named``, the positions of the named lines' tokens;
+    ``page``, per page line (named, its positions), for a layer with counts (else None)."""
+
+    named: list[int]
+    page: list[tuple[bool, list[int]]] | None = None
+
+
+# gather(b, positions) -> (len(positions), d): row b's last-layer hidden states there
+Gather = Callable[[int, list[int]], torch.Tensor]
+
+
+def _zero_linear(dim: int) -> torch.nn.Linear:
+    lin = torch.nn.Linear(dim, dim)
+    with torch.no_grad():
+        lin.weight.zero_()
+        lin.bias.zero_()
+    return lin
 
 
 class MatchLines(torch.nn.Module):
-    """``proj`` (d -> d, zero at init) of the mean over the named lines; ``pieces``: the
-    tokenizer's token texts (``models.wm_match.token_pieces``)."""
+    """``proj`` (d -> d, zero at init) of the mean over the named lines; with ``counts``,
+    ``named_count`` and ``other_count`` (zero at init) of the sums of the per-line maxima over the
+    named and the other page lines; ``pieces``: the tokenizer's token texts
+    (``models.wm_match.token_pieces``)."""
 
-    def __init__(self, dim: int, pieces: list[str]) -> None:
+    def __init__(self, dim: int, pieces: list[str], counts: bool = False) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(dim, dim)
-        with torch.no_grad():
-            self.proj.weight.zero_()
-            self.proj.bias.zero_()
+        self.proj = _zero_linear(dim)
+        self.counts = counts
+        if counts:
+            self.named_count = _zero_linear(dim)
+            self.other_count = _zero_linear(dim)
         self.pieces = pieces
 
-    def forward(self, vecs: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-        """(B, d): per row the projected mean of its line vectors ``vecs[b]`` (n_b, d); a row with
-        none gets the projection of zeros (the bias)."""
-        zero = torch.zeros(like.shape[-1], dtype=like.dtype, device=like.device)
-        means = torch.stack([v.mean(0) if len(v) else zero for v in vecs])
-        return self.proj(means.to(self.proj.weight.dtype)).to(like.dtype)
+    def forward(self, gather: Gather, rows: list[RowLines], like: torch.Tensor) -> torch.Tensor:
+        """(B, d) for the rows' ``RowLines`` (``line_positions``); a row with no named line gets
+        the projection of zeros (the bias), one with no page line the count layers' biases."""
+        d = like.shape[-1]
+        zero = torch.zeros(d, dtype=like.dtype, device=like.device)
+        means = torch.stack(
+            [gather(b, r.named).mean(0) if r.named else zero for b, r in enumerate(rows)]
+        )
+        out = self.proj(means.to(self.proj.weight.dtype))
+        if self.counts:
+            sums = torch.stack(
+                [self._sums(gather, b, r.page or [], zero) for b, r in enumerate(rows)]
+            )
+            sums = sums.to(self.proj.weight.dtype) / COUNT_SCALE
+            out = out + self.named_count(sums[:, 0]) + self.other_count(sums[:, 1])
+        return out.to(like.dtype)
+
+    @staticmethod
+    def _sums(
+        gather: Gather, b: int, page: list[tuple[bool, list[int]]], zero: torch.Tensor
+    ) -> torch.Tensor:
+        """(2, d): the sums of the per-line maxima (element-wise, over each line's tokens) over
+        the named lines and over the others."""
+        page = [(n, q) for n, q in page if q]
+        if not page:
+            return torch.stack([zero, zero])
+        flat = [p for _, q in page for p in q]
+        seg = torch.tensor([i for i, (_, q) in enumerate(page) for _ in q], device=zero.device)
+        vecs = gather(b, flat)
+        per = torch.zeros(len(page), vecs.shape[-1], dtype=vecs.dtype, device=vecs.device)
+        idx = seg.unsqueeze(1).expand_as(vecs)
+        per = per.scatter_reduce(0, idx, vecs, "amax", include_self=False)
+        named = torch.tensor([n for n, _ in page], device=vecs.device)
+        return torch.stack([per[named].sum(0), per[~named].sum(0)])
 
 
-def attach_match_lines(model: Any, tokenizer: Any) -> Any:
-    """Give ``model`` the layer (idempotent) and mark ``model.config.wm_head_lines``."""
+def attach_match_lines(model: Any, tokenizer: Any, counts: bool = False) -> Any:
+    """Give ``model`` the layer (idempotent; with the counts when ``counts``) and mark
+    ``model.config.wm_head_lines`` and ``wm_head_counts``."""
     if getattr(model, "match_lines", None) is None:
         feat = getattr(model, "wm_match", None)
         pieces = feat.pieces if feat is not None else token_pieces(tokenizer)
         dev = next(model.parameters()).device
-        model.match_lines = MatchLines(int(model.config.hidden_size), pieces).to(dev)
+        model.match_lines = MatchLines(int(model.config.hidden_size), pieces, counts).to(dev)
     model.config.wm_head_lines = True
+    model.config.wm_head_counts = bool(model.match_lines.counts)
     return model
 
 
-def line_positions(model: Any, prompts: list[list[int]]) -> list[list[int]] | None:
-    """Each prompt's ``match_line_positions``; None for a model without the layer."""
+def line_positions(model: Any, prompts: list[list[int]]) -> list[RowLines] | None:
+    """Each prompt's ``RowLines`` (``match_line_positions``, and ``page_line_positions`` for a
+    layer with counts); None for a model without the layer."""
     ml = getattr(model, "match_lines", None)
-    return None if ml is None else [match_line_positions(p, ml.pieces) for p in prompts]
+    if ml is None:
+        return None
+    return [
+        RowLines(
+            match_line_positions(p, ml.pieces),
+            page_line_positions(p, ml.pieces) if ml.counts else None,
+        )
+        for p in prompts
+    ]

@@ -100,6 +100,33 @@ def match_line_positions(ids: list[int], pieces: list[str]) -> list[int]:
     return out
 
 
+def page_line_positions(ids: list[int], pieces: list[str]) -> list[tuple[bool, list[int]]]:
+    """Per page line (after the instruction line, before the ``Action:`` line), in order: (does it
+    hold a flagged word, the positions of the tokens that overlap it).  Empty for a row that is not
+    a prompt.  A token across a line break counts in both lines."""
+    texts, starts, text, hit, nl = _scan(ids, pieces)
+    if nl < 0:
+        return []
+    stop = text.find("\nAction: ", nl)
+    stop = len(text) if stop < 0 else stop
+    out: list[tuple[bool, list[int]]] = []
+    k, a = 0, nl + 1
+    while a < stop:
+        b = text.find("\n", a, stop)
+        b = stop if b < 0 else b
+        while k < len(texts) and starts[k] + len(texts[k]) <= a:
+            k += 1
+        j, pos = k, []
+        while j < len(texts) and starts[j] < b:
+            if texts[j]:
+                pos.append(j)
+            j += 1
+        if b > a:
+            out.append((any(hit[a:b]), pos))
+        a = b + 1
+    return out
+
+
 class MatchFeature(torch.nn.Module):
     """``weight`` (d,) added to the embeddings of flagged tokens (``hook``).  ``given``: the flags
     of the next forward pass, set by ``given_flags`` for the callers that feed a prompt in pieces

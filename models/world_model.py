@@ -87,7 +87,7 @@ from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
-from models.wm_lines import attach_match_lines, line_positions
+from models.wm_lines import RowLines, attach_match_lines, line_positions
 from models.wm_match import attach_match_feature
 from models.wm_proposals import attach_change_head, candidate_trees, change_head_trained, choose
 
@@ -185,15 +185,15 @@ def head_input(
     hidden: torch.Tensor,
     positions: list[list[int]],
     model: Any = None,
-    lines: list[list[int]] | None = None,
+    lines: list[RowLines] | None = None,
 ) -> torch.Tensor:
     """(B, d): row b's mean of ``hidden[b, positions[b]]`` (hidden: (B, T, d), positions in its
     columns), plus, for a ``model`` with the named lines' layer (``models.wm_lines``), that layer
-    on ``hidden[b, lines[b]]`` (``lines``: ``models.wm_lines.line_positions``)."""
+    on the rows' ``lines`` (``models.wm_lines.line_positions``)."""
     mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
     if lines is None:  # line_positions gives None for a model without the layer
         return mean
-    return mean + model.match_lines([hidden[b, q] for b, q in enumerate(lines)], mean)
+    return mean + model.match_lines(lambda b, q: hidden[b, q], lines, mean)
 
 
 def head_probs(model: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,19 +212,22 @@ def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
         return load_world_model(model_cfg.world_model_path)
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     model.config.wm_heads_trained = False
-    model.config.wm_match_feature = model.config.wm_head_lines = False
-    return attach_parts(model, tok, model_cfg.wm_match_feature, model_cfg.wm_head_lines), tok
+    for k in ("wm_match_feature", "wm_head_lines", "wm_head_counts"):
+        setattr(model.config, k, False)
+    parts = (model_cfg.wm_match_feature, model_cfg.wm_head_lines, model_cfg.wm_head_counts)
+    return attach_parts(model, tok, *parts), tok
 
 
-def attach_parts(model: Any, tok: Any, match: bool, lines: bool) -> Any:
+def attach_parts(model: Any, tok: Any, match: bool, lines: bool, counts: bool = False) -> Any:
     """The world model's parts beside the LM, always in this order (the parameter order an
     optimizer's saved state is matched by on resume): the exact-match feature (``match``), the
-    page, reward, done and change heads, the named lines' layer (``lines``)."""
+    page, reward, done and change heads, the named lines' layer (``lines``; with its line counts,
+    ``counts``)."""
     if match:
         attach_match_feature(model, tok)
     attach_heads(model)
     if lines:
-        attach_match_lines(model, tok)
+        attach_match_lines(model, tok, counts)
     return model
 
 
@@ -234,9 +237,8 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     loads with fresh heads and ``heads_trained`` off (reward and done then come from the text)."""
     model, tok = load_causal_lm(path)
     cfg = model.config
-    attach_parts(
-        model, tok, getattr(cfg, "wm_match_feature", False), getattr(cfg, "wm_head_lines", False)
-    )
+    parts = ("wm_match_feature", "wm_head_lines", "wm_head_counts")
+    attach_parts(model, tok, *(bool(getattr(cfg, k, False)) for k in parts))
     found = set()
     st = os.path.join(path, "model.safetensors")
     if os.path.exists(st):

@@ -112,6 +112,7 @@ def _trainer(**trainer: object) -> Trainer:
     tr.consumer = FakeConsumer(queues)
     tr.offsets, tr.seen_batches, tr.seen_wm = {}, BoundedSet(), BoundedSet()
     tr.wm_buffer, tr.wm_fresh, tr.eval_window = deque(), deque(), deque()
+    tr.wm_terminal = deque()
     tr.policy_steps = tr.wm_steps = tr.version = 0
     tr.last_ckpt_time = time.time()
     tr.pub = SimpleNamespace(check=lambda: None)

@@ -167,3 +167,19 @@ def test_data_files_are_concatenated_in_order_and_an_episode_in_two_is_refused(t
         load_or_collect(load_config(), x, out, [str(a), str(dup)])
     one, _ = load_or_collect(load_config(), x, tmp_path / "one.jsonl", str(b))
     assert [t.episode_id for t in one] == ["e2"]
+
+
+def test_training_only_files_are_read_whole_and_never_share_an_episode(tmp_path):
+    from evaluation.wm_study import train_only, write_jsonl
+
+    extra, dup = tmp_path / "extra.jsonl", tmp_path / "dup.jsonl"
+    write_jsonl(extra, [_t("x1", 0), _t("x1", 1, 1.0, True), _t("d", 0, source="dream")])
+    write_jsonl(dup, [_t("e1", 3)])
+    split = [_t("e1", 0), _t("e2", 0)]
+    got = train_only([str(extra)], split, log=lambda m: None)
+    assert [(t.episode_id, t.step) for t in got] == [("x1", 0), ("x1", 1)]  # dreams never
+    with pytest.raises(ValueError, match="already in the data"):
+        train_only([str(dup)], split, log=lambda m: None)
+    with pytest.raises(ValueError, match="already in the data"):
+        train_only([str(extra), str(extra)], split, log=lambda m: None)
+    assert train_only(None, split) == []

@@ -16,6 +16,7 @@ from models.policy import score_continuations
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
+from models.wm_lines import line_positions
 from models.wm_match import match_flags, match_line_positions, token_pieces
 from models.world_model import (
     head_input,
@@ -56,8 +57,9 @@ def _model(feature: bool = True, seed: int = 3):
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():  # trained-looking weights: big enough to move every output
             model.wm_match.weight.copy_(torch.randn(model.wm_match.weight.shape, generator=g))
-            w = model.match_lines.proj.weight
-            w.copy_(torch.randn(w.shape, generator=g) * 0.3)
+            ml = model.match_lines
+            for w in (ml.proj.weight, ml.named_count.weight, ml.other_count.weight):
+                w.copy_(torch.randn(w.shape, generator=g) * 0.3)
     return model.eval(), tok
 
 
@@ -127,7 +129,7 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
     with torch.no_grad():
         for p, pos in zip(prompts, positions, strict=True):
             out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
-            lines = [match_line_positions(p, model.match_lines.pieces)]
+            lines = line_positions(model, [p])
             ref_h.append(head_input(out.hidden_states[-1], [pos], model, lines)[0])
             ref_tok.append(int(out.logits[0, -1].argmax()))
             mean.append(head_input(out.hidden_states[-1], [pos])[0])
@@ -203,7 +205,8 @@ def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
     )
     loss, _ = world_model_batch_loss(model, tok, [t], TrainerConfig(infonce_weight=0.0))
     loss.backward()
-    for w in (model.wm_match.weight, model.match_lines.proj.weight):
+    ml = model.match_lines
+    for w in (model.wm_match.weight, ml.proj.weight, ml.named_count.weight, ml.other_count.weight):
         assert w.grad is not None and float(w.grad.abs().sum()) > 0
     assert parse_action("click(2)").element == 2
 

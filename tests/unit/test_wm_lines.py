@@ -1,0 +1,109 @@
+"""The heads' line counts (``ModelConfig.wm_head_counts``, ``models.wm_lines``): the page lines,
+named or not, each line's mean summed, saved and restored, and a model saved before them."""
+
+from __future__ import annotations
+
+import torch
+
+from core.config import ModelConfig
+from core.spaces import Observation
+from models.prompts import world_model_prompt_ids
+from models.tokenizer import decode
+from models.wm_lines import COUNT_SCALE, MatchLines, RowLines, line_positions
+from models.wm_match import page_line_positions, token_pieces
+from models.world_model import load_world_model, make_world_model
+
+BOXES = Observation(
+    "Select zUGdbj, Dej2xU and click Submit.",
+    "u",
+    '[1] checkbox "szBL5fh" checked\n[2] checkbox "u6RK"\n[3] checkbox "zUGdbj" checked\n'
+    '[4] checkbox "Dej2xU"\n[5] button "Submit"',
+    next_id=6,
+    element_ids=[1, 2, 3, 4, 5],
+)
+
+
+def _cfg(**kw) -> ModelConfig:
+    return ModelConfig(layers=1, d_model=32, heads=2, max_positions=320, **kw)
+
+
+def test_every_page_line_with_whether_the_instruction_names_it():
+    _, tok = make_world_model(_cfg())
+    ids = world_model_prompt_ids(tok, BOXES, "click(5)", 320, 32)
+    got = [
+        (n, decode(tok, [ids[i] for i in q]).strip())
+        for n, q in page_line_positions(ids, token_pieces(tok))
+    ]
+    assert got == [
+        (False, "Page:"),  # the prompt's own lines count among the others
+        (False, '[1] checkbox "szBL5fh" checked'),
+        (False, '[2] checkbox "u6RK"'),
+        (True, '[3] checkbox "zUGdbj" checked'),
+        (True, '[4] checkbox "Dej2xU"'),
+        (True, '[5] button "Submit"'),
+    ]
+    assert page_line_positions([1, 2, 3], token_pieces(tok)) == []  # not a prompt
+
+
+def test_the_sums_count_lines_where_the_mean_only_shares():
+    """Two pages whose named lines look alike but number 1 and 3: the mean is the same, the
+    named sum is three times larger; the other lines go to their own sum."""
+    d = 4
+    ml = MatchLines(d, [], counts=True)
+    with torch.no_grad():
+        ml.named_count.weight.copy_(torch.eye(d))
+        ml.other_count.weight.copy_(2 * torch.eye(d))
+    v = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    w = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    hidden = torch.stack([v, v, w, v, v, v]).unsqueeze(0).repeat(2, 1, 1)  # (2, 6, d)
+    rows = [
+        RowLines([0, 1], [(True, [0, 1]), (False, [2])]),  # one named line (2 tokens), one other
+        RowLines([0, 1, 3, 4, 5], [(True, [0, 1]), (True, [3, 4]), (True, [5]), (False, [2])]),
+    ]
+    out = ml(lambda b, q: hidden[b, q], rows, hidden[:, 0])
+    assert torch.allclose(out[0], (v + 2 * w) / COUNT_SCALE)
+    assert torch.allclose(out[1], (3 * v + 2 * w) / COUNT_SCALE)
+    without = MatchLines(d, [], counts=False)
+    same = without(lambda b, q: hidden[b, q], rows, hidden[:, 0])
+    assert torch.equal(same[0], same[1])  # the mean of the named lines cannot tell them apart
+
+
+def test_a_line_counts_by_its_strongest_token_not_its_length():
+    """A line is the element-wise max over its tokens: a marked token counts the same in a line
+    of 2 tokens as in a line of 5 (a mean would carry it at 1/2 and 1/5)."""
+    d = 3
+    ml = MatchLines(d, [], counts=True)
+    with torch.no_grad():
+        ml.named_count.weight.copy_(torch.eye(d))
+    mark, word = torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.5, 0.0, 0.0])
+    short = torch.stack([word, mark])
+    long = torch.stack([word, word, word, word, mark])
+    hidden = [short, long]
+    rows = [
+        RowLines([0, 1], [(True, [0, 1])]),
+        RowLines([0, 1, 2, 3, 4], [(True, [0, 1, 2, 3, 4])]),
+    ]
+    out = ml(lambda b, q: hidden[b][q], rows, torch.zeros(2, d))
+    assert torch.allclose(out[0], out[1])
+    assert torch.allclose(out[0], torch.tensor([0.5, 0.0, 1.0]) / COUNT_SCALE)
+
+
+def test_counts_are_built_saved_restored_and_absent_from_a_model_saved_without(tmp_path):
+    model, tok = make_world_model(_cfg())
+    assert model.match_lines.counts and model.config.wm_head_counts
+    with torch.no_grad():
+        model.match_lines.other_count.weight.normal_()
+    model.save_pretrained(tmp_path / "with")
+    tok.save_pretrained(tmp_path / "with")
+    again, _ = load_world_model(str(tmp_path / "with"))
+    assert torch.equal(again.match_lines.other_count.weight, model.match_lines.other_count.weight)
+    ids = world_model_prompt_ids(tok, BOXES, "click(5)", 320, 32)
+    assert line_positions(again, [ids])[0].page is not None
+    old, otok = make_world_model(_cfg(wm_head_counts=False))
+    old.save_pretrained(tmp_path / "old")
+    otok.save_pretrained(tmp_path / "old")
+    loaded, _ = load_world_model(str(tmp_path / "old"))
+    assert loaded.match_lines is not None and not loaded.match_lines.counts
+    assert not hasattr(loaded.match_lines, "other_count") and not loaded.config.wm_head_counts
+    assert line_positions(loaded, [ids])[0].page is None
+    assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
