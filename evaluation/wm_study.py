@@ -414,8 +414,8 @@ def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
 def split_data(
     trans: list, x: WorldModelStudyConfig, counts: dict, train_data: list | None, log: Any
 ):
-    """(every transition, training side, held-out side, the result's ``data``): the episode split
-    of ``trans`` (dreams dropped), plus ``train_data``'s transitions on the training side."""
+    """(training side, held-out side, the result's ``data``): the episode split of ``trans``
+    (dreams dropped), plus ``train_data``'s transitions on the training side."""
     trans = [t for t in trans if t.source != "dream"]
     train, held = split_by_episode(trans, x.heldout_fraction)
     extra = train_only(train_data, trans, log)
@@ -428,7 +428,7 @@ def split_data(
     stats = data_summary(trans + extra, train, held, counts)
     if train_data:
         stats["train_only"] = {"files": list(train_data), "transitions": len(extra)}
-    return trans + extra, train, held, stats
+    return train, held, stats
 
 
 def run_experiment(
@@ -451,7 +451,7 @@ def run_experiment(
     path = out / "transitions.jsonl"
     trans, counts = load_or_collect(cfg, x, path, data, log)
     t_collect = time.time() - t0
-    trans, train, held, data_stats = split_data(trans, x, counts, train_data, log)
+    train, held, data_stats = split_data(trans, x, counts, train_data, log)
     write_jsonl(out / "heldout.jsonl", held)  # the held-out set, to commit beside the result
     log(
         f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "

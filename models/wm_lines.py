@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from models.wm_match import match_line_positions, page_line_positions, token_pieces
+from models.wm_match import named_positions, page_line_positions, token_pieces
 
 # the line sums are divided by this (pages hold 3-40 lines; a mean's scale at about 8)
 COUNT_SCALE = 8.0
@@ -133,15 +133,11 @@ def attach_match_lines(model: Any, tokenizer: Any, counts: bool = False) -> Any:
 
 
 def line_positions(model: Any, prompts: list[list[int]]) -> list[RowLines] | None:
-    """Each prompt's ``RowLines`` (``match_line_positions``, and ``page_line_positions`` for a
-    layer with counts); None for a model without the layer."""
+    """Each prompt's ``RowLines`` (the named lines' positions, ``match_line_positions``, and for a
+    layer with counts the lines themselves, ``page_line_positions``); None for a model without the
+    layer."""
     ml = getattr(model, "match_lines", None)
     if ml is None:
         return None
-    return [
-        RowLines(
-            match_line_positions(p, ml.pieces),
-            page_line_positions(p, ml.pieces) if ml.counts else None,
-        )
-        for p in prompts
-    ]
+    pages = [page_line_positions(p, ml.pieces) for p in prompts]  # one scan of each prompt
+    return [RowLines(named_positions(pg), pg if ml.counts else None) for pg in pages]

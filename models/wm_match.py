@@ -81,23 +81,12 @@ def match_line_positions(ids: list[int], pieces: list[str]) -> list[int]:
     """Positions of the tokens of every page line (after the instruction line, before the
     ``Action:`` line) that holds a flagged word: the whole line, its state words (``checked``,
     ``selected``, a ``value``) included.  Empty for a row that is not a prompt."""
-    texts, starts, text, hit, nl = _scan(ids, pieces)
-    if nl < 0:
-        return []
-    stop = text.find("\nAction: ", nl)
-    stop = len(text) if stop < 0 else stop
-    spans, a = [], nl + 1
-    while a < stop:
-        b = text.find("\n", a, stop)
-        b = stop if b < 0 else b
-        if any(hit[a:b]):
-            spans.append((a, b))
-        a = b + 1
-    out = []
-    for k, (s, t) in enumerate(zip(starts, texts, strict=True)):
-        if t and any(s < b and s + len(t) > a for a, b in spans):
-            out.append(k)
-    return out
+    return named_positions(page_line_positions(ids, pieces))
+
+
+def named_positions(page: list[tuple[bool, list[int]]]) -> list[int]:
+    """The positions of ``page_line_positions``' named lines, in order, each once."""
+    return sorted({q for named, qs in page if named for q in qs})
 
 
 def page_line_positions(ids: list[int], pieces: list[str]) -> list[tuple[bool, list[int]]]:
