@@ -122,7 +122,8 @@ class ExperimentConfig:
     wm_corpus: str = _f(
         "",
         "Real transitions (JSONL, .gz read too; e.g. docs/results/world-model/transitions.jsonl.gz, "
-        "collected by `dynaweb experiment world-model`) the DynaWeb arms' world model is "
+        "collected by `dynaweb experiment world-model`; several files: comma-separated) the "
+        "DynaWeb arms' world model is "
         "pretrained on once per study (on the transitions of `tasks`) before their cells start "
         "(trainer.wm_init_from). Those transitions are real interactions: the summary's "
         "real_steps of the DynaWeb arms count them (the headline accounting), real_steps_online "

@@ -52,6 +52,12 @@ def load_corpus(path: Path, tasks: list[str]) -> list:
     return [t for t in read_jsonl(str(path)) if t.task in tasks]
 
 
+def corpus_files(spec: str) -> list[Path]:
+    """``experiment.wm_corpus``'s files: one path, or several separated by commas (each found by
+    ``corpus_path``)."""
+    return [corpus_path(s.strip()) for s in spec.split(",") if s.strip()]
+
+
 def study_config(ex: ExperimentConfig, base: Config, quick: bool) -> WorldModelStudyConfig:
     """The world-model study's training settings at the sample-efficiency study's model size."""
     x = WorldModelStudyConfig.make_quick() if quick else WorldModelStudyConfig()
@@ -74,14 +80,14 @@ def pretrain(ex: ExperimentConfig, base: Config, out: Path, quick: bool, say: An
 
     from evaluation.wm_study import train_world_model
 
-    path = corpus_path(ex.wm_corpus)
-    trans = load_corpus(path, list(ex.tasks))
+    paths = corpus_files(ex.wm_corpus)
+    trans = [t for path in paths for t in load_corpus(path, list(ex.tasks))]
     if not trans:
-        raise ValueError(f"experiment.wm_corpus {path} holds no transition of {ex.tasks}")
+        raise ValueError(f"experiment.wm_corpus {ex.wm_corpus} holds no transition of {ex.tasks}")
     x = study_config(ex, base, quick)
     say(
         f"pretraining the DynaWeb arms' world model: {x.steps} steps on {len(trans)} real "
-        f"transitions of {len(ex.tasks)} tasks from {path}"
+        f"transitions of {len(ex.tasks)} tasks from {', '.join(map(str, paths))}"
     )
     threads = torch.get_num_threads()  # the study's own process: restored after training
     torch.set_num_threads(max(1, int(x.threads)))
@@ -93,7 +99,7 @@ def pretrain(ex: ExperimentConfig, base: Config, out: Path, quick: bool, say: An
     episodes = {(t.run_id, t.episode_id) for t in trans}
     record = {
         "corpus": str(ex.wm_corpus),
-        "corpus_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "corpus_sha256": _sha256(paths),
         "real_transitions": len(trans),
         "episodes": len(episodes),
         "per_task": dict(Counter(t.task for t in trans)),
@@ -106,3 +112,11 @@ def pretrain(ex: ExperimentConfig, base: Config, out: Path, quick: bool, say: An
     meta_file.write_text(json.dumps(record, indent=1))
     say(f"world model pretrained in {record['seconds']:.0f}s -> {model_dir}")
     return record
+
+
+def _sha256(paths: list[Path]) -> str:
+    """The file's SHA-256; for several files, that of their digests joined by newlines, in order."""
+    digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256("\n".join(digests).encode()).hexdigest()

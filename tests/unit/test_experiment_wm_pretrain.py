@@ -20,7 +20,7 @@ from evaluation.sample_efficiency_report import (
     rows_from_cells,
     write_all,
 )
-from evaluation.sample_efficiency_wm import corpus_path, load_corpus, pretrain
+from evaluation.sample_efficiency_wm import corpus_files, corpus_path, load_corpus, pretrain
 from models.checkpoint import wm_init_dir
 from models.world_model import WorldModelRunner, load_world_model
 
@@ -54,6 +54,25 @@ def test_corpus_path_names_what_to_do_when_missing():
         corpus_path("no/such/corpus.jsonl")
     trans = load_corpus(corpus_path(CORPUS), ["miniwob/click-tab"])
     assert trans and {t.task for t in trans} == {"miniwob/click-tab"}
+
+
+def test_a_corpus_of_several_files_trains_on_all_of_them(tmp_path):
+    more = "docs/results/world-model/transitions-checkboxes.jsonl.gz"
+    assert corpus_files(f"{CORPUS}, {more}") == [corpus_path(CORPUS), corpus_path(more)]
+    with pytest.raises(FileNotFoundError, match="no/such"):
+        corpus_files(f"{CORPUS},no/such.jsonl")
+    cfg = Config()
+    ex = cfg.experiment
+    ex.tasks = ["miniwob/click-checkboxes"]
+    ex.layers, ex.d_model, ex.heads = 1, 32, 2
+    ex.wm_pretrain_steps = 1
+    ex.wm_corpus = f"{CORPUS},{more}"
+    rec = pretrain(ex, cfg, tmp_path / "both", True, print)
+    one = [len(load_corpus(corpus_path(f), ex.tasks)) for f in (CORPUS, more)]
+    assert rec["real_transitions"] == sum(one) and min(one) > 0
+    ex.wm_corpus = CORPUS
+    alone = pretrain(ex, cfg, tmp_path / "one", True, print)
+    assert alone["real_transitions"] == one[0] and alone["corpus_sha256"] != rec["corpus_sha256"]
 
 
 def test_pretrain_trains_on_the_studys_tasks_saves_a_loadable_model_and_is_reused(tmp_path):
