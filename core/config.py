@@ -254,9 +254,10 @@ class ModelConfig:
         "instruction (models/wm_lines.py). A model loaded from a directory keeps what it was saved with.",
     )
     wm_head_counts: bool = _f(
-        True,
-        "With wm_head_lines: the heads also read sums of per-line maxima over the named and the "
-        "other page lines, i.e. counts (models/wm_lines.py). A loaded model keeps its own.",
+        True, "With wm_head_lines: heads also read line counts (models/wm_lines.py; loaded: own)."
+    )
+    wm_head_acted: bool = _f(
+        True, "With wm_head_lines: heads also read the acted line's max (wm_lines.py; loaded: own)."
     )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",

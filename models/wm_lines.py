@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from models.wm_match import named_positions, page_line_positions, token_pieces
+from models.wm_match import named_positions, page_lines, token_pieces
 
 # the line sums are divided by this (pages hold 3-40 lines; a mean's scale at about 8)
 COUNT_SCALE = 8.0
@@ -50,10 +50,13 @@ COUNT_SCALE = 8.0
 @dataclass(frozen=True)
 class RowLines:
     """One prompt's lines for the layer: ``named``, the positions of the named lines' tokens;
-    ``page``, per page line (named, its positions), for a layer with counts (else None)."""
+    ``page``, per page line (named, its positions), for a layer with counts (else None);
+    ``acted``, the positions of the acted element's line, for a layer with ``acted`` (else None;
+    empty when the page does not show that element)."""
 
     named: list[int]
     page: list[tuple[bool, list[int]]] | None = None
+    acted: list[int] | None = None
 
 
 # gather(b, positions) -> (len(positions), d): row b's last-layer hidden states there
@@ -74,13 +77,18 @@ class MatchLines(torch.nn.Module):
     named and the other page lines; ``pieces``: the tokenizer's token texts
     (``models.wm_match.token_pieces``)."""
 
-    def __init__(self, dim: int, pieces: list[str], counts: bool = False) -> None:
+    def __init__(
+        self, dim: int, pieces: list[str], counts: bool = False, acted: bool = False
+    ) -> None:
         super().__init__()
         self.proj = _zero_linear(dim)
         self.counts = counts
         if counts:
             self.named_count = _zero_linear(dim)
             self.other_count = _zero_linear(dim)
+        self.acted = acted
+        if acted:
+            self.acted_max = _zero_linear(dim)
         self.pieces = pieces
 
     def forward(self, gather: Gather, rows: list[RowLines], like: torch.Tensor) -> torch.Tensor:
@@ -98,6 +106,11 @@ class MatchLines(torch.nn.Module):
             )
             sums = sums.to(self.proj.weight.dtype) / COUNT_SCALE
             out = out + self.named_count(sums[:, 0]) + self.other_count(sums[:, 1])
+        if self.acted:
+            maxes = torch.stack(
+                [gather(b, r.acted).amax(0) if r.acted else zero for b, r in enumerate(rows)]
+            )
+            out = out + self.acted_max(maxes.to(self.proj.weight.dtype))
         return out.to(like.dtype)
 
     @staticmethod
@@ -119,25 +132,34 @@ class MatchLines(torch.nn.Module):
         return torch.stack([per[named].sum(0), per[~named].sum(0)])
 
 
-def attach_match_lines(model: Any, tokenizer: Any, counts: bool = False) -> Any:
-    """Give ``model`` the layer (idempotent; with the counts when ``counts``) and mark
-    ``model.config.wm_head_lines`` and ``wm_head_counts``."""
+def attach_match_lines(
+    model: Any, tokenizer: Any, counts: bool = False, acted: bool = False
+) -> Any:
+    """Give ``model`` the layer (idempotent; with the counts when ``counts``, the acted line's
+    maximum when ``acted``) and mark ``model.config.wm_head_lines``, ``wm_head_counts`` and
+    ``wm_head_acted``."""
     if getattr(model, "match_lines", None) is None:
         feat = getattr(model, "wm_match", None)
         pieces = feat.pieces if feat is not None else token_pieces(tokenizer)
         dev = next(model.parameters()).device
-        model.match_lines = MatchLines(int(model.config.hidden_size), pieces, counts).to(dev)
+        dim = int(model.config.hidden_size)
+        model.match_lines = MatchLines(dim, pieces, counts, acted).to(dev)
     model.config.wm_head_lines = True
     model.config.wm_head_counts = bool(model.match_lines.counts)
+    model.config.wm_head_acted = bool(model.match_lines.acted)
     return model
 
 
 def line_positions(model: Any, prompts: list[list[int]]) -> list[RowLines] | None:
-    """Each prompt's ``RowLines`` (the named lines' positions, ``match_line_positions``, and for a
-    layer with counts the lines themselves, ``page_line_positions``); None for a model without the
-    layer."""
+    """Each prompt's ``RowLines`` (the named lines' positions, ``match_line_positions``; for a
+    layer with counts the lines themselves, ``page_line_positions``; for one with ``acted`` the
+    acted element's line); None for a model without the layer."""
     ml = getattr(model, "match_lines", None)
     if ml is None:
         return None
-    pages = [page_line_positions(p, ml.pieces) for p in prompts]  # one scan of each prompt
-    return [RowLines(named_positions(pg), pg if ml.counts else None) for pg in pages]
+    out = []
+    for p in prompts:
+        pg, k = page_lines(p, ml.pieces)  # one scan of each prompt
+        acted = (pg[k][1] if k >= 0 else []) if ml.acted else None
+        out.append(RowLines(named_positions(pg), pg if ml.counts else None, acted))
+    return out

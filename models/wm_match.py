@@ -93,10 +93,23 @@ def page_line_positions(ids: list[int], pieces: list[str]) -> list[tuple[bool, l
     """Per page line (after the instruction line, before the ``Action:`` line), in order: (does it
     hold a flagged word, the positions of the tokens that overlap it).  Empty for a row that is not
     a prompt.  A token across a line break counts in both lines."""
+    return page_lines(ids, pieces)[0]
+
+
+_ACTED = re.compile(r"\w+\((\d+)")
+
+
+def page_lines(ids: list[int], pieces: list[str]) -> tuple[list[tuple[bool, list[int]]], int]:
+    """(``page_line_positions``, the index among them of the acted element's line: the first
+    whose text starts, after blanks, with ``[k]``, k the element the ``Action:`` line names; -1
+    when it names none or the page does not show it)."""
     texts, starts, text, hit, nl = _scan(ids, pieces)
     if nl < 0:
-        return []
+        return [], -1
     stop = text.find("\nAction: ", nl)
+    m = _ACTED.match(text, stop + len("\nAction: ")) if stop >= 0 else None
+    mark = f"[{m.group(1)}]" if m else None
+    acted = -1
     stop = len(text) if stop < 0 else stop
     out: list[tuple[bool, list[int]]] = []
     k, a = 0, nl + 1
@@ -111,9 +124,11 @@ def page_line_positions(ids: list[int], pieces: list[str]) -> list[tuple[bool, l
                 pos.append(j)
             j += 1
         if b > a:
+            if acted < 0 and mark and text[a:b].lstrip().startswith(mark):
+                acted = len(out)
             out.append((any(hit[a:b]), pos))
         a = b + 1
-    return out
+    return out, acted
 
 
 class MatchFeature(torch.nn.Module):

@@ -45,8 +45,9 @@ the prompt by attention (terminal reward balanced accuracy 0.935 / 0.943 over tw
 **The lines the instruction names** (``ModelConfig.wm_head_lines``, on by default;
 ``models.wm_lines``): the heads' input also gets a linear layer (zero at init) on the mean over
 the page lines that hold an instruction word, where a click on "Submit" is decided (choose-list
-0.96-1.00 with it, 0.54-0.65 without).  ``attach_parts`` attaches every part in one order, when
-made and when loaded, so a resumed optimizer's saved state lands on the right parameters.
+0.96-1.00 with it, 0.54-0.65 without), with line counts and the acted line's maximum (``PARTS``).
+``attach_parts`` attaches every part in one order, when made and when loaded, so a resumed
+optimizer's saved state lands on the right parameters.
 
 Fallback flag: ``model.config.wm_heads_trained`` (``heads_trained(model)``), set
 by the first training step that trains the heads (``mark_heads_trained``) and
@@ -76,12 +77,7 @@ import torch
 
 from core.config import Config, DreamConfig, ModelConfig
 from core.spaces import Action, Observation, ids_in_tree, parse_action
-from models.change import (
-    apply_change,
-    diff_to_change,
-    format_output,
-    parse_model_output,
-)
+from models.change import apply_change, diff_to_change, format_output, parse_model_output
 from models.embedder import DIM
 from models.policy import load_causal_lm, make_causal_lm
 from models.prompts import world_model_prompt_ids
@@ -212,22 +208,27 @@ def make_world_model(model_cfg: ModelConfig) -> tuple[Any, Any]:
         return load_world_model(model_cfg.world_model_path)
     model, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     model.config.wm_heads_trained = False
-    for k in ("wm_match_feature", "wm_head_lines", "wm_head_counts"):
+    for k in PARTS:
         setattr(model.config, k, False)
-    parts = (model_cfg.wm_match_feature, model_cfg.wm_head_lines, model_cfg.wm_head_counts)
-    return attach_parts(model, tok, *parts), tok
+    return attach_parts(model, tok, *(getattr(model_cfg, k) for k in PARTS)), tok
 
 
-def attach_parts(model: Any, tok: Any, match: bool, lines: bool, counts: bool = False) -> Any:
+# the world model's optional parts (``ModelConfig`` fields, kept in the saved config.json)
+PARTS = ("wm_match_feature", "wm_head_lines", "wm_head_counts", "wm_head_acted")
+
+
+def attach_parts(
+    model: Any, tok: Any, match: bool, lines: bool, counts: bool = False, acted: bool = False
+) -> Any:
     """The world model's parts beside the LM, always in this order (the parameter order an
     optimizer's saved state is matched by on resume): the exact-match feature (``match``), the
     page, reward, done and change heads, the named lines' layer (``lines``; with its line counts,
-    ``counts``)."""
+    ``counts``, and the acted line's maximum, ``acted``)."""
     if match:
         attach_match_feature(model, tok)
     attach_heads(model)
     if lines:
-        attach_match_lines(model, tok, counts)
+        attach_match_lines(model, tok, counts, acted)
     return model
 
 
@@ -237,8 +238,7 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     loads with fresh heads and ``heads_trained`` off (reward and done then come from the text)."""
     model, tok = load_causal_lm(path)
     cfg = model.config
-    parts = ("wm_match_feature", "wm_head_lines", "wm_head_counts")
-    attach_parts(model, tok, *(bool(getattr(cfg, k, False)) for k in parts))
+    attach_parts(model, tok, *(bool(getattr(cfg, k, False)) for k in PARTS))
     found = set()
     st = os.path.join(path, "model.safetensors")
     if os.path.exists(st):

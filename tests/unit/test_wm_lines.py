@@ -1,5 +1,6 @@
 """The heads' line counts (``ModelConfig.wm_head_counts``, ``models.wm_lines``): the page lines,
-named or not, each line's mean summed, saved and restored, and a model saved before them."""
+named or not, each line's mean summed, saved and restored, and a model saved before them; and the
+acted line's maximum (``ModelConfig.wm_head_acted``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from core.spaces import Observation
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode
 from models.wm_lines import COUNT_SCALE, MatchLines, RowLines, line_positions
-from models.wm_match import page_line_positions, token_pieces
+from models.wm_match import page_line_positions, page_lines, token_pieces
 from models.world_model import load_world_model, make_world_model
 
 BOXES = Observation(
@@ -106,4 +107,62 @@ def test_counts_are_built_saved_restored_and_absent_from_a_model_saved_without(t
     assert loaded.match_lines is not None and not loaded.match_lines.counts
     assert not hasattr(loaded.match_lines, "other_count") and not loaded.config.wm_head_counts
     assert line_positions(loaded, [ids])[0].page is None
+    assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
+
+
+def test_the_acted_line_is_the_page_line_of_the_element_the_action_names():
+    _, tok = make_world_model(_cfg())
+    pieces = token_pieces(tok)
+
+    def acted(action: str) -> str | None:
+        ids = world_model_prompt_ids(tok, BOXES, action, 320, 32)
+        page, k = page_lines(ids, pieces)
+        assert page == page_line_positions(ids, pieces)
+        return decode(tok, [ids[i] for i in page[k][1]]).strip() if k >= 0 else None
+
+    assert acted("click(5)") == '[5] button "Submit"'
+    assert acted("click(2)") == '[2] checkbox "u6RK"'
+    assert acted('type(4, "x")') == '[4] checkbox "Dej2xU"'
+    assert acted("click(9)") is None  # not on the page
+    assert acted("stop()") is None  # names no element
+    assert page_lines([1, 2, 3], pieces) == ([], -1)  # not a prompt
+
+
+def test_the_acted_line_is_read_by_its_strongest_token():
+    """``acted_max`` reads the element-wise max over the acted line's tokens: the asked word's
+    mark counts at full strength whatever the label's length; a row whose element the page does
+    not show gets the bias."""
+    d = 3
+    ml = MatchLines(d, [], acted=True)
+    with torch.no_grad():
+        ml.acted_max.weight.copy_(torch.eye(d))
+        ml.acted_max.bias.fill_(0.25)
+    mark, word = torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.5, 0.0, 0.0])
+    hidden = [torch.stack([word, mark]), torch.stack([word, word, word, word, mark]), word[None]]
+    rows = [RowLines([], acted=[0, 1]), RowLines([], acted=[0, 1, 2, 3, 4]), RowLines([], acted=[])]
+    out = ml(lambda b, q: hidden[b][q], rows, torch.zeros(3, d))
+    assert torch.allclose(out[0], torch.tensor([0.75, 0.25, 1.25]))
+    assert torch.allclose(out[1], out[0])
+    assert torch.allclose(out[2], torch.full((d,), 0.25))
+    assert not MatchLines(d, []).acted and not hasattr(MatchLines(d, []), "acted_max")
+
+
+def test_the_acted_line_is_built_saved_restored_and_absent_from_a_model_saved_without(tmp_path):
+    model, tok = make_world_model(_cfg())
+    assert model.match_lines.acted and model.config.wm_head_acted
+    with torch.no_grad():
+        model.match_lines.acted_max.weight.normal_()
+    model.save_pretrained(tmp_path / "with")
+    tok.save_pretrained(tmp_path / "with")
+    again, _ = load_world_model(str(tmp_path / "with"))
+    assert torch.equal(again.match_lines.acted_max.weight, model.match_lines.acted_max.weight)
+    ids = world_model_prompt_ids(tok, BOXES, "click(3)", 320, 32)
+    got = line_positions(again, [ids])[0].acted
+    assert decode(tok, [ids[i] for i in got]).strip() == '[3] checkbox "zUGdbj" checked'
+    old, otok = make_world_model(_cfg(wm_head_acted=False))
+    old.save_pretrained(tmp_path / "old")
+    otok.save_pretrained(tmp_path / "old")
+    loaded, _ = load_world_model(str(tmp_path / "old"))
+    assert loaded.match_lines.counts and not loaded.match_lines.acted
+    assert not loaded.config.wm_head_acted and line_positions(loaded, [ids])[0].acted is None
     assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]

@@ -60,6 +60,7 @@ def _model(feature: bool = True, seed: int = 3):
             ml = model.match_lines
             for w in (ml.proj.weight, ml.named_count.weight, ml.other_count.weight):
                 w.copy_(torch.randn(w.shape, generator=g) * 0.3)
+            ml.acted_max.weight.copy_(torch.randn(ml.acted_max.weight.shape, generator=g) * 0.3)
     return model.eval(), tok
 
 
@@ -206,7 +207,8 @@ def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
     loss, _ = world_model_batch_loss(model, tok, [t], TrainerConfig(infonce_weight=0.0))
     loss.backward()
     ml = model.match_lines
-    for w in (model.wm_match.weight, ml.proj.weight, ml.named_count.weight, ml.other_count.weight):
+    layers = (ml.proj, ml.named_count, ml.other_count, ml.acted_max)
+    for w in (model.wm_match.weight, *(lay.weight for lay in layers)):
         assert w.grad is not None and float(w.grad.abs().sum()) > 0
     assert parse_action("click(2)").element == 2
 
