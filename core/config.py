@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from core.config_model import ModelConfig
 from core.config_studies import ExperimentConfig, WorldModelStudyConfig
 from core.fields import _f, check_choice
 
@@ -227,44 +228,6 @@ class StreamConfig:
         "...but only while the trainer has fewer than this many batches waiting (it "
         "would otherwise idle): more would queue ahead of the online groups, which then "
         "go stale before they are trained on (0 = no bound).",
-    )
-
-
-@dataclass
-class ModelConfig:
-    layers: int = _f(4, "Transformer layers (policy and world model, from config).")
-    d_model: int = _f(256, "Hidden size.")
-    heads: int = _f(4, "Attention heads.")
-    max_positions: int = _f(1024, "Context length (tokens).")
-    policy_path: str = _f("", "Local Hugging Face directory for the policy (empty = from config).")
-    world_model_path: str = _f(
-        "", "Local Hugging Face directory for the world model (empty = from config)."
-    )
-    seed: int = _f(0, "Initialisation seed.")
-    wm_match_feature: bool = _f(
-        True,
-        "World model built from config: add a learned vector to the input embedding of every page "
-        "or action token that is part of a word also in the task instruction (models/wm_match.py). "
-        "A model loaded from a directory keeps what it was saved with.",
-    )
-    wm_head_lines: bool = _f(
-        True,
-        "World model built from config: its reward, done and change heads also read a learned "
-        "projection (zero at init) of the mean over the page lines that hold a word of the "
-        "instruction (models/wm_lines.py). A model loaded from a directory keeps what it was saved with.",
-    )
-    wm_head_counts: bool = _f(
-        True, "With wm_head_lines: heads also read line counts (models/wm_lines.py; loaded: own)."
-    )
-    wm_head_acted: bool = _f(
-        True, "With wm_head_lines: heads also read the acted line's max (wm_lines.py; loaded: own)."
-    )
-    tokenizer: Literal["bpe", "byte"] = _f(
-        "bpe",
-        "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "
-        "project's own pages, actions and change scripts, shipped in models/assets/tokenizer-bpe; ~3.3x fewer "
-        "tokens than 'byte') or 'byte' (ByT5, one token per UTF-8 byte). A model loaded from a directory "
-        "(policy_path, world_model_path, checkpoints) always uses the tokenizer saved with it.",
     )
 
 

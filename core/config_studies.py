@@ -132,6 +132,11 @@ class ExperimentConfig:
     wm_pretrain_steps: int = _f(
         3000, "Optimizer steps of that pretraining (wm_study's loss, batch and schedule)."
     )
+    policy_match_feature: bool = _f(
+        False,
+        "The policy of every arm gets the exact-match input feature (model.policy_match_feature: "
+        "page words that are words of the instruction are flagged). Off = the frozen study.",
+    )
     replay_rollouts: int = _f(
         40,
         "Dreamed rollouts of each DynaWeb arm's cell replayed in the live browser after the cell "

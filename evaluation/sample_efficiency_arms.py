@@ -107,6 +107,8 @@ def cell_settings(ex: ExperimentConfig | dict) -> dict:
     if not d.get("wm_corpus"):  # no pretraining: the same id as before these settings existed
         d.pop("wm_corpus", None)
         d.pop("wm_pretrain_steps", None)
+    if not d.get("policy_match_feature"):  # off: the same id as before the setting existed
+        d.pop("policy_match_feature", None)
     return json.loads(json.dumps(d))
 
 
@@ -138,6 +140,7 @@ def cell_config(
         c.trainer.wm_init_from = wm_init
     c.model.layers, c.model.d_model, c.model.heads = ex.layers, ex.d_model, ex.heads
     c.model.seed = int(seed)
+    c.model.policy_match_feature = bool(ex.policy_match_feature)
     cc = c.collector
     cc.tasks = list(ex.tasks)
     cc.max_steps = ex.max_steps

@@ -55,7 +55,7 @@ from models.candidates import (
 )
 from models.prompts import policy_prompt_ids
 from models.tokenizer import build_tokenizer, load_tokenizer, pad_id
-from models.wm_match import given_flags, prompt_flags
+from models.wm_match import attach_match_feature, given_flags, prompt_flags, restore_submodule
 
 
 def gpt_neo_config(model_cfg: ModelConfig, tokenizer: Any) -> Any:
@@ -150,13 +150,26 @@ def make_causal_lm(model_cfg: ModelConfig, path: str = "") -> tuple[Any, Any]:
 
 
 def make_policy(model_cfg: ModelConfig) -> tuple[Any, Any]:
-    """(model, tokenizer) from ``model_cfg.policy_path`` or from config."""
-    return make_causal_lm(model_cfg, model_cfg.policy_path)
+    """(model, tokenizer) from ``model_cfg.policy_path`` (``load_policy``) or from config, with
+    the exact-match feature when ``model_cfg.policy_match_feature``."""
+    if model_cfg.policy_path:
+        return load_policy(model_cfg.policy_path)
+    model, tok = make_causal_lm(model_cfg)
+    model.config.policy_match_feature = False
+    if model_cfg.policy_match_feature:
+        attach_match_feature(model, tok, policy=True)
+    return model, tok
 
 
 def load_policy(path: str) -> tuple[Any, Any]:
-    """A saved policy (``save_pretrained`` of model and tokenizer in one directory)."""
-    return load_causal_lm(path)
+    """A saved policy (``save_pretrained`` of model and tokenizer in one directory); one saved
+    with the exact-match feature (``policy_match_feature`` in its config.json) gets it back with
+    its saved vector."""
+    model, tok = load_causal_lm(path)
+    if getattr(model.config, "policy_match_feature", False):
+        attach_match_feature(model, tok, policy=True)
+        restore_submodule(model, path, "wm_match")
+    return model, tok
 
 
 # --- batched scoring ---------------------------------------------------------------

@@ -38,6 +38,7 @@ from models.tokenizer import decode
 _WORD = re.compile(r"\w+")
 TASK = "Task: "
 END = "\nChange:\n"
+POLICY_END = "\nAction: "  # the policy's flagged span ends before its action line
 
 
 def token_pieces(tokenizer: Any) -> list[str]:
@@ -47,7 +48,9 @@ def token_pieces(tokenizer: Any) -> list[str]:
     return ["" if i in special else decode(tokenizer, [i]) for i in range(len(tokenizer))]
 
 
-def _scan(ids: list[int], pieces: list[str]) -> tuple[list[str], list[int], str, bytearray, int]:
+def _scan(
+    ids: list[int], pieces: list[str], end_mark: str = END
+) -> tuple[list[str], list[int], str, bytearray, int]:
     """(token texts, their start offsets, the row's text, per character: part of a flagged word,
     the end of the instruction line (-1: not a prompt row))."""
     texts = [pieces[i] if 0 <= i < len(pieces) else "" for i in ids]
@@ -61,7 +64,7 @@ def _scan(ids: list[int], pieces: list[str]) -> tuple[list[str], list[int], str,
     if nl < 0:
         return texts, starts, text, hit, -1
     words = set(_WORD.findall(text[len(TASK) : nl]))
-    end = text.find(END, nl)
+    end = text.find(end_mark, nl)
     end = len(text) if end < 0 else end + 1  # the newline before "Change:" stays in the span
     for m in _WORD.finditer(text, nl + 1, end):
         if m.group(0) in words:
@@ -69,11 +72,11 @@ def _scan(ids: list[int], pieces: list[str]) -> tuple[list[str], list[int], str,
     return texts, starts, text, hit, nl
 
 
-def match_flags(ids: list[int], pieces: list[str]) -> list[bool]:
+def match_flags(ids: list[int], pieces: list[str], end_mark: str = END) -> list[bool]:
     """Per token of one row: does it overlap a word of the flagged span that is also a word of
     the instruction (the module docstring's rule)?  All False for a row not starting with
     ``Task: `` (after empty pieces, i.e. padding)."""
-    texts, starts, _, hit, _ = _scan(ids, pieces)
+    texts, starts, _, hit, _ = _scan(ids, pieces, end_mark)
     return [any(hit[s : s + len(t)]) for s, t in zip(starts, texts, strict=True)]
 
 
@@ -140,10 +143,11 @@ class MatchFeature(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(dim))
         self.pieces = pieces
+        self.end_mark = END  # where the flagged span ends (``POLICY_END`` for a policy)
         self.given: torch.Tensor | None = None
 
     def flags(self, input_ids: torch.Tensor) -> torch.Tensor:
-        rows = [match_flags(r, self.pieces) for r in input_ids.tolist()]
+        rows = [match_flags(r, self.pieces, self.end_mark) for r in input_ids.tolist()]
         return torch.tensor(rows, dtype=torch.bool, device=input_ids.device)
 
     def hook(self, _module: Any, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
@@ -167,7 +171,7 @@ class MatchFeature(torch.nn.Module):
 def prompt_flags(model: Any, prompts: list[list[int]]) -> list[list[bool]] | None:
     """``match_flags`` of each whole prompt; None for a model without the feature."""
     feat = getattr(model, "wm_match", None)
-    return None if feat is None else [match_flags(p, feat.pieces) for p in prompts]
+    return None if feat is None else [match_flags(p, feat.pieces, feat.end_mark) for p in prompts]
 
 
 def left_padded(rows: list[list[bool]], width: int) -> torch.Tensor:
@@ -194,12 +198,33 @@ def given_flags(model: Any, flags: torch.Tensor | None) -> Iterator[None]:
         feat.given = None
 
 
-def attach_match_feature(model: Any, tokenizer: Any) -> Any:
-    """Give ``model`` the feature (idempotent) and mark ``model.config.wm_match_feature``."""
+def attach_match_feature(model: Any, tokenizer: Any, policy: bool = False) -> Any:
+    """Give ``model`` the feature (idempotent) and mark ``model.config.wm_match_feature``; for a
+    policy (``policy``), flagged up to its ``Action:`` line (``POLICY_END``: the action the
+    policy writes or scores is never flagged, so a prefix pass and a whole sequence agree), and
+    marked ``model.config.policy_match_feature``."""
     if getattr(model, "wm_match", None) is None:
         emb = model.get_input_embeddings()
         feat = MatchFeature(int(emb.weight.shape[1]), token_pieces(tokenizer))
+        feat.end_mark = POLICY_END if policy else END
         model.wm_match = feat.to(emb.weight.device)
         emb.register_forward_hook(model.wm_match.hook)
-    model.config.wm_match_feature = True
+    setattr(model.config, "policy_match_feature" if policy else "wm_match_feature", True)
     return model
+
+
+def restore_submodule(model: Any, path: str, name: str) -> bool:
+    """Load ``model.<name>``'s weights from the ``model.safetensors`` of a ``save_pretrained``
+    directory (Hugging Face's loader skips modules it does not know); False when none saved."""
+    import os
+
+    st = os.path.join(path, "model.safetensors")
+    if not os.path.exists(st):
+        return False
+    from safetensors.torch import load_file
+
+    saved = load_file(st)
+    sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
+    if sd:
+        getattr(model, name).load_state_dict(sd)
+    return bool(sd)
