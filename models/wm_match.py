@@ -22,6 +22,11 @@ the callers.  A row is flagged only when it starts (after padding) with ``Task: 
 decoding steps feed new tokens only, which never do.  The vector is a submodule, so
 ``save_pretrained`` writes it (``wm_match.weight``) and ``models.world_model.load_world_model``
 restores it; ``model.config.wm_match_feature`` (config.json) says whether the model has it.
+
+The policy can have it too (``ModelConfig.policy_match_feature``, off by default;
+``attach_match_feature(..., policy=True)``): the same rule, with the flagged span ending before
+the prompt's ``Action:`` line (``POLICY_END``), so the action text the policy scores is never
+flagged; ``models.policy.load_policy`` restores it (``restore_submodule``).
 """
 
 from __future__ import annotations
