@@ -55,7 +55,7 @@ from models.candidates import (
 )
 from models.prompts import policy_prompt_ids
 from models.tokenizer import build_tokenizer, load_tokenizer, pad_id
-from models.wm_match import attach_match_feature, given_flags, prompt_flags, restore_submodule
+from models.wm_match import attach_match_feature, given_flags, prompt_flags
 
 
 def gpt_neo_config(model_cfg: ModelConfig, tokenizer: Any) -> Any:
@@ -133,6 +133,28 @@ def load_causal_lm(path: str) -> tuple[Any, Any]:
     return model, tok
 
 
+def restore_submodules(model: Any, path: str, names: tuple[str, ...]) -> set[str]:
+    """Load the weights of ``model.<name>`` for each of ``names`` that the ``model.safetensors`` of
+    a ``save_pretrained`` directory holds (Hugging Face's loader skips modules it does not know);
+    the names found in the file (a module the model lacks is not loaded, but still reported)."""
+    import os
+
+    st = os.path.join(path, "model.safetensors")
+    if not os.path.exists(st):
+        return set()
+    from safetensors.torch import load_file
+
+    saved = load_file(st)
+    found = set()
+    for name in names:
+        sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
+        if sd:
+            if getattr(model, name, None) is not None:
+                getattr(model, name).load_state_dict(sd)
+            found.add(name)
+    return found
+
+
 def make_causal_lm(model_cfg: ModelConfig, path: str = "") -> tuple[Any, Any]:
     """(model, tokenizer): from a local HF directory (its own tokenizer), or GPT-Neo from config
     (seeded) with the ``model_cfg.tokenizer`` tokenizer ("bpe" or "byte")."""
@@ -168,7 +190,7 @@ def load_policy(path: str) -> tuple[Any, Any]:
     model, tok = load_causal_lm(path)
     if getattr(model.config, "policy_match_feature", False):
         attach_match_feature(model, tok, policy=True)
-        restore_submodule(model, path, "wm_match")
+        restore_submodules(model, path, ("wm_match",))
     return model, tok
 
 

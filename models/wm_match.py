@@ -26,7 +26,7 @@ restores it; ``model.config.wm_match_feature`` (config.json) says whether the mo
 The policy can have it too (``ModelConfig.policy_match_feature``, off by default;
 ``attach_match_feature(..., policy=True)``): the same rule, with the flagged span ending before
 the prompt's ``Action:`` line (``POLICY_END``), so the action text the policy scores is never
-flagged; ``models.policy.load_policy`` restores it (``restore_submodule``).
+flagged; ``models.policy.load_policy`` restores it (``models.policy.restore_submodules``).
 """
 
 from __future__ import annotations
@@ -216,20 +216,3 @@ def attach_match_feature(model: Any, tokenizer: Any, policy: bool = False) -> An
         emb.register_forward_hook(model.wm_match.hook)
     setattr(model.config, "policy_match_feature" if policy else "wm_match_feature", True)
     return model
-
-
-def restore_submodule(model: Any, path: str, name: str) -> bool:
-    """Load ``model.<name>``'s weights from the ``model.safetensors`` of a ``save_pretrained``
-    directory (Hugging Face's loader skips modules it does not know); False when none saved."""
-    import os
-
-    st = os.path.join(path, "model.safetensors")
-    if not os.path.exists(st):
-        return False
-    from safetensors.torch import load_file
-
-    saved = load_file(st)
-    sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
-    if sd:
-        getattr(model, name).load_state_dict(sd)
-    return bool(sd)

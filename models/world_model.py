@@ -68,7 +68,6 @@ generated text).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,7 +78,7 @@ from core.config import Config, DreamConfig, ModelConfig
 from core.spaces import Action, Observation, ids_in_tree, parse_action
 from models.change import apply_change, diff_to_change, format_output, parse_model_output
 from models.embedder import DIM
-from models.policy import load_causal_lm, make_causal_lm
+from models.policy import load_causal_lm, make_causal_lm, restore_submodules
 from models.prompts import world_model_prompt_ids
 from models.tokenizer import decode, encode, eos_id, pad_id
 from models.wm_decoding import generate_tokens
@@ -239,18 +238,8 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     model, tok = load_causal_lm(path)
     cfg = model.config
     attach_parts(model, tok, *(bool(getattr(cfg, k, False)) for k in PARTS))
-    found = set()
-    st = os.path.join(path, "model.safetensors")
-    if os.path.exists(st):
-        from safetensors.torch import load_file
-
-        saved = load_file(st)
-        for name in ("page_head", *HEADS, "change_head", "wm_match", "match_lines"):
-            sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
-            if sd:
-                if getattr(model, name, None) is not None:
-                    getattr(model, name).load_state_dict(sd)
-                found.add(name)
+    parts = ("page_head", *HEADS, "change_head", "wm_match", "match_lines")
+    found = restore_submodules(model, path, parts)
     model.config.wm_change_head_trained = (
         bool(getattr(model.config, "wm_change_head_trained", False)) and "change_head" in found
     )
