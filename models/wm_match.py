@@ -43,7 +43,8 @@ from models.tokenizer import decode
 _WORD = re.compile(r"\w+")
 TASK = "Task: "
 END = "\nChange:\n"
-POLICY_END = "\nAction: "  # the policy's flagged span ends before its action line
+ACTION = "\nAction: "  # the prompts' action line (models.prompts)
+POLICY_END = ACTION  # the policy's flagged span ends before its action line
 
 
 def token_pieces(tokenizer: Any) -> list[str]:
@@ -114,8 +115,8 @@ def page_lines(ids: list[int], pieces: list[str]) -> tuple[list[tuple[bool, list
     texts, starts, text, hit, nl = _scan(ids, pieces)
     if nl < 0:
         return [], -1
-    stop = text.find("\nAction: ", nl)
-    m = _ACTED.match(text, stop + len("\nAction: ")) if stop >= 0 else None
+    stop = text.find(ACTION, nl)
+    m = _ACTED.match(text, stop + len(ACTION)) if stop >= 0 else None
     mark = f"[{m.group(1)}]" if m else None
     acted = -1
     stop = len(text) if stop < 0 else stop
@@ -144,11 +145,11 @@ class MatchFeature(torch.nn.Module):
     of the next forward pass, set by ``given_flags`` for the callers that feed a prompt in pieces
     (a shared prefix, then each row's tail), which a row's own tokens cannot flag."""
 
-    def __init__(self, dim: int, pieces: list[str]) -> None:
+    def __init__(self, dim: int, pieces: list[str], end_mark: str = END) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(dim))
         self.pieces = pieces
-        self.end_mark = END  # where the flagged span ends (``POLICY_END`` for a policy)
+        self.end_mark = end_mark  # where the flagged span ends (``POLICY_END`` for a policy)
         self.given: torch.Tensor | None = None
 
     def flags(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -210,8 +211,8 @@ def attach_match_feature(model: Any, tokenizer: Any, policy: bool = False) -> An
     marked ``model.config.policy_match_feature``."""
     if getattr(model, "wm_match", None) is None:
         emb = model.get_input_embeddings()
-        feat = MatchFeature(int(emb.weight.shape[1]), token_pieces(tokenizer))
-        feat.end_mark = POLICY_END if policy else END
+        end_mark = POLICY_END if policy else END
+        feat = MatchFeature(int(emb.weight.shape[1]), token_pieces(tokenizer), end_mark)
         model.wm_match = feat.to(emb.weight.device)
         emb.register_forward_hook(model.wm_match.hook)
     setattr(model.config, "policy_match_feature" if policy else "wm_match_feature", True)

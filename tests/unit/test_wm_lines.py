@@ -28,6 +28,13 @@ def _cfg(**kw) -> ModelConfig:
     return ModelConfig(layers=1, d_model=32, heads=2, max_positions=320, **kw)
 
 
+def _saved_and_loaded(model, tok, path):
+    """``model`` after ``save_pretrained`` to ``path`` and ``load_world_model`` from it."""
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return load_world_model(str(path))[0]
+
+
 def test_every_page_line_with_whether_the_instruction_names_it():
     _, tok = make_world_model(_cfg())
     ids = world_model_prompt_ids(tok, BOXES, "click(5)", 320, 32)
@@ -94,16 +101,12 @@ def test_counts_are_built_saved_restored_and_absent_from_a_model_saved_without(t
     assert model.match_lines.counts and model.config.wm_head_counts
     with torch.no_grad():
         model.match_lines.other_count.weight.normal_()
-    model.save_pretrained(tmp_path / "with")
-    tok.save_pretrained(tmp_path / "with")
-    again, _ = load_world_model(str(tmp_path / "with"))
+    again = _saved_and_loaded(model, tok, tmp_path / "with")
     assert torch.equal(again.match_lines.other_count.weight, model.match_lines.other_count.weight)
     ids = world_model_prompt_ids(tok, BOXES, "click(5)", 320, 32)
     assert line_positions(again, [ids])[0].page is not None
     old, otok = make_world_model(_cfg(wm_head_counts=False))
-    old.save_pretrained(tmp_path / "old")
-    otok.save_pretrained(tmp_path / "old")
-    loaded, _ = load_world_model(str(tmp_path / "old"))
+    loaded = _saved_and_loaded(old, otok, tmp_path / "old")
     assert loaded.match_lines is not None and not loaded.match_lines.counts
     assert not hasattr(loaded.match_lines, "other_count") and not loaded.config.wm_head_counts
     assert line_positions(loaded, [ids])[0].page is None
@@ -152,17 +155,13 @@ def test_the_acted_line_is_built_saved_restored_and_absent_from_a_model_saved_wi
     assert model.match_lines.acted and model.config.wm_head_acted
     with torch.no_grad():
         model.match_lines.acted_max.weight.normal_()
-    model.save_pretrained(tmp_path / "with")
-    tok.save_pretrained(tmp_path / "with")
-    again, _ = load_world_model(str(tmp_path / "with"))
+    again = _saved_and_loaded(model, tok, tmp_path / "with")
     assert torch.equal(again.match_lines.acted_max.weight, model.match_lines.acted_max.weight)
     ids = world_model_prompt_ids(tok, BOXES, "click(3)", 320, 32)
     got = line_positions(again, [ids])[0].acted
     assert decode(tok, [ids[i] for i in got]).strip() == '[3] checkbox "zUGdbj" checked'
     old, otok = make_world_model(_cfg(wm_head_acted=False))
-    old.save_pretrained(tmp_path / "old")
-    otok.save_pretrained(tmp_path / "old")
-    loaded, _ = load_world_model(str(tmp_path / "old"))
+    loaded = _saved_and_loaded(old, otok, tmp_path / "old")
     assert loaded.match_lines.counts and not loaded.match_lines.acted
     assert not loaded.config.wm_head_acted and line_positions(loaded, [ids])[0].acted is None
     assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
