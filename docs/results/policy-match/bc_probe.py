@@ -9,7 +9,6 @@ against the expert's on 30 other expert episodes per task.  Run from the reposit
 from __future__ import annotations
 
 import collections
-import gzip
 import json
 import random
 import time
@@ -18,6 +17,7 @@ import torch
 
 from core.config import ModelConfig, TrainerConfig
 from core.spaces import Observation
+from evaluation.sources import read_jsonl
 from models.policy import PolicyRunner, make_policy
 from models.policy_loss import policy_batch_loss
 from streams.records import Trajectory, Transition
@@ -28,28 +28,18 @@ TASKS = [
     "miniwob/click-button",
     "miniwob/click-tab",
 ]
-FIELDS = (
-    "run_id episode_id step task seed source policy_version world_model_version obs action "
-    "next_obs reward done"
-).split()
 
 
-def expert_episodes() -> dict[str, list[list[dict]]]:
+def expert_episodes() -> dict[str, list[list[Transition]]]:
     eps: dict = collections.defaultdict(list)
     for f in ("transitions", "transitions-checkboxes"):
-        with gzip.open(f"docs/results/world-model/{f}.jsonl.gz", "rt") as fh:
-            for line in fh:
-                r = json.loads(line)
-                if r["task"] in TASKS and r["source"] == "expert":
-                    eps[(r["task"], r["run_id"], r["episode_id"])].append(r)
+        for t in read_jsonl(f"docs/results/world-model/{f}.jsonl.gz"):
+            if t.task in TASKS and t.source == "expert":
+                eps[(t.task, t.run_id, t.episode_id)].append(t)
     by_task = collections.defaultdict(list)
     for k, v in eps.items():
-        by_task[k[0]].append(sorted(v, key=lambda r: r["step"]))
+        by_task[k[0]].append(sorted(v, key=lambda t: t.step))
     return by_task
-
-
-def trajectory(rows: list[dict]) -> Trajectory:
-    return Trajectory.from_transitions([Transition(**{k: r[k] for k in FIELDS}) for r in rows])
 
 
 def run(by_task: dict, feature: bool, seed: int, steps: int = 60) -> dict:
@@ -67,7 +57,7 @@ def run(by_task: dict, feature: bool, seed: int, steps: int = 60) -> dict:
     model, tok = make_policy(cfg)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    trajs = [trajectory(e) for e in train]
+    trajs = [Trajectory.from_transitions(e) for e in train]
     t0 = time.time()
     for s in range(steps):
         for g in opt.param_groups:
@@ -84,14 +74,14 @@ def run(by_task: dict, feature: bool, seed: int, steps: int = 60) -> dict:
         for e in test:
             hist: list[str] = []
             ok = True
-            for row in e:
-                obs = Observation.from_dict(row["obs"])
+            for t in e:
+                obs = Observation.from_dict(t.obs)
                 a = runner.act_info([obs], [hist], temperature=0.0)[0][0].to_text()
-                n[row["task"]] += 1
-                hit[row["task"]] += a == row["action"]
-                ok = ok and a == row["action"]
-                hist.append(row["action"])
-            all_right[e[0]["task"]] += ok
+                n[t.task] += 1
+                hit[t.task] += a == t.action
+                ok = ok and a == t.action
+                hist.append(t.action)
+            all_right[e[0].task] += ok
     eps = {t.split("/")[1]: round(all_right[t] / 30, 3) for t in TASKS}
     return {
         "feature": feature,
