@@ -209,6 +209,12 @@ class StreamConfig:
     cold_start_batch_s: float = _f(
         2.0, "At cold start, emit an expert-only batch at most this often (s)."
     )
+    batch_wait_s: float = _f(
+        0.0,
+        "A mixed batch whose online share (batch_trajectories x (1 - expert_fraction), in whole "
+        "groups) is not yet full waits up to this long for more groups, then trains on what it has "
+        "(0 = cold_start_batch_s).",
+    )
     lag_bound: int = _f(
         4,
         "Training-batch lag above which dream generators are told to slow down. Keep it below "

@@ -50,6 +50,14 @@ class ModelConfig:
         "wm_match_feature, up to the 'Action:' line (models/wm_match.py). A loaded policy keeps "
         "what it was saved with.",
     )
+    policy_pointer: bool = _f(
+        True,
+        "Policy built from config: add to the score of every candidate action that names a page "
+        "element a learned read-out of that element's page line (the element-wise max of the last "
+        "layer's states, and whether the line holds a word of the instruction; "
+        "models/policy_pointer.py; zero at init). A loaded policy keeps what it was saved with. The "
+        "sample-efficiency study sets it from experiment.policy_pointer (off: the frozen study).",
+    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "

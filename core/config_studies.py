@@ -91,7 +91,8 @@ class ExperimentConfig:
         16,
         "Trajectories per training batch of the online arms (the expert share is "
         "expert_fraction; imitation_matched trains on batch_trajectories * expert_fraction "
-        "experts per step, the same expert samples).",
+        "experts per step, the same expert samples; real_only collects the online share, in "
+        "whole groups of group_size, per policy step).",
     )
     expert_fraction: float = _f(
         0.5, "Expert share of every training batch, the same in real_only and dynaweb."
@@ -132,10 +133,20 @@ class ExperimentConfig:
     wm_pretrain_steps: int = _f(
         3000, "Optimizer steps of that pretraining (wm_study's loss, batch and schedule)."
     )
+    policy_lr: float = _f(
+        0.0,
+        "Policy learning rate (trainer.lr, the schedule's peak) of every arm; 0 = the trainer's.",
+    )
     policy_match_feature: bool = _f(
         False,
         "The policy of every arm gets the exact-match input feature (model.policy_match_feature: "
         "page words that are words of the instruction are flagged). Off = the frozen study.",
+    )
+    policy_pointer: bool = _f(
+        False,
+        "The policy of every arm gets the element pointer (model.policy_pointer: each candidate "
+        "naming a page element is also scored from that element's page line). Off = the frozen "
+        "study.",
     )
     replay_rollouts: int = _f(
         40,

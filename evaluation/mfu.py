@@ -24,9 +24,13 @@ import torch
 
 
 def linear_weights(model: Any) -> int:
-    """Weights in ``nn.Linear`` layers (a tied LM head counts: its matmul runs on every token)."""
+    """Weights in ``nn.Linear`` layers (a tied LM head counts: its matmul runs on every token), but
+    not the policy's element pointer (``models/policy_pointer.py``: one read-out per candidate, not
+    per token)."""
     seen, n = set(), 0
-    for mod in model.modules():
+    for name, mod in model.named_modules():
+        if name.startswith("policy_pointer"):
+            continue
         if isinstance(mod, torch.nn.Linear) and id(mod.weight) not in seen:
             seen.add(id(mod.weight))
             n += mod.weight.numel()

@@ -81,9 +81,16 @@ def expert_samples_per_step(ex: ExperimentConfig) -> int:
     defaults (16, 0.5, G = 8): 8 = ``batch_trajectories * expert_fraction``.  ``imitation_matched`` trains
     on expert-only batches of exactly this size, so every arm gets the same BC samples per step."""
     f = float(ex.expert_fraction)
-    target = max(1, int(round(ex.batch_trajectories * (1.0 - f))))
-    n_d = ex.group_size * max(1, target // max(1, ex.group_size))
+    n_d = ex.group_size * live_groups_per_step(ex)
     return int(round(f * n_d / (1.0 - f) + 1e-9))
+
+
+def live_groups_per_step(ex: ExperimentConfig) -> int:
+    """Whole groups of G in the online share of a mixed batch, ``round(batch * (1 - f))``, at least
+    one: what ``real_only`` collects per policy step (``collector.groups_per_version``) and what the
+    mixer waits for before a step.  The defaults (16, 0.5, G = 8): 1."""
+    target = max(1, int(round(ex.batch_trajectories * (1.0 - float(ex.expert_fraction)))))
+    return max(1, target // max(1, ex.group_size))
 
 
 def bc_temperature(ex: ExperimentConfig) -> float:
@@ -109,6 +116,10 @@ def cell_settings(ex: ExperimentConfig | dict) -> dict:
         d.pop("wm_pretrain_steps", None)
     if not d.get("policy_match_feature"):  # off: the same id as before the setting existed
         d.pop("policy_match_feature", None)
+    if not d.get("policy_pointer"):  # off: the same id as before the setting existed
+        d.pop("policy_pointer", None)
+    if not d.get("policy_lr"):  # the trainer's: the same id as before the setting existed
+        d.pop("policy_lr", None)
     return json.loads(json.dumps(d))
 
 
@@ -141,6 +152,9 @@ def cell_config(
     c.model.layers, c.model.d_model, c.model.heads = ex.layers, ex.d_model, ex.heads
     c.model.seed = int(seed)
     c.model.policy_match_feature = bool(ex.policy_match_feature)
+    c.model.policy_pointer = bool(ex.policy_pointer)
+    if ex.policy_lr:
+        c.trainer.lr = float(ex.policy_lr)
     cc = c.collector
     cc.tasks = list(ex.tasks)
     cc.max_steps = ex.max_steps
@@ -185,22 +199,30 @@ def cell_config(
             False  # nothing dreams from it (the policy's update does not depend on it)
         )
     else:
-        s.expert_fraction = ex.expert_fraction
-        s.expert_only_batches = False  # every policy step holds an online group
-        s.group_timeout_s = 120.0
-        t.max_steps = ex.online_policy_steps  # fixed: the cell ends when this many steps are taken
-        t.checkpoint_every = 1  # a new version per step: on-policy collectors wait for it
-        t.train_world_model = arm in DREAM_ARMS
-        if arm == "dynaweb_dream_only":  # the paper's setting: the policy learns from dreams
-            s.policy_sources = ["dream"]  # and demonstrations; real groups train the world model
-        cc.group_size = ex.group_size
-        cc.run_length = ex.group_size
-        cc.policy = "latest"
-        cc.groups_per_version = 1.0 if arm == "real_only" else ex.dream_real_share
-        cc.seed_offset = 7919 * (
-            int(seed) + 1
-        )  # the online arms of one seed walk the same task seeds
+        _online_arm(c, ex, arm, seed)
     return c
+
+
+def _online_arm(c: Config, ex: ExperimentConfig, arm: str, seed: int) -> None:
+    """The settings of ``real_only``, ``dynaweb`` and ``dynaweb_dream_only`` (in place)."""
+    s, t, cc = c.stream, c.trainer, c.collector
+    s.expert_fraction = ex.expert_fraction
+    s.expert_only_batches = False  # every policy step holds an online group
+    s.group_timeout_s = 120.0
+    if live_groups_per_step(ex) > 1:  # a step waits for its whole online share
+        s.batch_wait_s = s.group_timeout_s
+    t.max_steps = ex.online_policy_steps  # fixed: the cell ends when this many steps are taken
+    t.checkpoint_every = 1  # a new version per step: on-policy collectors wait for it
+    t.train_world_model = arm in DREAM_ARMS
+    if arm == "dynaweb_dream_only":  # the paper's setting: the policy learns from dreams
+        s.policy_sources = ["dream"]  # and demonstrations; real groups train the world model
+    cc.group_size = ex.group_size
+    cc.run_length = ex.group_size
+    cc.policy = "latest"
+    cc.groups_per_version = (
+        float(live_groups_per_step(ex)) if arm == "real_only" else ex.dream_real_share
+    )
+    cc.seed_offset = 7919 * (int(seed) + 1)  # the online arms of one seed walk the same task seeds
 
 
 def pick_versions(history: list[tuple[int, int]], budget: list[int], demo_steps: int) -> list[dict]:

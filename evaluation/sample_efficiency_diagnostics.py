@@ -98,13 +98,31 @@ def topic_stats(cfg: Config) -> dict:
         ):  # every dream step, and those whose world-model output applied
             out["topic_dream_steps"] = len(trans)
             out["topic_dream_wm_ok"] = sum(1 for t in trans if (t.info or {}).get("wm_ok", True))
-        if not last:
-            continue
-        out[f"topic_{name}_episodes"] = len(last)
-        out[f"topic_{name}_success"] = round(
-            sum(float(t.reward) > 0 for t in last.values()) / len(last), 4
+        out.update(
+            {f"topic_{name}_{k}": v for k, v in episode_success(list(last.values())).items()}
         )
     return out
+
+
+def episode_success(ends: list) -> dict:
+    """Episodes (their last transitions) and the share that succeeded (raw reward > 0), overall and
+    in the halves of the policy versions they were acted with (``early``: below the middle of the
+    first and last version, ``late``: from it): whether the policy got better at what it trained on,
+    on training seeds.  Empty: {}."""
+    if not ends:
+        return {}
+
+    def share(xs: list) -> float | None:
+        return round(sum(float(t.reward) > 0 for t in xs) / len(xs), 4) if xs else None
+
+    vs = [int(t.policy_version) for t in ends]
+    mid = (min(vs) + max(vs)) / 2.0
+    return {
+        "episodes": len(ends),
+        "success": share(ends),
+        "success_early": share([t for t in ends if t.policy_version < mid]),
+        "success_late": share([t for t in ends if t.policy_version >= mid]),
+    }
 
 
 # per-cell diagnostics averaged over seeds: the trainer's own counters (policy steps, policy samples per
@@ -121,6 +139,8 @@ DIAG_KEYS = (
     "stale_dropped",
     "topic_live_episodes",
     "topic_live_success",
+    "topic_live_success_early",
+    "topic_live_success_late",
     "topic_dream_episodes",
     "topic_dream_success",
     "topic_dream_steps",

@@ -204,3 +204,30 @@ def balanced_cross_entropy(
     loss = (w * ce).sum()
     acc = float((w * (logits.detach().argmax(-1) == labels.to(logits.device)).float()).sum())
     return loss, {"acc": acc}
+
+
+def source_stats(trajs: list, adv: torch.Tensor) -> dict[str, dict]:
+    """Per source (``real``, ``dream``): trajectories, groups, groups with a nonzero advantage and the
+    sum of |advantage| of the GSPO trajectories; ``ratio_sum`` and ``clipped`` are filled in by the loss."""
+    out: dict[str, dict] = {}
+    groups: dict[tuple, bool] = {}
+    for tr, a in zip(trajs, adv.tolist(), strict=True):
+        s = out.setdefault(
+            tr.source,
+            {
+                "trajectories": 0,
+                "groups": 0,
+                "groups_nonzero": 0,
+                "adv_abs_sum": 0.0,
+                "ratio_sum": 0.0,
+                "clipped": 0,
+            },
+        )
+        s["trajectories"] += 1
+        s["adv_abs_sum"] += abs(a)
+        key = (tr.source, tr.group_id)
+        groups[key] = groups.get(key, False) or a != 0.0
+    for (src, _), nonzero in groups.items():
+        out[src]["groups"] += 1
+        out[src]["groups_nonzero"] += int(nonzero)
+    return out

@@ -9,7 +9,8 @@ The policy is a distribution over the page's valid actions ``C(s) =
 policy_candidates(tokenizer, obs, prompt_ids, max_positions, max_candidates)``
 (``models.candidates``: what is enumerated, and why the same function serves acting and
 learning); the score of a candidate is the summed token log-prob of its text + eos given the
-prompt, and
+prompt, plus, for a policy with the element pointer (``models.policy_pointer``), a read-out of the
+page line of the element it names, and
 
     pi_T(a|s) = softmax_{c in C(s)}(score(c) / T)[a].
 
@@ -53,6 +54,7 @@ from models.candidates import (
     policy_candidates,
     record_temperature,
 )
+from models.policy_pointer import attach_pointer, pointer_scores
 from models.prompts import policy_prompt_ids
 from models.tokenizer import build_tokenizer, load_tokenizer, pad_id
 from models.wm_match import attach_match_feature, given_flags, prompt_flags
@@ -178,8 +180,11 @@ def make_policy(model_cfg: ModelConfig) -> tuple[Any, Any]:
         return load_policy(model_cfg.policy_path)
     model, tok = make_causal_lm(model_cfg)
     model.config.policy_match_feature = False
+    model.config.policy_pointer = False
     if model_cfg.policy_match_feature:
         attach_match_feature(model, tok, policy=True)
+    if model_cfg.policy_pointer:
+        attach_pointer(model, tok)
     return model, tok
 
 
@@ -191,6 +196,9 @@ def load_policy(path: str) -> tuple[Any, Any]:
     if getattr(model.config, "policy_match_feature", False):
         attach_match_feature(model, tok, policy=True)
         restore_submodules(model, path, ("wm_match",))
+    if getattr(model.config, "policy_pointer", False):
+        attach_pointer(model, tok)
+        restore_submodules(model, path, ("policy_pointer",))
     return model, tok
 
 
@@ -452,6 +460,9 @@ class PolicyRunner:
             pad_id(self.tokenizer),
             stats=self.stats,
         )
+        ptr = pointer_scores(self.model, prompts, [[a.to_text() for a in acts] for acts in cands])
+        if ptr is not None:  # the element pointer's term (models/policy_pointer.py)
+            scores = [s + t for s, t in zip(scores, ptr, strict=True)]
         logps = [candidate_logprobs(s, t_rec) for s in scores]
         hashes = [candidates_hash([a.to_text() for a in acts]) for acts in cands]
         out = []

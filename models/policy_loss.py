@@ -8,7 +8,9 @@ action texts, and C(s) from ``models.candidates.policy_candidates`` -- the funct
 the runner acted with.  Every candidate (text + eos) is scored with grad
 (``action_logprobs``; all candidates of a step share its prompt, so they are
 packed into one forward row as a token trie, and identical rows -- a group's
-first page -- are scored once), and ``log pi_T(a|s) = log_softmax(scores / T)[a]``, with T the
+first page -- are scored once; a policy with the element pointer adds its term, read from
+the prompt states of the same forward: ``models.policy_pointer.row_terms``), and
+``log pi_T(a|s) = log_softmax(scores / T)[a]``, with T the
 temperature recorded on the transition (``info["temperature"]``) or
 ``TrainerConfig.policy_temperature``.  A rebuilt set whose hash differs from the
 transition's ``candidates_hash`` is counted (``cand_mismatch``) and trained with
@@ -56,7 +58,15 @@ from models.candidates import (
     candidates_hash,
     policy_candidates,
 )
-from models.losses import bc_loss, group_advantages, gspo_loss, task_success_reward, token_logprobs
+from models.losses import (
+    bc_loss,
+    group_advantages,
+    gspo_loss,
+    source_stats,
+    task_success_reward,
+    token_logprobs,
+)
+from models.policy_pointer import has_pointer, row_terms
 from models.prompts import action_ids, policy_prompt_ids
 from models.tokenizer import pad_id
 
@@ -111,7 +121,11 @@ def _trie_row(
 
 
 def action_logprobs(
-    model: Any, tokenizer: Any, rows: list[tuple[list[int], list[int]]], rows_per_forward: int = 16
+    model: Any,
+    tokenizer: Any,
+    rows: list[tuple[list[int], list[int]]],
+    rows_per_forward: int = 16,
+    hidden: dict[int, torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """Token log-probs of each row's continuation given its prompt (with grad).
 
@@ -121,7 +135,8 @@ def action_logprobs(
     trie (``_trie_row``: shared prefixes computed once) with a 4D tree mask and
     position ids = prompt length + depth -- exactly what ``PolicyRunner`` scores.
     Packed rows are sorted by length and run ``rows_per_forward`` at a time (little
-    padding).  Runs in eval mode (dropout off) and restores the previous mode.
+    padding).  Runs in eval mode (dropout off) and restores the previous mode.  ``hidden`` (a dict):
+    filled with each row's prompt's last-layer states, (len(prompt), d), for the element pointer.
     """
     max_pos = int(getattr(model.config, "max_position_embeddings", 1 << 30))
     packed = sorted(
@@ -151,12 +166,18 @@ def action_logprobs(
                     allowed[r, L:, :L] = True
                     allowed[r, q, torch.tensor([k for ch in chains for k in ch])] = True
             mask = torch.where(allowed, 0.0, neg)[:, None].to(dev)
-            logits = model(
+            o = model(
                 input_ids=ids.to(dev),
                 attention_mask=mask,
                 position_ids=pos_t.to(dev),
                 use_cache=False,
-            ).logits
+                output_hidden_states=hidden is not None,
+            )
+            logits = o.logits
+            if hidden is not None:
+                for r, (p, idx) in enumerate(chunk):
+                    for i in idx:
+                        hidden[i] = o.hidden_states[-1][r, : len(p)]
             # one gather for every continuation token of the forward (per-continuation indexing
             # would make backward allocate a logits-sized gradient per continuation)
             rr, pp, lab, owners = [], [], [], []
@@ -426,8 +447,11 @@ def _decision_logprobs(
     """Per item, ``log pi_T(a|s)`` of each decision (with grad): ``candidate_logprobs`` of the
     candidates' summed token log-probs, or, for an expert action outside C(s), the mean token
     log-likelihood of its text + eos."""
-    lps = action_logprobs(model, tokenizer, rows.rows)
+    hidden: dict[int, torch.Tensor] | None = {} if has_pointer(model) else None
+    lps = action_logprobs(model, tokenizer, rows.rows, hidden=hidden)
     seq = [lp.sum() for lp in lps]
+    if hidden is not None:  # the element pointer's term, as acting adds it
+        seq = [a + b for a, b in zip(seq, row_terms(model, rows.rows, hidden), strict=True)]
     per_traj = []
     for steps_plan in plan:
         vals = []
@@ -570,30 +594,3 @@ def policy_batch_loss(
         else:
             total = total + part
     return total, _policy_metrics(total, split, rewards, adv, tot)
-
-
-def source_stats(trajs: list, adv: torch.Tensor) -> dict[str, dict]:
-    """Per source (``real``, ``dream``): trajectories, groups, groups with a nonzero advantage and the
-    sum of |advantage| of the GSPO trajectories; ``ratio_sum`` and ``clipped`` are filled in by the loss."""
-    out: dict[str, dict] = {}
-    groups: dict[tuple, bool] = {}
-    for tr, a in zip(trajs, adv.tolist(), strict=True):
-        s = out.setdefault(
-            tr.source,
-            {
-                "trajectories": 0,
-                "groups": 0,
-                "groups_nonzero": 0,
-                "adv_abs_sum": 0.0,
-                "ratio_sum": 0.0,
-                "clipped": 0,
-            },
-        )
-        s["trajectories"] += 1
-        s["adv_abs_sum"] += abs(a)
-        key = (tr.source, tr.group_id)
-        groups[key] = groups.get(key, False) or a != 0.0
-    for (src, _), nonzero in groups.items():
-        out[src]["groups"] += 1
-        out[src]["groups_nonzero"] += int(nonzero)
-    return out

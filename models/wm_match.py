@@ -108,19 +108,19 @@ def page_line_positions(ids: list[int], pieces: list[str]) -> list[tuple[bool, l
 _ACTED = re.compile(r"\w+\((\d+)")
 
 
-def page_lines(ids: list[int], pieces: list[str]) -> tuple[list[tuple[bool, list[int]]], int]:
-    """(``page_line_positions``, the index among them of the acted element's line: the first
-    whose text starts, after blanks, with ``[k]``, k the element the ``Action:`` line names; -1
-    when it names none or the page does not show it)."""
-    texts, starts, text, hit, nl = _scan(ids, pieces)
+def line_spans(
+    ids: list[int], pieces: list[str], end_mark: str = END
+) -> tuple[str, list[tuple[int, int, bool, list[int]]]]:
+    """The row's text and, per non-empty page line (after the instruction line, before the
+    ``Action:`` line), in order: (its start and end in the text, does it hold a flagged word of
+    ``end_mark``'s span, the positions of the tokens that overlap it).  A token across a line break
+    counts in both lines.  No lines for a row that is not a prompt."""
+    texts, starts, text, hit, nl = _scan(ids, pieces, end_mark)
+    out: list[tuple[int, int, bool, list[int]]] = []
     if nl < 0:
-        return [], -1
+        return text, out
     stop = text.find(ACTION, nl)
-    m = _ACTED.match(text, stop + len(ACTION)) if stop >= 0 else None
-    mark = f"[{m.group(1)}]" if m else None
-    acted = -1
     stop = len(text) if stop < 0 else stop
-    out: list[tuple[bool, list[int]]] = []
     k, a = 0, nl + 1
     while a < stop:
         b = text.find("\n", a, stop)
@@ -133,11 +133,24 @@ def page_lines(ids: list[int], pieces: list[str]) -> tuple[list[tuple[bool, list
                 pos.append(j)
             j += 1
         if b > a:
-            if acted < 0 and mark and text[a:b].lstrip().startswith(mark):
-                acted = len(out)
-            out.append((any(hit[a:b]), pos))
+            out.append((a, b, any(hit[a:b]), pos))
         a = b + 1
-    return out, acted
+    return text, out
+
+
+def page_lines(ids: list[int], pieces: list[str]) -> tuple[list[tuple[bool, list[int]]], int]:
+    """(``page_line_positions``, the index among them of the acted element's line: the first
+    whose text starts, after blanks, with ``[k]``, k the element the ``Action:`` line names; -1
+    when it names none or the page does not show it)."""
+    text, spans = line_spans(ids, pieces)
+    stop = text.find(ACTION)  # the instruction line holds no newline: the same as after it
+    m = _ACTED.match(text, stop + len(ACTION)) if spans and stop >= 0 else None
+    mark = f"[{m.group(1)}]" if m else None
+    acted = next(
+        (n for n, (a, b, _, _) in enumerate(spans) if mark and text[a:b].lstrip().startswith(mark)),
+        -1,
+    )
+    return [(named, pos) for _, _, named, pos in spans], acted
 
 
 class MatchFeature(torch.nn.Module):

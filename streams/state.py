@@ -91,6 +91,7 @@ class StreamState:
             expert_pool_size=s.expert_pool_size,
             cold_start_batch_s=s.cold_start_batch_s,
             reuse_wait_s=s.reuse_wait_s,
+            batch_wait_s=s.batch_wait_s or None,
         )
         self.topic_source = {topics.name(k): v for k, v in _TOPIC_SOURCE.items()}
         self.held: dict[str, list] = defaultdict(list)  # episode id -> [(tp, offset)]

@@ -346,6 +346,7 @@ def _mixer_for(c):
         expert_pool_size=s.expert_pool_size,
         cold_start_batch_s=s.cold_start_batch_s,
         reuse_wait_s=s.reuse_wait_s,
+        batch_wait_s=s.batch_wait_s or None,
     )
 
 
@@ -768,3 +769,62 @@ def test_a_study_extended_by_seeds_or_arms_keeps_its_id_and_its_cells(tmp_path):
     cfg.experiment.online_policy_steps = 40  # a cell setting: another experiment
     with pytest.raises(ValueError, match="another configuration"):
         SampleEfficiency(cfg, out, start_stack=False, echo=False)._check_out()
+
+
+def test_two_live_groups_per_step_keep_the_matched_expert_samples():
+    """batch 24 at an expert share of 1/3: real_only collects two groups per policy step, the mixer
+    waits for both (a lone group is not trained on with half the experts), and every arm still
+    gets 8 demonstrations per step."""
+    from evaluation.sample_efficiency_arms import live_groups_per_step
+
+    cfg = Config()
+    ex = resolve_experiment(cfg, quick=False)
+    assert live_groups_per_step(ex) == 1  # the frozen study: one group per step, as before
+    base_cells = {a: cell_config(cfg, ex, f"r-{a}", a, 0, init_from="i:1") for a in ARMS}
+    assert base_cells["real_only"].stream.batch_wait_s == 0.0  # unchanged
+    ex2 = dataclasses.replace(ex, batch_trajectories=24, expert_fraction=1 / 3)
+    assert live_groups_per_step(ex2) == 2 and expert_samples_per_step(ex2) == 8
+    cells = {a: cell_config(cfg, ex2, f"r-{a}", a, 0, init_from="i:1") for a in ARMS}
+    ro = cells["real_only"]
+    assert ro.collector.groups_per_version == 2.0
+    assert ro.stream.batch_wait_s == ro.stream.group_timeout_s > 0
+    assert cells["dynaweb"].collector.groups_per_version == ex2.dream_real_share
+    assert _experts_per_batch(ro, groups=4) == [8, 8]  # two groups + 8 experts per batch
+    assert set(_experts_per_batch(cells["imitation_matched"], groups=0)) == {8}
+    m = _mixer_for(ro)
+    for i in range(20):
+        m.add_expert(_traj("expert", i))
+    m.add_group([_traj("real", i, "a") for i in range(8)], now=0.0)
+    assert m.poll(5.0, allow_expert_only=False) == []  # one group: wait for the second
+    m.add_group([_traj("real", i, "b") for i in range(8)], now=6.0)
+    (b,) = m.poll(6.0, allow_expert_only=False)
+    assert sum(t.source == "real" for t in b.trajs()) == 16
+
+
+def test_policy_lr_reaches_every_arm_and_the_id_only_when_set():
+    from evaluation.sample_efficiency_arms import experiment_id
+
+    cfg = Config()
+    ex = resolve_experiment(cfg, quick=False)
+    assert ex.policy_lr == 0.0
+    ex2 = dataclasses.replace(ex, policy_lr=1e-3)
+    assert experiment_id(dataclasses.replace(ex, policy_lr=0.0)) == experiment_id(ex)
+    assert experiment_id(ex2) != experiment_id(ex)
+    for a in ARMS:
+        assert cell_config(cfg, ex, "r", a, 0, init_from="i:1").trainer.lr == cfg.trainer.lr
+        assert cell_config(cfg, ex2, "r", a, 0, init_from="i:1").trainer.lr == 1e-3
+
+
+def test_episode_success_splits_the_policy_versions_in_halves():
+    from types import SimpleNamespace as NS
+
+    from evaluation.sample_efficiency_diagnostics import episode_success
+
+    assert episode_success([]) == {}
+    ends = [NS(policy_version=v, reward=r) for v, r in [(0, 0), (1, -1), (2, 1), (3, 1), (4, 1)]]
+    got = episode_success(ends)
+    assert got["episodes"] == 5 and got["success"] == 0.6
+    assert got["success_early"] == 0.0  # versions 0, 1 (below the middle, 2)
+    assert got["success_late"] == 1.0  # versions 2, 3, 4
+    one = episode_success([NS(policy_version=7, reward=1.0)])
+    assert one["success_early"] is None and one["success_late"] == 1.0

@@ -9,8 +9,7 @@ import torch
 from core.bounded import BoundedSet
 from core.config import Config
 from models import metrics as M
-from models.losses import group_advantages, task_success_reward
-from models.policy_loss import source_stats
+from models.losses import group_advantages, source_stats, task_success_reward
 from models.trainer import Trainer, export_source_stats
 from streams.records import Trajectory
 

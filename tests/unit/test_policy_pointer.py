@@ -1,0 +1,147 @@
+"""The policy's element pointer (``ModelConfig.policy_pointer``, off by default): which page line an
+action points at, that the term moves exactly the scores of the actions naming an element, that it is
+saved and restored, that it starts at zero, and that the probability trained is still the probability
+sampled (log ratio 0 on-policy through the real acting and learning code, with a gradient on ``w``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from core.config import TrainerConfig
+from models.policy import PolicyRunner, load_policy, make_policy
+from models.policy_loss import policy_batch_loss
+from models.policy_pointer import (
+    NAMED_GAIN,
+    acted_element,
+    element_lines,
+    pointer_scores,
+    prompt_states,
+)
+from models.prompts import policy_prompt_ids
+from models.tokenizer import decode
+from models.wm_match import token_pieces
+from tests.unit.test_policy import CFG
+from tests.unit.test_policy_distribution import PAGE, _collect, _dream
+
+PTR = dataclasses.replace(CFG, policy_pointer=True)
+PLAIN = dataclasses.replace(CFG, policy_pointer=False)
+BOTH = dataclasses.replace(PTR, policy_match_feature=True)
+
+
+def _pointed(cfg=PTR, seed: int = 0):
+    """A policy with the pointer and a trained-looking vector (big enough to move every score)."""
+    torch.manual_seed(seed)
+    model, tok = make_policy(cfg)
+    g = torch.Generator().manual_seed(seed)
+    w = model.policy_pointer.proj.weight
+    with torch.no_grad():
+        w.copy_(torch.randn(w.shape, generator=g))
+        model.policy_pointer.named.fill_(1.5 / NAMED_GAIN)
+    return model, tok
+
+
+def test_an_action_points_at_the_line_of_the_element_it_names():
+    assert acted_element("click(4)") == "4" and acted_element('type(6, "ab")') == "6"
+    assert acted_element("stop") is None and acted_element("press(Enter)") is None
+    model, tok = make_policy(PTR)
+    ids = policy_prompt_ids(tok, PAGE, ["click(5)"], CFG.max_positions)
+    lines = element_lines(ids, token_pieces(tok))
+    assert sorted(lines, key=int) == ["4", "5", "6", "7", "8", "9"]
+    text = {k: "".join(decode(tok, [ids[q]]) for q in v) for k, (_, v) in lines.items()}
+    named = {k for k, (hit, _) in lines.items() if hit}
+    assert named == {"4"}  # "OK" is a word of the instruction; "Name", "Help", "M" are not
+    assert "OK" in text["4"] and "Help" not in text["4"] and "Help" in text["5"]
+    assert "option" in text["9"] and '"M"' in text["9"]
+    # the history's "click(5)" and the instruction are never a line
+    assert element_lines(ids[5:], token_pieces(tok)) == {}  # not a prompt
+
+
+def test_the_pointer_starts_at_zero_moves_only_element_actions_and_is_saved(tmp_path):
+    model, tok = make_policy(PTR)
+    assert (
+        float(model.policy_pointer.proj.weight.detach().abs().sum()) == 0.0
+    )  # a new pointer: no change
+    acts = ["click(4)", "click(5)", 'type(6, "ab")', "stop", "click(99)"]
+    p = policy_prompt_ids(tok, PAGE, [], CFG.max_positions)
+    assert pointer_scores(model, [p], [acts])[0].abs().sum() == 0
+    model, tok = _pointed()
+    t = pointer_scores(model, [p], [acts])[0]
+    assert (t[:3] != 0).all() and t[3] == 0 and t[4] == 0  # stop, an element not on the page: 0
+    # the term is w . the max of the line's states, from a plain forward of the prompt
+    h = prompt_states(model, [p])[0]
+    ptr = model.policy_pointer
+    for k, n in (("4", 0), ("5", 1)):  # line 4 holds "OK", a word of the instruction
+        named, q = element_lines(p, token_pieces(tok))[k]
+        want = float(h[q].max(0).values @ ptr.proj.weight[0]) + named * NAMED_GAIN * float(
+            ptr.named
+        )
+        assert abs(float(t[n]) - want) < 1e-5
+    with torch.no_grad():
+        ptr.named.add_(3.0 / NAMED_GAIN)
+    t3 = pointer_scores(model, [p], [acts])[0]
+    assert abs(float(t3[0] - t[0]) - 3.0) < 1e-5 and torch.allclose(t3[1:], t[1:])
+    model.save_pretrained(tmp_path / "p")
+    tok.save_pretrained(tmp_path / "p")
+    again, _ = load_policy(str(tmp_path / "p"))
+    assert again.config.policy_pointer
+    assert torch.allclose(pointer_scores(again, [p], [acts])[0], t3, atol=1e-5)
+    plain, ptok = make_policy(PLAIN)
+    assert pointer_scores(plain, [p], [acts]) is None and not plain.config.policy_pointer
+    plain.save_pretrained(tmp_path / "old")
+    ptok.save_pretrained(tmp_path / "old")
+    assert getattr(load_policy(str(tmp_path / "old"))[0], "policy_pointer", None) is None
+
+
+def test_acting_samples_what_the_pointer_says():
+    """A large pointer term on one element's line makes acting pick that element."""
+    model, tok = make_policy(PTR)
+    p = policy_prompt_ids(tok, PAGE, [], CFG.max_positions)
+    h = prompt_states(model, [p])[0]
+    q5 = element_lines(p, token_pieces(tok))["5"][1]
+    direction = h[q5].max(0).values - h.mean(0)
+    with torch.no_grad():
+        model.policy_pointer.proj.weight.copy_(50 * direction / direction.norm())
+    r = PolicyRunner(model, tok, PTR, seed=0)
+    a, lp, _, _ = r.act_info([PAGE], [[]], temperature=0.0)[0]
+    assert a.to_text() == "click(5)" and lp > -1.0
+
+
+def test_on_policy_log_ratio_is_zero_through_the_learner_with_the_pointer():
+    """Acting adds the term from its own prompt forward; the learner from the states of the packed
+    rows it scores: the same numbers, so every per-decision log ratio is 0, and ``w`` (and the
+    match feature's vector, with both) gets a gradient."""
+    for cfg in (PTR, BOTH):
+        model, tok = _pointed(cfg, seed=3)
+        r = PolicyRunner(model, tok, cfg, seed=11)
+        trajs = _collect(r, T=0.7) + _dream(r, T=1.3)
+        model.zero_grad()
+        loss, m = policy_batch_loss(model, tok, trajs, TrainerConfig(), cfg)
+        assert m["n_gspo"] == len(trajs)
+        assert max(abs(x) for x in m["log_ratios"]) < 1e-4, m["log_ratios"]
+        assert m["cand_mismatch"] == 0 and m["adv_abs"] > 0
+        loss.backward()
+        g = model.policy_pointer.proj.weight.grad
+        assert g is not None and float(g.abs().sum()) > 0
+        assert float(model.policy_pointer.named.grad.abs().sum()) > 0
+        if cfg.policy_match_feature:
+            assert float(model.wm_match.weight.grad.abs().sum()) > 0
+
+
+def test_the_study_setting_reaches_every_arms_policy_and_only_an_on_setting_changes_the_id():
+    from core.config import Config
+    from evaluation.sample_efficiency_arms import cell_config, experiment_id, resolve_experiment
+
+    ex = resolve_experiment(Config(), quick=False)
+    frozen = experiment_id(ex)
+    assert Config().model.policy_pointer  # the product's policy has it (zero at init)...
+    assert not cell_config(
+        Config(), ex, "r", "real_only", 0
+    ).model.policy_pointer  # ...the study not
+    ex.policy_pointer = True
+    assert experiment_id(ex) != frozen
+    for arm in ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only"):
+        assert cell_config(Config(), ex, "r", arm, 0).model.policy_pointer, arm
+    ex.policy_pointer = False
+    assert experiment_id(ex) == frozen
