@@ -41,6 +41,8 @@ between rounds).  The scores equal those of scoring every candidate alone.
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 
 import torch
@@ -124,12 +126,33 @@ def fuse_attention(model: Any) -> Any:
     return model
 
 
-def load_causal_lm(path: str) -> tuple[Any, Any]:
-    """(model, tokenizer) from a local Hugging Face directory (no hub), in eval mode."""
-    from transformers import AutoModelForCausalLM
+@functools.cache
+def _owning(cls: type, own: tuple[str, ...]) -> type:
+    """``cls`` whose loader does not report the weights of the modules named in ``own`` as
+    unexpected (Hugging Face's ``_keys_to_ignore_on_load_unexpected``); any other unexpected,
+    missing or mismatched weight is still reported.  Same class name, so a saved config's
+    ``architectures`` is unchanged."""
+    ignore = [
+        *(cls._keys_to_ignore_on_load_unexpected or []),
+        *(rf"^{re.escape(n)}\." for n in own),
+    ]
+    attrs = {"_keys_to_ignore_on_load_unexpected": ignore, "__module__": cls.__module__}
+    return type(cls.__name__, (cls,), attrs)
+
+
+def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """(model, tokenizer) from a local Hugging Face directory (no hub), in eval mode.  ``own``
+    names the extra modules the caller restores itself (``restore_submodules``): their saved
+    weights are expected, so Hugging Face's load report does not call them unexpected."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     tok = load_tokenizer(path)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    cls: Any = AutoModelForCausalLM
+    if own:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        cls = _owning(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)], tuple(own))
+    model = cls.from_pretrained(path, local_files_only=True)
     fuse_attention(model)
     model.eval()
     return model, tok
@@ -192,7 +215,7 @@ def load_policy(path: str) -> tuple[Any, Any]:
     """A saved policy (``save_pretrained`` of model and tokenizer in one directory); one saved
     with the exact-match feature (``policy_match_feature`` in its config.json) gets it back with
     its saved vector."""
-    model, tok = load_causal_lm(path)
+    model, tok = load_causal_lm(path, own=("wm_match", "policy_pointer"))
     if getattr(model.config, "policy_match_feature", False):
         attach_match_feature(model, tok, policy=True)
         restore_submodules(model, path, ("wm_match",))

@@ -235,10 +235,10 @@ def load_world_model(path: str) -> tuple[Any, Any]:
     """A saved world model (``save_pretrained`` dir); ``page_head`` and the reward/done heads are
     restored if they were saved.  A file without the reward/done heads (saved before they existed)
     loads with fresh heads and ``heads_trained`` off (reward and done then come from the text)."""
-    model, tok = load_causal_lm(path)
+    parts = ("page_head", *HEADS, "change_head", "wm_match", "match_lines")
+    model, tok = load_causal_lm(path, own=parts)
     cfg = model.config
     attach_parts(model, tok, *(bool(getattr(cfg, k, False)) for k in PARTS))
-    parts = ("page_head", *HEADS, "change_head", "wm_match", "match_lines")
     found = restore_submodules(model, path, parts)
     model.config.wm_change_head_trained = (
         bool(getattr(model.config, "wm_change_head_trained", False)) and "change_head" in found

@@ -1,4 +1,4 @@
-"""The policy's element pointer (``ModelConfig.policy_pointer``, off by default): which page line an
+"""The policy's element pointer (``ModelConfig.policy_pointer``, on by default): which page line an
 action points at, that the term moves exactly the scores of the actions naming an element, that it is
 saved and restored, that it starts at zero, and that the probability trained is still the probability
 sampled (log ratio 0 on-policy through the real acting and learning code, with a gradient on ``w``)."""
@@ -6,6 +6,7 @@ sampled (log ratio 0 on-policy through the real acting and learning code, with a
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import torch
 
@@ -92,6 +93,32 @@ def test_the_pointer_starts_at_zero_moves_only_element_actions_and_is_saved(tmp_
     plain.save_pretrained(tmp_path / "old")
     ptok.save_pretrained(tmp_path / "old")
     assert getattr(load_policy(str(tmp_path / "old"))[0], "policy_pointer", None) is None
+
+
+def test_loading_reports_only_the_weights_nobody_restores(tmp_path):
+    """Hugging Face's loader does not know the pointer's weights; ``load_policy`` restores them
+    itself, so they are not reported as unexpected.  A weight nothing restores still is."""
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
+    hf = logging.getLogger("transformers")
+    hf.addHandler(handler)
+    try:
+        model, tok = _pointed()
+        model.save_pretrained(tmp_path / "p")
+        tok.save_pretrained(tmp_path / "p")
+        again, _ = load_policy(str(tmp_path / "p"))
+        assert type(again).__name__ == type(model).__name__ and again.config.policy_pointer
+        assert not [m for m in records if "LOAD REPORT" in m], records
+        model.stray = torch.nn.Linear(2, 1)  # a module no loader restores
+        model.save_pretrained(tmp_path / "s")
+        tok.save_pretrained(tmp_path / "s")
+        load_policy(str(tmp_path / "s"))
+        reports = [m for m in records if "LOAD REPORT" in m]
+        assert len(reports) == 1 and "stray.weight" in reports[0]
+        assert "policy_pointer" not in reports[0]
+    finally:
+        hf.removeHandler(handler)
 
 
 def test_acting_samples_what_the_pointer_says():
