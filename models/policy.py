@@ -56,7 +56,7 @@ from models.candidates import (
     policy_candidates,
     record_temperature,
 )
-from models.policy_pointer import attach_pointer, pointer_scores
+from models.policy_pointer import attach_pointer, has_pointer, pointer_scores
 from models.prompts import policy_prompt_ids
 from models.tokenizer import build_tokenizer, load_tokenizer, pad_id
 from models.wm_match import attach_match_feature, given_flags, prompt_flags
@@ -257,23 +257,24 @@ def prefix_groups(
 
 
 def _trie_rounds(
-    seqs: list[list[int]], starts: list[int], room: int
-) -> list[tuple[list[int], list[int], list[tuple], list[tuple[int, int]]]]:
-    """Sequences -> rounds of (node tokens, node parents, labels, origins) within ``room`` nodes.
+    seqs: list[list[int]], starts: list[int], room: int, report: frozenset[int] = frozenset()
+) -> list[tuple[list[int], list[int], list[tuple], list[tuple[int, int]], list[tuple]]]:
+    """Sequences -> rounds of (node tokens, node parents, labels, origins, at) within ``room`` nodes.
 
     The nodes of a round are the distinct proper prefixes of its sequences (the
     node for prefix ``s[:i+1]`` carries token ``s[i]``; parents precede children);
     ``labels`` lists (sequence, node predicting the token, token) for every token
     of sequence ``k`` from index ``starts[k] >= 1`` on; ``origins`` gives each node's
-    (first sequence, index) it stands for.  A sequence that does not fit a round
-    with others starts a new one (and brings its own prefix nodes).
+    (first sequence, index) it stands for; ``at`` lists (sequence, index, node) for
+    the tokens before ``starts[k]`` of each sequence ``k`` in ``report``.  A sequence
+    that does not fit a round with others starts a new one (and brings its own prefix nodes).
     """
-    rounds, nodes, toks, parents, labels, origins = [], {}, [], [], [], []
+    rounds, nodes, toks, parents, labels, origins, at = [], {}, [], [], [], [], []
     for k, t in enumerate(seqs):
         new = sum(1 for i in range(len(t) - 1) if tuple(t[: i + 1]) not in nodes)
         if toks and len(toks) + new > room:
-            rounds.append((toks, parents, labels, origins))
-            nodes, toks, parents, labels, origins = {}, [], [], [], []
+            rounds.append((toks, parents, labels, origins, at))
+            nodes, toks, parents, labels, origins, at = {}, [], [], [], [], []
         for i in range(len(t) - 1):
             key = tuple(t[: i + 1])
             if key not in nodes:
@@ -283,8 +284,10 @@ def _trie_rounds(
                 origins.append((k, i))
             if i + 1 >= starts[k]:
                 labels.append((k, nodes[key], t[i + 1]))
+            if i < starts[k] and k in report:
+                at.append((k, i, nodes[key]))
     if toks:
-        rounds.append((toks, parents, labels, origins))
+        rounds.append((toks, parents, labels, origins, at))
     return rounds
 
 
@@ -313,6 +316,7 @@ def score_continuations(
     max_positions: int,
     pad: int,
     stats: dict | None = None,
+    states: list | None = None,
 ) -> list[torch.Tensor]:
     """Summed log-probs of each continuation given its prompt (see module doc).
 
@@ -325,7 +329,10 @@ def score_continuations(
     with a tree mask and position ids = prefix length + depth; rounds that do not
     fit ``max_positions`` crop the cache back to the prefix.  ``pad`` is unused
     (no padding is needed).  ``stats["tokens"]`` (if given) is increased by the
-    tokens run through the model (prefixes + trie nodes).
+    tokens run through the model (prefixes + trie nodes).  ``states`` (a list of
+    ``len(prompts)``, if given) receives each prompt's last-layer hidden states,
+    (len(prompt), d), read from these same passes (the element pointer's input: no
+    extra forward).
     """
     model.eval()
     dev = next(model.parameters()).device
@@ -333,10 +340,13 @@ def score_continuations(
     scores = [torch.zeros(len(c)) for c in conts]
     used = 0
     flags = prompt_flags(model, prompts)  # the world model's match feature (None: none)
+    want = states is not None
     for L, members in prefix_groups(prompts):
-        seqs, starts, owner = [], [], []
+        seqs, starts, owner, first = [], [], [], set()
         for m in members:
             tail = prompts[m][L:]
+            if conts[m]:
+                first.add(len(seqs))
             for c, toks in enumerate(conts[m]):
                 seqs.append(tail + list(toks))
                 starts.append(len(tail))
@@ -347,12 +357,16 @@ def score_continuations(
             given = None if flags is None else torch.tensor([flags[members[0]][:L]])
             with given_flags(model, given):
                 out = model(
-                    input_ids=torch.tensor([prompts[members[0]][:L]], device=dev), use_cache=True
+                    input_ids=torch.tensor([prompts[members[0]][:L]], device=dev),
+                    use_cache=True,
+                    output_hidden_states=want,
                 )
             cache = out.past_key_values
             used += L
-        rounds = _trie_rounds(seqs, starts, max(1, max_positions - L))
-        for toks, parents, labels, origins in rounds:
+        rows: dict[int, list] = {m: [] for m in members}  # each prompt's tail states
+        report = frozenset(first) if want else frozenset()
+        rounds = _trie_rounds(seqs, starts, max(1, max_positions - L), report)
+        for toks, parents, labels, origins, at in rounds:
             mask, depth = _tree_mask(parents, L, neg)
             given = None
             if flags is not None:  # a prompt token's flag; the continuation's are never set
@@ -365,7 +379,12 @@ def score_continuations(
                     position_ids=(L + depth)[None].to(dev),
                     past_key_values=cache,
                     use_cache=True,
+                    output_hidden_states=want,
                 )
+            if at:  # the prompt tails' states, in order of position (parents precede children)
+                h = o.hidden_states[-1][0]
+                for k, _, node in at:
+                    rows[owner[k][0]].append(h[node])
             lsm = torch.log_softmax(o.logits[0].float(), -1).cpu()
             lab = torch.tensor(labels)  # (k, 3): sequence, node, token
             flat.index_add_(0, lab[:, 0], lsm[lab[:, 1], lab[:, 2]])
@@ -377,6 +396,10 @@ def score_continuations(
                 cache = None
         for k, (m, c) in enumerate(owner):
             scores[m][c] = flat[k]
+        if want:
+            head = [out.hidden_states[-1][0, :L]] if L else []
+            for m in members:  # (a prompt without candidates has no tail nodes: None)
+                states[m] = torch.cat([*head, torch.stack(rows[m])]) if rows[m] else None
     if stats is not None:
         stats["tokens"] = stats.get("tokens", 0) + used
     return scores
@@ -475,6 +498,7 @@ class PolicyRunner:
                 cands.append(acts)
                 cand_ids.append(ids)
             which.append(keys[key])
+        states = [None] * len(prompts) if has_pointer(self.model) else None
         scores = score_continuations(
             self.model,
             prompts,
@@ -482,8 +506,10 @@ class PolicyRunner:
             self.max_positions,
             pad_id(self.tokenizer),
             stats=self.stats,
+            states=states,
         )
-        ptr = pointer_scores(self.model, prompts, [[a.to_text() for a in acts] for acts in cands])
+        texts = [[a.to_text() for a in acts] for acts in cands]
+        ptr = pointer_scores(self.model, prompts, texts, states=states)
         if ptr is not None:  # the element pointer's term (models/policy_pointer.py)
             scores = [s + t for s, t in zip(scores, ptr, strict=True)]
         logps = [candidate_logprobs(s, t_rec) for s in scores]

@@ -1,4 +1,4 @@
-"""The policy's element pointer (``ModelConfig.policy_pointer``, off by default).
+"""The policy's element pointer (``ModelConfig.policy_pointer``, on by default; off in the frozen study).
 
 What it is: a term added to the score of every candidate action that names a page element,
 
@@ -25,8 +25,9 @@ exact-match feature (``policy_match_feature``) a flagged word on the line is one
 away.  The maximum, not the mean, because the label is a few tokens of the line (as the world
 model's acted line, ``models/wm_lines.py``).
 
-Where the hidden states come from: acting runs one extra forward of each distinct prompt
-(``pointer_scores``); the learner reads them from the forward it already runs, whose packed rows
+Where the hidden states come from: acting reads them from the passes that score the candidates
+(``models.policy.score_continuations(states=...)``: the shared prefix's pass and the prompt tails'
+trie nodes); the learner reads them from the forward it already runs, whose packed rows
 start with the prompt seen causally (``models.policy_loss.action_logprobs(hidden=...)``).  A prompt
 token sees only earlier prompt tokens in both, so the states are the same.
 """
@@ -129,15 +130,21 @@ def prompt_states(model: Any, prompts: list[list[int]], grad: bool = False) -> l
 
 
 def pointer_scores(
-    model: Any, prompts: list[list[int]], actions: list[list[str]]
+    model: Any,
+    prompts: list[list[int]],
+    actions: list[list[str]],
+    states: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor] | None:
     """Acting: per prompt, the pointer term of each of its candidate actions (no grad); None for a
-    policy without the pointer.  One forward over the prompts (``prompt_states``)."""
+    policy without the pointer.  ``states``: the prompts' last-layer states, as
+    ``models.policy.score_continuations`` reads them from its own passes; without them, one
+    forward over the prompts (``prompt_states``)."""
     if not has_pointer(model) or not prompts:
         return None
     ptr = model.policy_pointer
     with torch.no_grad():
-        states = prompt_states(model, prompts)
+        if states is None:
+            states = prompt_states(model, prompts)
         return [
             ptr.terms(h, p, a).float().cpu()
             for h, p, a in zip(states, prompts, actions, strict=True)

@@ -11,7 +11,7 @@ import logging
 import torch
 
 from core.config import TrainerConfig
-from models.policy import PolicyRunner, load_policy, make_policy
+from models.policy import PolicyRunner, load_policy, make_policy, score_continuations
 from models.policy_loss import policy_batch_loss
 from models.policy_pointer import (
     NAMED_GAIN,
@@ -119,6 +119,40 @@ def test_loading_reports_only_the_weights_nobody_restores(tmp_path):
         assert "policy_pointer" not in reports[0]
     finally:
         hf.removeHandler(handler)
+
+
+def test_acting_reads_the_prompt_states_from_its_scoring_passes():
+    """``score_continuations(states=...)`` returns each prompt's last-layer states from the passes
+    that score its candidates (a shared prefix, then the tails' trie nodes, in one round or
+    several): the states of a plain forward of the prompt.  Acting with the pointer then runs no
+    forward beyond those of acting without it."""
+    model, tok = _pointed()
+    hists = [[], ["click(4)"], ["click(5)", 'type(6, "ab")']]
+    prompts = [policy_prompt_ids(tok, PAGE, h, CFG.max_positions) for h in hists]
+    conts = [[tok.encode(a) for a in ("click(4)", "click(5)", "stop")] for _ in prompts]
+    for group in ([0, 1, 2], [2]):  # a shared prefix; a prompt alone (no prefix pass)
+        ps, cs = [prompts[i] for i in group], [conts[i] for i in group]
+        for room in (CFG.max_positions, max(len(p) for p in ps) + 3):  # one round; several
+            got: list = [None] * len(ps)
+            scores = score_continuations(model, ps, cs, room, 0, states=got)
+            assert all(
+                torch.equal(a, b)
+                for a, b in zip(scores, score_continuations(model, ps, cs, room, 0), strict=True)
+            )
+            for h, p, want in zip(got, ps, prompt_states(model, ps), strict=True):
+                assert h.shape == (len(p), model.config.hidden_size)
+                assert torch.allclose(h, want, atol=1e-4), float((h - want).abs().max())
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    runner = PolicyRunner(model, tok, PTR, seed=0)
+    runner.act_info([PAGE] * 3, hists, temperature=1.0)
+    with_ptr = len(calls)
+    ptr, model.policy_pointer = model.policy_pointer, None
+    calls.clear()
+    runner.act_info([PAGE] * 3, hists, temperature=1.0)
+    model.policy_pointer = ptr
+    hook.remove()
+    assert with_ptr == len(calls) > 0
 
 
 def test_acting_samples_what_the_pointer_says():
