@@ -513,7 +513,7 @@ class PolicyRunner:
         if ptr is not None:  # the element pointer's term (models/policy_pointer.py)
             scores = [s + t for s, t in zip(scores, ptr, strict=True)]
         logps = [candidate_logprobs(s, t_rec) for s in scores]
-        hashes = [candidates_hash([a.to_text() for a in acts]) for acts in cands]
+        hashes = [candidates_hash(t) for t in texts]
         out = []
         for u in which:
             acts, ids, lp = cands[u], cand_ids[u], logps[u]

@@ -34,39 +34,31 @@ token sees only earlier prompt tokens in both, so the states are the same.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
 
-from models.wm_match import POLICY_END, line_spans, token_pieces
+from models.wm_match import (
+    POLICY_END,
+    acted_element,
+    element_line_index,
+    line_spans,
+    token_pieces,
+)
 
 # ``u``'s gain: under Adam a parameter moves about lr per step (3e-4 here) whatever its gradient, so a
 # fresh scalar read-out would need thousands of steps to move a score by a few units; the gain makes
 # the term ``NAMED_GAIN * u * [named]``, the same as a NAMED_GAIN-times larger learning rate for ``u``
 NAMED_GAIN = 200.0
-_ELEMENT = re.compile(r"\s*\w+\((\d+)")  # the element an action names
-_LINE = re.compile(r"\s*\[(\d+)\]")  # a page line of element k starts with [k]
-
-
-def acted_element(action: str) -> str | None:
-    """The element id an action's text names (``click(4)`` -> "4"), None when it names none."""
-    m = _ELEMENT.match(action)
-    return m.group(1) if m else None
 
 
 def element_lines(ids: list[int], pieces: list[str]) -> dict[str, tuple[bool, list[int]]]:
     """Element id -> (does its page line hold a word of the instruction (``models.wm_match``'s exact
     match rule), the positions of the line's prompt tokens): the first page line
-    (``wm_match.line_spans``) that starts (after blanks) with ``[k]``.  Empty for a row that is not
-    a prompt."""
+    (``wm_match.line_spans``, ``wm_match.element_line_index``) that starts (after blanks) with
+    ``[k]``, as the world model's acted line.  Empty for a row that is not a prompt."""
     text, spans = line_spans(ids, pieces, POLICY_END)
-    out: dict[str, tuple[bool, list[int]]] = {}
-    for a, b, named, pos in spans:
-        m = _LINE.match(text, a, b)
-        if m and m.group(1) not in out:
-            out[m.group(1)] = (named, pos)
-    return out
+    return {k: spans[n][2:] for k, n in element_line_index(text, spans).items()}
 
 
 class ElementPointer(torch.nn.Module):

@@ -105,7 +105,26 @@ def page_line_positions(ids: list[int], pieces: list[str]) -> list[tuple[bool, l
     return page_lines(ids, pieces)[0]
 
 
-_ACTED = re.compile(r"\w+\((\d+)")
+_ELEMENT = re.compile(r"\s*\w+\((\d+)")  # the element an action names
+_LINE = re.compile(r"\s*\[(\d+)\]")  # a page line of element k starts (after blanks) with [k]
+
+
+def acted_element(action: str, pos: int = 0) -> str | None:
+    """The element id the action text at ``pos`` names (``click(4)``, ``type(3, "x")``: "4", "3"),
+    None when it names none (``stop``, ``press(Enter)``)."""
+    m = _ELEMENT.match(action, pos)
+    return m.group(1) if m else None
+
+
+def element_line_index(text: str, spans: list[tuple[int, int, bool, list[int]]]) -> dict[str, int]:
+    """Element id -> the index in ``spans`` (``line_spans``) of that element's page line: the first
+    whose text starts, after blanks, with ``[k]``."""
+    out: dict[str, int] = {}
+    for n, (a, b, _, _) in enumerate(spans):
+        m = _LINE.match(text, a, b)
+        if m and m.group(1) not in out:
+            out[m.group(1)] = n
+    return out
 
 
 def line_spans(
@@ -144,12 +163,8 @@ def page_lines(ids: list[int], pieces: list[str]) -> tuple[list[tuple[bool, list
     when it names none or the page does not show it)."""
     text, spans = line_spans(ids, pieces)
     stop = text.find(ACTION)  # the instruction line holds no newline: the same as after it
-    m = _ACTED.match(text, stop + len(ACTION)) if spans and stop >= 0 else None
-    mark = f"[{m.group(1)}]" if m else None
-    acted = next(
-        (n for n, (a, b, _, _) in enumerate(spans) if mark and text[a:b].lstrip().startswith(mark)),
-        -1,
-    )
+    k = acted_element(text, stop + len(ACTION)) if spans and stop >= 0 else None
+    acted = element_line_index(text, spans).get(k, -1) if k else -1
     return [(named, pos) for _, _, named, pos in spans], acted
 
 

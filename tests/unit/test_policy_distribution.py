@@ -125,6 +125,21 @@ def _dream(runner, T=1.3) -> list[Trajectory]:
     return out
 
 
+def on_policy_loss(model, tok, cfg):
+    """The real runner acts (collector-style at T = 0.7, batched dream-style at T = 1.3) and the
+    real learner scores what it did, gradients zeroed first: the loss, after checking that every
+    trajectory reached GSPO, every per-decision log ratio is 0, every rebuilt candidate set is the
+    one acted on and some advantage is nonzero."""
+    r = PolicyRunner(model, tok, cfg, seed=11)
+    trajs = _collect(r, T=0.7) + _dream(r, T=1.3)
+    model.zero_grad()
+    loss, m = policy_batch_loss(model, tok, trajs, TrainerConfig(), cfg)
+    assert m["n_gspo"] == len(trajs)
+    assert max(abs(x) for x in m["log_ratios"]) < 1e-4, m["log_ratios"]
+    assert m["cand_mismatch"] == 0 and m["adv_abs"] > 0
+    return loss
+
+
 def test_candidate_set_is_one_function_and_hashed(policy):
     _, tok = policy
     p = policy_prompt_ids(tok, PAGE, [], CFG.max_positions)

@@ -15,9 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, "docs/results/policy-pointer")
-from bc_scale import TASKS, against_expert, bc_policy, episodes  # noqa: E402
-
-from core.config import ModelConfig  # noqa: E402
+from bc_scale import TASKS, against_expert, bc_policy, episodes, study_policy  # noqa: E402
 
 
 def expert_episodes() -> dict[str, list[list]]:
@@ -33,15 +31,7 @@ def run(by_task: dict, feature: bool, seed: int, steps: int = 60) -> dict:
         rng.shuffle(v)
         train += v[:10]
         test += v[10:40]
-    cfg = ModelConfig(
-        layers=2,
-        d_model=128,
-        heads=4,
-        max_positions=1024,
-        seed=seed,
-        policy_match_feature=feature,
-        policy_pointer=False,  # the policy of its time (the pointer is on by default since)
-    )
+    cfg = study_policy(seed, feature)  # no pointer: the policy of its time (on by default since)
     t0 = time.time()
     model, tok = bc_policy(cfg, train, steps, rng)
     c = against_expert(model, tok, cfg, test)

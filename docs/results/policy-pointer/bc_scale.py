@@ -101,11 +101,10 @@ def against_expert(
     return c
 
 
-def run(train_by: dict, test_by: dict, n: int, steps: int, seed: int, feature: bool, pointer: bool):
-    rng = random.Random(seed)
-    train = [e for t in TASKS for e in train_by[t][:n]]
-    test = [e for t in TASKS for e in test_by[t][:40]]
-    cfg = ModelConfig(
+def study_policy(seed: int, feature: bool = False, pointer: bool = False) -> ModelConfig:
+    """The sample-efficiency study's policy (2 layers, d=128), with or without the exact-match
+    feature and the element pointer."""
+    return ModelConfig(
         layers=2,
         d_model=128,
         heads=4,
@@ -114,6 +113,13 @@ def run(train_by: dict, test_by: dict, n: int, steps: int, seed: int, feature: b
         policy_match_feature=feature,
         policy_pointer=pointer,
     )
+
+
+def run(train_by: dict, test_by: dict, n: int, steps: int, seed: int, feature: bool, pointer: bool):
+    rng = random.Random(seed)
+    train = [e for t in TASKS for e in train_by[t][:n]]
+    test = [e for t in TASKS for e in test_by[t][:40]]
+    cfg = study_policy(seed, feature, pointer)
     t0 = time.time()
     model, tok = bc_policy(cfg, train, steps, rng)
     c = against_expert(model, tok, cfg, test)

@@ -17,9 +17,9 @@ import time
 import torch
 
 sys.path.insert(0, "docs/results/policy-pointer")
-from bc_scale import TASKS, episodes  # noqa: E402
+from bc_scale import TASKS, episodes, study_policy  # noqa: E402
 
-from core.config import ModelConfig, TrainerConfig  # noqa: E402
+from core.config import TrainerConfig  # noqa: E402
 from core.spaces import Observation  # noqa: E402
 from models.policy import PolicyRunner, make_policy  # noqa: E402
 from models.policy_loss import policy_batch_loss  # noqa: E402
@@ -33,9 +33,7 @@ def main(rounds: int = 7) -> dict:
     trajs = [Trajectory.from_transitions(e) for e in eps[:16]]
     pols = {}
     for name, on in (("without", False), ("with", True)):
-        cfg = ModelConfig(
-            layers=2, d_model=128, heads=4, max_positions=1024, seed=0, policy_pointer=on
-        )
+        cfg = study_policy(0, pointer=on)
         torch.manual_seed(0)
         model, tok = make_policy(cfg)
         pols[name] = (model, tok, cfg, PolicyRunner(model, tok, cfg, seed=0))
