@@ -107,16 +107,17 @@ def attach_pointer(model: Any, tokenizer: Any) -> Any:
     return model
 
 
-def prompt_states(model: Any, prompts: list[list[int]], grad: bool = False) -> list[torch.Tensor]:
-    """The last layer's hidden states of each prompt's tokens, (len(prompt), d): one forward of the
-    prompts, right-padded (a causal prompt token never sees the padding after it)."""
+@torch.no_grad()
+def prompt_states(model: Any, prompts: list[list[int]]) -> list[torch.Tensor]:
+    """The last layer's hidden states of each prompt's tokens, (len(prompt), d): one plain forward of
+    the prompts, right-padded (a causal prompt token never sees the padding after it).  The
+    reference the scoring passes' states are checked against; ``pointer_scores`` without them."""
     dev = next(model.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
     for r, p in enumerate(prompts):
         ids[r, : len(p)] = torch.tensor(p)
-    with torch.set_grad_enabled(grad):
-        out = model(input_ids=ids.to(dev), output_hidden_states=True, use_cache=False)
+    out = model(input_ids=ids.to(dev), output_hidden_states=True, use_cache=False)
     h = out.hidden_states[-1]
     return [h[r, : len(p)] for r, p in enumerate(prompts)]
 

@@ -168,8 +168,8 @@ def test_acting_samples_what_the_pointer_says():
 
 
 def test_on_policy_log_ratio_is_zero_through_the_learner_with_the_pointer():
-    """Acting adds the term from its own prompt forward; the learner from the states of the packed
-    rows it scores: the same numbers, so every per-decision log ratio is 0, and ``w`` (and the
+    """Acting adds the term from the states of the passes that score its candidates; the learner
+    from the states of the packed rows it scores: the same numbers, so every per-decision log ratio is 0, and ``w`` (and the
     match feature's vector, with both) gets a gradient."""
     for cfg in (PTR, BOTH):
         model, tok = _pointed(cfg, seed=3)
