@@ -250,7 +250,9 @@ OBSERVE_JS = resources.files("collectors").joinpath("observation.js").read_text(
 # has not changed for ``settleMs`` (capped at ``settleMaxMs``), so it shows the action's settled
 # effect (handlers deferred by setTimeout/rAF, a jQuery animation: its 13 ms ticks keep the DOM
 # busy until it ends) instead of whatever a race with those timers gives.  MiniWoB's own timer
-# display and our id attributes do not count as changes.  Sets ``args.settled`` (ms waited).
+# display and our id attributes do not count as changes.  Sets ``args.settled`` (ms waited).  The
+# next check is due when the quiet window would end or at the cap, whichever comes first, so a page
+# that never stops changing is observed at the cap, not up to a quiet window after it.
 SETTLE_JS = r"""
 (args) => new Promise((resolve) => {
   const quiet = +args.settleMs || 0, cap = Math.max(quiet, +args.settleMaxMs || 0);
@@ -271,7 +273,7 @@ SETTLE_JS = r"""
     const now = performance.now();
     if (now - t0 >= cap || (framed && now - last >= quiet)) {
       done = true; mo.disconnect(); args.settled = Math.round(now - t0); resolve();
-    } else setTimeout(check, framed ? Math.max(1, quiet - (now - last)) : 4);
+    } else setTimeout(check, framed ? Math.max(1, Math.min(quiet - (now - last), cap - (now - t0))) : 4);
   };
   setTimeout(check, 0);
 })
