@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from collectors.experts import EXPERTS, WAIT, Expert
 from collectors.perturbed import PerturbedExpertAgent
 from collectors.random_policy import RandomPolicy
-from core.config import Config
+from core.config.runtime import Config
 from core.spaces import Action, Observation
 
 
@@ -220,7 +220,7 @@ class _Acting:
 
 def _norm(x: Any) -> tuple[Action, float | None, int, dict]:
     """An agent's answer -> (Action, logprob, ntokens, info); ``info`` (optional 4th element, a policy
-    agent's ``candidates_hash`` and ``temperature``, see ``models.policy.PolicyRunner.act_info``)."""
+    agent's ``candidates_hash`` and ``temperature``, see ``models.policy.runner.PolicyRunner.act_info``)."""
     if isinstance(x, Action):
         return x, None, 0, {}
     a, lp, nt, ex = (tuple(x) + (None, 0, None))[:4]

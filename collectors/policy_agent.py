@@ -3,10 +3,10 @@
 A background thread watches the checkpoint topic (the topic's one watcher,
 ``streams.checkpoints.CheckpointWatcher``); on a policy announcement, and every
 ``s3.latest_poll_s`` in any case (an announcement may be lost), the agent
-re-reads ``LATEST`` in S3, verifying sha256 (``models.reader.ModelSlot``),
+re-reads ``LATEST`` in S3, verifying sha256 (``models.checkpoints.reader.ModelSlot``),
 and swaps the model between two ``act`` calls, never in the middle of one.  An
 announced version is downloaded and loaded in a thread of its own while the agent
-keeps acting (``models.reader.Prefetcher``); the swap itself is then instant.  The trainer publishes version 0
+keeps acting (``models.checkpoints.reader.Prefetcher``); the swap itself is then instant.  The trainer publishes version 0
 before its first step, so ``act`` only waits at the very start of a run.
 """
 
@@ -17,11 +17,11 @@ import threading
 import uuid
 from typing import Any
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import make_client
 from core.spaces import Observation
-from models.checkpoint import CheckpointStore
-from models.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir
+from models.checkpoints.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir
+from models.checkpoints.store import CheckpointStore
 from streams.checkpoints import CheckpointWatcher
 from streams.topics import Topics
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 class LatestPolicyAgent:
     def __init__(self, cfg: Config, stop: threading.Event | None = None, producer_id: str = ""):
-        from models.policy import sampler_generator
+        from models.policy.runner import sampler_generator
 
         self.cfg = cfg
         # one random stream per sampler for its whole life: a hot reload must not replay earlier draws
@@ -92,7 +92,7 @@ class LatestPolicyAgent:
         with self._lock:
             loaded = self.slot.refresh() if announced else self.slot.poll()
             if loaded or self._runner is None and self.slot.model is not None:
-                from models.policy import PolicyRunner
+                from models.policy.runner import PolicyRunner
 
                 self._runner = PolicyRunner(
                     self.slot.model, self.slot.tokenizer, self.cfg.model, generator=self.generator

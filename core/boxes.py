@@ -1,6 +1,6 @@
 """Geometry on the observation's boxes (``box="x,y,w,h"``, viewport CSS pixels; see
 ``collectors.observation``), shared by the policy's candidate enumeration
-(``models.candidates``) and the scripted experts, so that both name the same positions.
+(``models.policy.candidates``) and the scripted experts, so that both name the same positions.
 
 A position in an action is relative to the top-left of an element's box (``core.spaces``):
 ``rel(owner, x, y)`` turns a viewport point into one relative to ``owner``'s box.

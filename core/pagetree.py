@@ -8,7 +8,7 @@ An observation's tree is one element per line (``collectors.observation`` render
 two spaces of indentation per level, ``[id] `` when the element can be acted on, the role, its
 name as a JSON string, then properties (``key`` or ``key="json string"``).  ``parse_tree`` turns
 that text back into ``Node``s linked to their parents and children; the scripted experts, the
-random policy and the policy's candidate enumeration (``models.candidates``) all read pages
+random policy and the policy's candidate enumeration (``models.policy.candidates``) all read pages
 through it, so they agree on what a page holds.
 
 Two readings:

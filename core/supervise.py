@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config import Config
+from core.config.runtime import Config
 from core.metrics import remove_dead_targets, remove_targets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ class Supervisor:
         return next(c for c in self.children if c.name == name)
 
     def _env(self) -> dict:
-        from core.config import SECRETS
+        from core.config.runtime import SECRETS
 
         # the config file is the child's whole config: inherited DYNAWEB_<SECTION>__<FIELD> variables
         # would override it (they are already resolved into it); only secrets travel by environment

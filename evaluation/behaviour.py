@@ -17,7 +17,7 @@ fails to load gets its error recorded, the env is restarted and the run goes on 
 
 ``snapshot`` needs no browser.  Per stored observation it records
 
-* ``candidates``    -- ``models.candidates.candidate_actions(obs)`` as action texts
+* ``candidates``    -- ``models.policy.candidates.candidate_actions(obs)`` as action texts
 * ``valid_actions`` -- ``collectors.random_policy.valid_actions(obs)`` texts
 * ``expert``        -- ``ALL_EXPERTS[task].act(obs, [])`` (or the exception's type and message),
   whether the task has an expert and whether it is a registered one (``EXPERTS``)
@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.config import Config
+from core.config.runtime import Config
 
 MAIN_KINDS = [
     ("candidates", "candidates"),
@@ -200,7 +200,7 @@ def snapshot_row(task: str, obs_dict: dict) -> dict:
     from collectors.random_policy import RandomPolicy, valid_actions
     from core.pagetree import parse_tree
     from core.spaces import Observation
-    from models.candidates import candidate_actions
+    from models.policy.candidates import candidate_actions
 
     obs = Observation.from_dict(obs_dict)
 

@@ -2,7 +2,7 @@
 
 With ``gate.enabled`` the trainer writes every version after the first as a
 *candidate* (files and manifest in S3, ``LATEST`` untouched, nothing announced;
-``models.trainer``).  ``dynaweb gate`` (``run_gate``) watches S3 for the newest
+``models.train.trainer``).  ``dynaweb gate`` (``run_gate``) watches S3 for the newest
 version that both model kinds have and that is newer than ``LATEST`` and every
 decided version, then runs the configured probes on the candidate and on the
 current ``LATEST``:
@@ -10,11 +10,11 @@ current ``LATEST``:
 ``world_model``
     fidelity (``gate.wm_metric``, default change F1) on the newest
     ``gate.wm_transitions`` held-out real transitions of the run's
-    ``eval.world_model`` topic (``evaluation.wm_fidelity.world_model_fidelity``); the
+    ``eval.world_model`` topic (``evaluation.eval.world_model.world_model_fidelity``); the
     candidate and ``LATEST`` are scored on the same transitions.
 ``policy``
     a short live evaluation: greedy success rate on ``gate.tasks`` x
-    ``gate.seeds`` in Chromium (``evaluation.live_eval.run_live_policy``), seeds
+    ``gate.seeds`` in Chromium (``evaluation.eval.policy.run_live_policy``), seeds
     outside the training range.
 
 ``decide`` promotes unless a probe's candidate score is below the baseline's
@@ -41,8 +41,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from core.config import Config
-from models.checkpoint import KINDS, CheckpointStore, CorruptCheckpoint, announce
+from core.config.runtime import Config
+from models.checkpoints.store import KINDS, CheckpointStore, CorruptCheckpoint, announce
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def decide(
 
 
 def probe_seeds(cfg: Config) -> list[int]:
-    from evaluation.live_eval import check_eval_seeds, parse_seed_range
+    from evaluation.eval.policy import check_eval_seeds, parse_seed_range
 
     g = cfg.gate
     base = cfg.collector.seed_stop + 100_000
@@ -151,7 +151,7 @@ class Probes:
         self._cache: dict[tuple, dict] = {}
 
     def heldout(self) -> list:
-        from evaluation.sources import read_topic
+        from evaluation.eval.sources import read_topic
         from streams.topics import Topics
 
         topic = Topics(self.cfg.run_id, self.cfg.kafka.partitions).world_model_eval
@@ -164,9 +164,9 @@ class Probes:
         return uniq[-n:] if n else uniq
 
     def world_model(self, version: int, data: list) -> dict:
-        from evaluation.sources import load_checkpoint
-        from evaluation.wm_fidelity import world_model_fidelity
-        from models.world_model import WorldModelRunner
+        from evaluation.eval.sources import load_checkpoint
+        from evaluation.eval.world_model import world_model_fidelity
+        from models.world_model.model import WorldModelRunner
 
         if not data:
             return {"score": None, "reason": "no held-out real transitions yet"}
@@ -193,9 +193,9 @@ class Probes:
         return self._cache[key]
 
     def policy(self, version: int) -> dict:
-        from evaluation.live_eval import run_live_policy
-        from evaluation.sources import load_checkpoint
-        from models.policy import PolicyRunner
+        from evaluation.eval.policy import run_live_policy
+        from evaluation.eval.sources import load_checkpoint
+        from models.policy.runner import PolicyRunner
 
         tasks, seeds = probe_tasks(self.cfg), probe_seeds(self.cfg)
         key = ("policy", version, tuple(tasks), tuple(seeds), self.cfg.gate.max_steps)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from core.config import Config
+from core.config.runtime import Config
 
 
 class PrivateBroker(Protocol):

@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from core.config import Config, load_config
+from core.config.runtime import Config, load_config
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -253,7 +253,7 @@ def _bench_command(add: AddCommand) -> None:
 
 
 def _eval_command(add: AddCommand) -> None:
-    """``eval``: a checkpoint's world-model fidelity or its policy's success (evaluation.wm_fidelity, evaluation.live_eval)."""
+    """``eval``: a checkpoint's world-model fidelity or its policy's success (evaluation.eval.world_model, evaluation.eval.policy)."""
     p = add(
         "eval",
         "evaluate a checkpoint: world-model fidelity on held-out real transitions, or the policy "
@@ -315,7 +315,7 @@ def _eval_command(add: AddCommand) -> None:
 
 
 def _experiment_command(add: AddCommand) -> None:
-    """``experiment``: the reproducible studies (evaluation.sample_efficiency, evaluation.wm_study)."""
+    """``experiment``: the reproducible studies (evaluation.studies.sample_efficiency.study, evaluation.studies.world_model.study)."""
     p = add(
         "experiment",
         "reproducible studies through the real system; sample-efficiency: imitation vs "
@@ -325,7 +325,7 @@ def _experiment_command(add: AddCommand) -> None:
         "study",
         choices=["sample-efficiency", "world-model"],
         help="world-model: collect -> train -> eval of the world model vs 'nothing changes' "
-        "(evaluation/wm_study.py)",
+        "(evaluation/studies/world_model/study.py)",
     )
     p.add_argument(
         "--out",
@@ -344,7 +344,7 @@ def _experiment_command(add: AddCommand) -> None:
 
 
 def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
-    """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.wm_study.WorldModelStudyConfig``)."""
+    """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.studies.world_model.study.WorldModelStudyConfig``)."""
     g = p.add_argument_group("world-model")
     g.add_argument(
         "--data",

@@ -10,7 +10,7 @@ import socket
 import threading
 from pathlib import Path
 
-from core.config import Config, describe
+from core.config.runtime import Config, describe
 from core.s3 import S3Unavailable
 from infra.stack import StackError
 from streams.kafka import ServiceUnavailable
@@ -82,7 +82,7 @@ def cmd_stream_worker(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
-    from models.trainer import run_trainer
+    from models.train.trainer import run_trainer
 
     if args.max_steps is not None:
         cfg.trainer.max_steps = args.max_steps
@@ -94,7 +94,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_dream(args: argparse.Namespace, cfg: Config) -> int:
-    from models.dreamer import run_dreamer
+    from models.dream.dreamer import run_dreamer
 
     run_dreamer(cfg, default_id("dream"))
     return 0
@@ -180,7 +180,7 @@ def cmd_check_behaviour(args: argparse.Namespace, cfg: Config) -> int:
 
 def cmd_checkpoint(args: argparse.Namespace, cfg: Config) -> int:
     from core.s3 import make_client
-    from models.checkpoint import CheckpointStore
+    from models.checkpoints.store import CheckpointStore
 
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
     if args.action == "list":
@@ -245,7 +245,7 @@ def _gate_status(decision: dict | None, version: int, latest: int | None, gated:
 
 
 def _announce_latest(cfg: Config, store, kind: str, version: int) -> None:
-    from models.checkpoint import announce
+    from models.checkpoints.store import announce
 
     announce(cfg, store, kind, version)
 
@@ -308,19 +308,19 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
     import importlib
 
     if args.target == "reload":
-        from evaluation.bench_reload import main as reload_main
+        from evaluation.bench.reload import main as reload_main
         from infra.stack import Stack
 
         return reload_main(args, cfg, stack_factory=Stack)
     if args.target == "wm-decode":
-        from evaluation.bench_wm_decode import main as wm_decode_main
+        from evaluation.bench.wm_decode import main as wm_decode_main
 
         return wm_decode_main(args, cfg)
     if args.target in ("collect", "dream", "train"):
         module = {
-            "collect": "evaluation.bench_collect",
-            "dream": "evaluation.bench_train",
-            "train": "evaluation.bench_train",
+            "collect": "evaluation.bench.collect",
+            "dream": "evaluation.bench.train",
+            "train": "evaluation.bench.train",
         }[args.target]
         try:
             mod = importlib.import_module(module)
@@ -339,7 +339,7 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
 
             extra = {"stack_factory": Stack}
         return mod.main(args, cfg, **extra) or 0
-    from evaluation.bench_streams import main
+    from evaluation.bench.streams import main
     from infra.stack import PrivateBroker, Stack
 
     argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]
@@ -349,21 +349,21 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
 
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
     if args.target == "world-model":
-        from evaluation.wm_fidelity import main
+        from evaluation.eval.world_model import main
     elif args.target == "replay":
-        from evaluation.replay_check import main
+        from evaluation.eval.replay import main
     else:
-        from evaluation.live_eval import main
+        from evaluation.eval.policy import main
 
     return main(args, cfg) or 0
 
 
 def cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
     if getattr(args, "study", None) == "world-model":
-        from evaluation.wm_study import main as wm_main
+        from evaluation.studies.world_model.study import main as wm_main
 
         return wm_main(args, cfg) or 0
-    from evaluation.sample_efficiency import main
+    from evaluation.studies.sample_efficiency.study import main
     from infra.stack import Stack
 
     return main(args, cfg, stack_factory=Stack)

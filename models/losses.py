@@ -65,7 +65,7 @@ def gspo_loss(
     """GSPO (Zheng et al. 2025) clipped sequence-level surrogate.
 
     ``logp_new_tokens``: (N, T) log-probs of the T units of each sequence under
-    the model being trained (with grad) -- for the policy (``models.policy_loss``) one
+    the model being trained (with grad) -- for the policy (``models.policy.loss``) one
     unit per *decision*: ``log pi_T(a_t|s_t)`` over the step's candidate set, so T
     = steps of the trajectory; ``logp_old_seq``: (N,) their sum under the
     behaviour policy; ``mask``: (N, T); ``advantages``: (N,).

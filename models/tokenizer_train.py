@@ -15,9 +15,9 @@
 ``dynaweb tokenizer train --out DIR [--corpus FILE] [--vocab-size N]``
     Renders every *training* transition of the corpus (episodes outside
     ``streams.records.heldout(episode_id, HELDOUT)``) into exactly the texts the
-    models read and write -- the policy prompt (``models.prompts.policy_prompt``:
+    models read and write -- the policy prompt (``models.lm.prompts.policy_prompt``:
     task, page tree, focus, error, history) + the action text, and the
-    world-model prompt + its target (``models.world_model.change_target``: why
+    world-model prompt + its target (``models.world_model.model.change_target``: why
     line, change script, reward, done) -- and trains a byte-level BPE on them
     (``train_bpe``), saved with ``save_pretrained`` (what ``load_tokenizer(DIR)``
     reads).  The shipped tokenizer is ``models/assets/tokenizer-bpe`` and is the
@@ -77,8 +77,8 @@ def transition_texts(rows: list[dict]) -> list[tuple[str, str, str, str]]:
     """Per transition: (policy prompt, action text, world-model prompt, world-model target), in full,
     with the episode's own action history (rows of an episode in step order)."""
     from core.spaces import Observation
-    from models.prompts import policy_prompt, world_model_prompt
-    from models.world_model import change_target
+    from models.lm.prompts import policy_prompt, world_model_prompt
+    from models.world_model.model import change_target
 
     history: dict[str, list[tuple[int, str]]] = {}
     for r in rows:
@@ -193,7 +193,7 @@ def train(
 
 def tokens_per_transition(tok: Any, texts: list[tuple[str, str, str, str]]) -> dict:
     """Mean tokens per transition (policy prompt + action + eos; world-model prompt + target + eos)."""
-    from models.tokenizer import encode
+    from models.lm.tokenizer import encode
 
     pol = [len(encode(tok, p)) + len(encode(tok, a)) + 1 for p, a, _, _ in texts]
     wm = [len(encode(tok, w)) + len(encode(tok, t)) + 1 for _, _, w, t in texts]
@@ -226,7 +226,7 @@ def stats(
     """Tokens per held-out transition: byte, the shipped BPE, and BPEs of ``vocab_sizes``; with the
     model cost per transition (``mmacs``, for ``layers`` x ``d_model``: more ids cost a bigger output
     layer for every token, fewer tokens cost less of everything)."""
-    from models.tokenizer import build_tokenizer
+    from models.lm.tokenizer import build_tokenizer
 
     rows = read_corpus(corpus)
     train_rows, held = split_corpus(rows, heldout_fraction)

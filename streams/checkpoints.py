@@ -1,14 +1,14 @@
 """Checkpoint announcements on Kafka: the one sender and the one watcher of the topic.
 
-S3 is the truth (``models.checkpoint``); a ``CheckpointAnnouncement`` on the
+S3 is the truth (``models.checkpoints.store``); a ``CheckpointAnnouncement`` on the
 checkpoints topic (one partition) only says that ``kind``/``version`` is
 ``LATEST`` now.  ``send_announcement`` is the only place one is built and sent:
 the trainer (version 0, and every version when ungated) and
-``models.checkpoint.announce`` (the gate's promotions, ``dynaweb checkpoint
+``models.checkpoints.store.announce`` (the gate's promotions, ``dynaweb checkpoint
 promote/rollback``) both call it.  ``CheckpointWatcher`` is the only loop that
-reads the topic: the dream generator (``models.dreamer``) and the ``latest``
+reads the topic: the dream generator (``models.dream.dreamer``) and the ``latest``
 collector policy (``collectors.policy_agent``) re-read ``LATEST`` and reload
-their weights (``models.reader.ModelSlot``) on what it reports; the stream
+their weights (``models.checkpoints.reader.ModelSlot``) on what it reports; the stream
 worker's side reader (``streams.side``) tails the expert and control topics
 with it in the same consumer.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from kafka import TopicPartition
 
-from core.config import KafkaConfig
+from core.config.runtime import KafkaConfig
 from streams import records
 from streams.kafka import Publisher, assignable, make_consumer
 from streams.records import CheckpointAnnouncement

@@ -122,7 +122,7 @@ class Transition:
     action_tokens: Any = 0
     info: Any = field(default_factory=dict)
     candidates_hash: str | None = (
-        ""  # models.candidates.candidates_hash of the set the action was drawn from ("" = none)
+        ""  # models.policy.candidates.candidates_hash of the set the action was drawn from ("" = none)
     )
     type: str = "transition"
     schema: int = SCHEMA

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import Config
+from core.config.runtime import Config
 from tests.support import fresh_run, stack_config
 
 

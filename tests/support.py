@@ -7,7 +7,7 @@ import os
 import uuid
 from collections.abc import Callable
 
-from core.config import Config, load_config
+from core.config.runtime import Config, load_config
 from core.net import free_port_block
 from core.waiting import wait_until
 

@@ -18,11 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import make_client
-from evaluation.sample_efficiency_arms import QUICK
-from evaluation.sample_efficiency_report import ARMS
-from models.checkpoint import CheckpointStore
+from evaluation.studies.sample_efficiency.arms import QUICK
+from evaluation.studies.sample_efficiency.report import ARMS
+from models.checkpoints.store import CheckpointStore
 from tests.support import env_for
 
 
@@ -194,7 +194,7 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
 
     # once a seed is done its runs keep only their final checkpoints (here called by hand: the run
     # above kept them all), on the real S3 store
-    from evaluation.sample_efficiency import SampleEfficiency
+    from evaluation.studies.sample_efficiency.study import SampleEfficiency
 
     study = SampleEfficiency(run_cfg, out, quick=True, start_stack=False, echo=False)
     assert study.release_checkpoints(0) > 0

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import make_client
-from models.checkpoint import CheckpointStore
+from models.checkpoints.store import CheckpointStore
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.support import env_for, wait_for

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from evaluation.bench_reload import bench_reload
+from evaluation.bench.reload import bench_reload
 from tests.integration.conftest_collectors import require_chromium
 
 pytestmark = pytest.mark.integration

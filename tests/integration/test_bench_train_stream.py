@@ -3,7 +3,7 @@ from the policy-batch topic (its offsets move past them) and both rates are meas
 
 import dataclasses
 
-from evaluation.bench_train_stream import bench_train_stream
+from evaluation.bench.train_stream import bench_train_stream
 
 
 def _starts() -> list[dict]:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import make_client
-from models.checkpoint import CheckpointStore
-from models.trainer import Trainer
+from models.checkpoints.store import CheckpointStore
+from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.integration.test_trainer_generator import _batch, small
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import S3Unavailable, make_client
-from models.checkpoint import CheckpointStore, CorruptCheckpoint
+from models.checkpoints.store import CheckpointStore, CorruptCheckpoint
 
 
 def _dir(tmp: Path, payload: bytes) -> Path:

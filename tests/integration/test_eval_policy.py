@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from core.config import Config
+from core.config.runtime import Config
 from infra.cli import main
-from models.trainer import Trainer
+from models.train.trainer import Trainer
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.integration.conftest_collectors import require_chromium
@@ -161,7 +161,7 @@ def test_live_policy_deadline_stops_starting_episodes_and_marks_the_rest() -> No
     import time
 
     from core.spaces import Action
-    from evaluation.live_eval import run_live_policy
+    from evaluation.eval.policy import run_live_policy
 
     require_chromium()
 

@@ -1,5 +1,5 @@
-"""Every expert action on real pages is one of the policy's candidates (``models.candidates.policy_candidates``),
-so behaviour cloning trains the distribution the policy samples from (``models.policy_loss``: an expert action
+"""Every expert action on real pages is one of the policy's candidates (``models.policy.candidates.policy_candidates``),
+so behaviour cloning trains the distribution the policy samples from (``models.policy.loss``: an expert action
 outside the set falls back to token NLL and is counted as ``bc_not_candidate``)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS, WAIT
-from core.config import ModelConfig
-from models.candidates import policy_candidates
-from models.prompts import policy_prompt_ids
-from models.tokenizer import build_tokenizer
+from core.config.runtime import ModelConfig
+from models.lm.prompts import policy_prompt_ids
+from models.lm.tokenizer import build_tokenizer
+from models.policy.candidates import policy_candidates
 from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration

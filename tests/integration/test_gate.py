@@ -10,16 +10,16 @@ from pathlib import Path
 
 import torch
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import make_client
 from core.spaces import Observation
 from evaluation.gate import GATE_DECISIONS, Gate
 from infra.cli import main
-from models.checkpoint import CheckpointStore
-from models.reader import ModelSlot
-from models.trainer import Trainer
-from models.wm_loss import world_model_batch_loss
-from models.world_model import make_world_model
+from models.checkpoints.reader import ModelSlot
+from models.checkpoints.store import CheckpointStore
+from models.train.trainer import Trainer
+from models.world_model.loss import world_model_batch_loss
+from models.world_model.model import make_world_model
 from streams import records
 from streams.kafka import Publisher, ensure_topics, is_control, make_producer, read_until_sentinel
 from tests.integration.conftest_collectors import require_chromium

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import make_client
 from core.waiting import wait_until
 from models import metrics as M
-from models.checkpoint import CheckpointStore
+from models.checkpoints.store import CheckpointStore
 from streams.kafka import ensure_topics, read_until_sentinel
 from tests.integration.test_trainer_generator import small
 
@@ -22,7 +22,7 @@ POLL_S = 1.0
 
 
 def _write_policy(cfg: Config, store: CheckpointStore, version: int, tmp: Path) -> None:
-    from models.policy import make_policy
+    from models.policy.runner import make_policy
 
     cfg.model.seed = version
     model, tok = make_policy(cfg.model)
@@ -73,7 +73,7 @@ def test_an_announced_policy_is_prefetched_while_the_old_one_acts_then_installed
     and loads the new version in its prefetch thread while ``policy_version`` stays the old one
     (no act has run); the next act's refresh then installs it without downloading it again."""
     from collectors.policy_agent import LatestPolicyAgent
-    from models.checkpoint import announce
+    from models.checkpoints.store import announce
 
     cfg = small(run_cfg)
     cfg.s3.latest_poll_s = 600.0  # no poll during the test: only the announcement can bring v1

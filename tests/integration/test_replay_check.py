@@ -11,8 +11,8 @@ from collectors.browser import Browser
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS
 from collectors.taskserver import serve
-from core.config import Config
-from evaluation.replay_check import replay, summarize
+from core.config.runtime import Config
+from evaluation.eval.replay import replay, summarize
 from tests.integration.conftest_collectors import require_chromium
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ import uuid
 
 import pytest
 
-from core.config import Config
-from models.trainer import Trainer
+from core.config.runtime import Config
+from models.train.trainer import Trainer
 from streams import kafka as sk
 from streams import records
 from streams.records import Control

@@ -6,7 +6,7 @@ start fails the tests (never skips). The worker runs as a subprocess
 (``python -m streams.worker``) configured through the environment; each test
 uses its own run id (topic prefix). Waits are conditions with deadlines.
 
-Throughput is measured by ``dynaweb bench streams`` (evaluation/bench_streams.py), not by a test.
+Throughput is measured by ``dynaweb bench streams`` (evaluation/bench/streams.py), not by a test.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
-from core.config import load_config
+from core.config.runtime import load_config
 from streams import kafka as sk
 from streams import records
 from streams.records import CheckpointAnnouncement, Control, Transition

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from core.config import Config
+from core.config.runtime import Config
 from core.s3 import make_client
-from models.checkpoint import CheckpointStore
-from models.reader import ModelSlot
-from models.trainer import Trainer
+from models.checkpoints.reader import ModelSlot
+from models.checkpoints.store import CheckpointStore
+from models.train.trainer import Trainer
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
 

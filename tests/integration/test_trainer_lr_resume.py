@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from prometheus_client import REGISTRY
 
-from core.config import Config
-from models.engine import current_lr, lr_factor
-from models.trainer import Trainer
+from core.config.runtime import Config
+from models.train.engine import current_lr, lr_factor
+from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.integration.test_trainer_generator import _batch, small
 

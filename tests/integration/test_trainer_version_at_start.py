@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from prometheus_client import REGISTRY
 
-from core.config import Config
+from core.config.runtime import Config
 from models import metrics as M
-from models.trainer import Trainer
+from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.integration.test_trainer_generator import _batch, small
 

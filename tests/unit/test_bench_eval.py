@@ -142,8 +142,8 @@ def _transitions(n_eps: int = 4) -> list[Transition]:
 
 
 def test_eval_world_model_json(tmp_path, capsys):
-    from core.config import ModelConfig
-    from models.world_model import make_world_model
+    from core.config.runtime import ModelConfig
+    from models.world_model.model import make_world_model
 
     model, tok = make_world_model(ModelConfig(layers=1, d_model=32, heads=2, max_positions=384))
     model.save_pretrained(tmp_path / "wm")
@@ -193,7 +193,7 @@ def test_eval_policy_refuses_training_seeds(tmp_path, capsys):
 
 
 def test_wilson_and_dream_summary():
-    from evaluation.live_eval import dream_summary, wilson
+    from evaluation.eval.policy import dream_summary, wilson
 
     lo, hi = wilson(8, 10)
     assert 0.49 < lo < 0.5 and 0.94 < hi < 0.95  # the textbook value (0.490, 0.943)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from evaluation.bench_reload import FirstUse, quantile
+from evaluation.bench.reload import FirstUse, quantile
 from streams import records
 from streams.topics import Topics
 
@@ -56,7 +56,7 @@ def test_the_bench_uploads_the_trainers_state_beside_the_weights(tmp_path) -> No
     beside ``hf/`` (a reader that fetched them would pay for it in the bench too)."""
     import torch
 
-    from evaluation.bench_reload import _trainer_state
+    from evaluation.bench.reload import _trainer_state
 
     model = torch.nn.Linear(64, 64)
     _trainer_state(model, tmp_path / "state" / "ds")
@@ -69,7 +69,7 @@ def test_the_bench_uploads_the_trainers_state_beside_the_weights(tmp_path) -> No
 def test_cpu_seconds_of_named_processes() -> None:
     import os
 
-    from evaluation.bench_streams import cpu_seconds
+    from evaluation.bench.streams import cpu_seconds
 
     sum(i * i for i in range(200_000))  # some CPU of our own
     got = cpu_seconds({"me": [os.getpid()], "gone": [2**22 + 12345]})

@@ -8,12 +8,12 @@ import argparse
 import pytest
 import torch
 
-from core.config import Config, ModelConfig, TrainerConfig
-from evaluation.bench_wm_decode import bench_wm_decode, main
-from evaluation.sample_efficiency_wm import corpus_path
-from evaluation.sources import read_jsonl
-from models.wm_loss import world_model_batch_loss
-from models.world_model import make_world_model
+from core.config.runtime import Config, ModelConfig, TrainerConfig
+from evaluation.bench.wm_decode import bench_wm_decode, main
+from evaluation.eval.sources import read_jsonl
+from evaluation.studies.sample_efficiency.wm import corpus_path
+from models.world_model.loss import world_model_batch_loss
+from models.world_model.model import make_world_model
 
 
 def test_head_first_and_text_then_head_predict_the_same_pages(tmp_path):

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from models.change import (
+from models.world_model.change import (
     ChangeError,
     apply_change,
     change_f1,

@@ -15,9 +15,9 @@ from kafka.errors import KafkaTimeoutError
 from collectors import metrics as CM
 from collectors.run import liveness_beat
 from models import metrics as M
-from models.checkpoint import Saved
-from models.checkpoint_writer import CheckpointWriter, retry
-from models.reader import ModelSlot
+from models.checkpoints.reader import ModelSlot
+from models.checkpoints.store import Saved
+from models.checkpoints.writer import CheckpointWriter, retry
 from streams import records
 from streams.kafka import PublisherDead, PublishLost
 

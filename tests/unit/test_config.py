@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config import describe, load_config
+from core.config.runtime import describe, load_config
 
 
 def test_defaults_are_the_endpoints_users_know() -> None:

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from collectors import demos
-from core.config import Config
+from core.config.runtime import Config
 from streams.records import Transition
 
 

@@ -13,14 +13,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from core.config import ModelConfig, load_config
+from core.config.runtime import ModelConfig, load_config
 from core.spaces import Observation, parse_action
 from core.waiting import Aborted
 from models import metrics as M
-from models.dream_env import dream_rollouts
-from models.dreamer import Dreamer, StartState
-from models.wm_decoding import ABORT_EVERY
-from models.world_model import Prediction, WorldModelRunner, make_world_model
+from models.dream.dreamer import Dreamer, StartState
+from models.dream.env import dream_rollouts
+from models.world_model.decoding import ABORT_EVERY
+from models.world_model.model import Prediction, WorldModelRunner, make_world_model
 
 PAGE = Observation(
     instruction="Click OK",
@@ -242,7 +242,7 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
     """The trainer announces the policy and the world model once both are LATEST: the first
     announcement loads the pair, the second (already loaded, or being loaded) must not abandon
     the round that follows.  A newer version, or an older one (a rollback), still does."""
-    from models.reader import ModelSlot, Prefetcher
+    from models.checkpoints.reader import ModelSlot, Prefetcher
     from streams import records
 
     d = _dreamer()
@@ -271,7 +271,7 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
 
 
 def test_a_new_policys_first_round_holds_the_world_models_load_back(monkeypatch):
-    import models.dreamer as dreamer_mod
+    import models.dream.dreamer as dreamer_mod
 
     d = _dreamer()
     d.reload_clock = SimpleNamespace(used=lambda v, at=None: None, announced=lambda v: None)

@@ -7,10 +7,10 @@ import copy
 
 import torch
 
-from core.config import TrainerConfig
-from models.engine import chunked_backward_ok, make_engine
-from models.learner import policy_update, world_model_update
-from models.policy import PolicyRunner, make_policy
+from core.config.runtime import TrainerConfig
+from models.policy.runner import PolicyRunner, make_policy
+from models.train.engine import chunked_backward_ok, make_engine
+from models.train.learner import policy_update, world_model_update
 from tests.unit.test_policy import CFG, OBS, _rollout, _traj
 from tests.unit.test_wm_chunked_loss import FakeEmbedder, _batch
 from tests.unit.test_wm_chunked_loss import _model as _wm_model

@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
-from models.engine import bind_interface, loopback_interface
+from models.train.engine import bind_interface, loopback_interface
 from tests.listening import beyond_loopback, listening_sockets
 
 ENGINE = """
 import json, os, sys, torch
-from models.engine import make_engine
+from models.train.engine import make_engine
 e = make_engine(torch.nn.Linear(2, 2), 1e-3)
 loss = e(torch.ones(1, 2)).sum(); e.backward(loss); e.step()
 print("ENGINE", json.dumps({"pid": os.getpid(), "initialised": torch.distributed.is_initialized(),

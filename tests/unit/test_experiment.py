@@ -12,8 +12,8 @@ import pytest
 
 from collectors.schedule import _Pacer, _Schedule
 from collectors.tasks import resolve_tasks
-from core.config import Config
-from evaluation.sample_efficiency_arms import (
+from core.config.runtime import Config
+from evaluation.studies.sample_efficiency.arms import (
     QUICK,
     cell_config,
     experiment_id,
@@ -23,8 +23,8 @@ from evaluation.sample_efficiency_arms import (
     pick_versions,
     resolve_experiment,
 )
-from evaluation.sample_efficiency_diagnostics import parse_scrape
-from evaluation.sample_efficiency_report import (
+from evaluation.studies.sample_efficiency.diagnostics import parse_scrape
+from evaluation.studies.sample_efficiency.report import (
     ARMS,
     aggregate,
     arm_summary,
@@ -216,7 +216,7 @@ def test_cell_configs_differ_only_where_the_arms_do():
         dy.collector.policy,
         dy.collector.seed_offset,
     )
-    from evaluation.sample_efficiency_cell import cell_components
+    from evaluation.studies.sample_efficiency.cell import cell_components
 
     assert "dream" in cell_components("dynaweb_dream_only", "r", 1)
     assert "collector" in cell_components("dynaweb_dream_only", "r", 1)
@@ -308,8 +308,8 @@ def test_up_starts_the_gate_only_when_gating_is_on():
 
 
 def test_markdown_per_task_and_diagnostics_sections():
-    from evaluation.sample_efficiency_diagnostics import diag_by_arm as _diag_by_arm
-    from evaluation.sample_efficiency_diagnostics import per_task as _per_task
+    from evaluation.studies.sample_efficiency.diagnostics import diag_by_arm as _diag_by_arm
+    from evaluation.studies.sample_efficiency.diagnostics import per_task as _per_task
 
     cells = _cells()
     for c in cells:
@@ -717,7 +717,7 @@ def test_write_all_with_five_arms(tmp_path):
 
 
 def test_paired_differences_per_seed_with_a_t_interval():
-    from evaluation.sample_efficiency_report import paired_differences
+    from evaluation.studies.sample_efficiency.report import paired_differences
 
     rows = []
     for seed, (ro, im) in enumerate([(0.5, 0.3), (0.4, 0.3), (0.6, 0.3)]):
@@ -749,7 +749,7 @@ def test_a_study_extended_by_seeds_or_arms_keeps_its_id_and_its_cells(tmp_path):
     import dataclasses
     import json
 
-    from evaluation.sample_efficiency import SampleEfficiency
+    from evaluation.studies.sample_efficiency.study import SampleEfficiency
 
     cfg = Config()
     ex = resolve_experiment(cfg, False)
@@ -775,7 +775,7 @@ def test_two_live_groups_per_step_keep_the_matched_expert_samples():
     """batch 24 at an expert share of 1/3: real_only collects two groups per policy step, the mixer
     waits for both (a lone group is not trained on with half the experts), and every arm still
     gets 8 demonstrations per step."""
-    from evaluation.sample_efficiency_arms import live_groups_per_step
+    from evaluation.studies.sample_efficiency.arms import live_groups_per_step
 
     cfg = Config()
     ex = resolve_experiment(cfg, quick=False)
@@ -802,7 +802,7 @@ def test_two_live_groups_per_step_keep_the_matched_expert_samples():
 
 
 def test_policy_lr_reaches_every_arm_and_the_id_only_when_set():
-    from evaluation.sample_efficiency_arms import experiment_id
+    from evaluation.studies.sample_efficiency.arms import experiment_id
 
     cfg = Config()
     ex = resolve_experiment(cfg, quick=False)
@@ -818,7 +818,7 @@ def test_policy_lr_reaches_every_arm_and_the_id_only_when_set():
 def test_episode_success_splits_the_policy_versions_in_halves():
     from types import SimpleNamespace as NS
 
-    from evaluation.sample_efficiency_diagnostics import episode_success
+    from evaluation.studies.sample_efficiency.diagnostics import episode_success
 
     assert episode_success([]) == {}
     ends = [NS(policy_version=v, reward=r) for v, r in [(0, 0), (1, -1), (2, 1), (3, 1), (4, 1)]]

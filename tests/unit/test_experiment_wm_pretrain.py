@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from core.config import Config
-from evaluation.sample_efficiency_arms import cell_config, experiment_id, resolve_experiment
-from evaluation.sample_efficiency_report import (
+from core.config.runtime import Config
+from evaluation.studies.sample_efficiency.arms import cell_config, experiment_id, resolve_experiment
+from evaluation.studies.sample_efficiency.report import (
     aggregate,
     arm_summary,
     every_real_step,
@@ -20,9 +20,9 @@ from evaluation.sample_efficiency_report import (
     rows_from_cells,
     write_all,
 )
-from evaluation.sample_efficiency_wm import corpus_files, corpus_path, load_corpus, pretrain
-from models.checkpoint import wm_init_dir
-from models.world_model import WorldModelRunner, load_world_model
+from evaluation.studies.sample_efficiency.wm import corpus_files, corpus_path, load_corpus, pretrain
+from models.checkpoints.store import wm_init_dir
+from models.world_model.model import WorldModelRunner, load_world_model
 
 CORPUS = "docs/results/world-model/transitions.jsonl.gz"
 
@@ -107,7 +107,7 @@ def test_wm_init_dir_refuses_a_directory_without_a_model(tmp_path):
 def test_the_world_model_never_decodes_past_its_own_position_table():
     cfg = Config()
     cfg.model.layers, cfg.model.d_model, cfg.model.heads, cfg.model.max_positions = 1, 32, 2, 256
-    from models.world_model import make_world_model
+    from models.world_model.model import make_world_model
 
     model, tok = make_world_model(cfg.model)
     cfg.model.max_positions = 1024  # the run's setting is larger than the model's table

@@ -1,12 +1,12 @@
-"""models.lean_decode.LeanStep: the decode step without Hugging Face's module machinery computes
+"""models.lm.lean_decode.LeanStep: the decode step without Hugging Face's module machinery computes
 the logits of the model's own forward, and decoding with it writes the same tokens."""
 
 import torch
 
-from core.config import ModelConfig
-from models.lean_decode import LeanStep
-from models.wm_decoding import generate_tokens, preallocated_cache
-from models.world_model import make_world_model
+from core.config.runtime import ModelConfig
+from models.lm.lean_decode import LeanStep
+from models.world_model.decoding import generate_tokens, preallocated_cache
+from models.world_model.model import make_world_model
 
 
 def _model(**kw):
@@ -84,7 +84,7 @@ def test_supports_only_what_it_computes_exactly():
 
 
 def test_shared_prefix_attention_equals_attention_over_per_row_copies():
-    from models.lean_decode import shared_prefix_attention
+    from models.lm.lean_decode import shared_prefix_attention
 
     g = torch.Generator().manual_seed(3)
     B, H, hd, G, Pp, L = 5, 4, 8, 2, 7, 3
@@ -113,7 +113,7 @@ def test_shared_prefix_attention_equals_attention_over_per_row_copies():
 
 
 def test_rows_sharing_a_page_decode_over_one_copy_and_write_the_same_tokens(monkeypatch):
-    import models.wm_decoding as wd
+    import models.world_model.decoding as wd
 
     model, _ = _model()
     g = torch.Generator().manual_seed(2)

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from core.config import TrainerConfig
-from models.engine import current_lr, engine_step, lr_factor, make_engine, trainer_engine
+from core.config.runtime import TrainerConfig
+from models.train.engine import current_lr, engine_step, lr_factor, make_engine, trainer_engine
 
 
 def test_lr_factor_values() -> None:

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from models.checkpoint import CorruptCheckpoint, build_manifest, sha256_file, verify_manifest_files
+from models.checkpoints.store import (
+    CorruptCheckpoint,
+    build_manifest,
+    sha256_file,
+    verify_manifest_files,
+)
 
 
 def _tree(tmp: Path) -> Path:

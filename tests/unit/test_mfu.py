@@ -1,11 +1,18 @@
-"""The MFU counter of ``dynaweb bench train`` (evaluation/mfu.py) against torch's own FLOP counter."""
+"""The MFU counter of ``dynaweb bench train`` (evaluation/bench/mfu.py) against torch's own FLOP counter."""
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from core.config import ModelConfig
-from evaluation.mfu import FlopMeter, attended_pairs, gemm_rate, linear_weights, mfu, sgemm_peak
-from models.policy import make_policy
+from core.config.runtime import ModelConfig
+from evaluation.bench.mfu import (
+    FlopMeter,
+    attended_pairs,
+    gemm_rate,
+    linear_weights,
+    mfu,
+    sgemm_peak,
+)
+from models.policy.runner import make_policy
 
 
 def _model():

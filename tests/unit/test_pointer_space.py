@@ -8,10 +8,10 @@ from collectors.observation import Line, truncate_lines
 from core.boxes import drop_point, nudge_point, rel
 from core.pagetree import parse_box, parse_tree
 from core.spaces import Action, Observation, parse_action
-from models.candidates import candidate_actions
-from models.change import apply_change, diff_to_change
-from models.pointer_candidates import pointer_candidates
-from models.world_model import candidate_trees
+from models.policy.candidates import candidate_actions
+from models.policy.mouse_candidates import pointer_candidates
+from models.world_model.change import apply_change, diff_to_change
+from models.world_model.model import candidate_trees
 
 SORTABLE = "\n".join(
     [

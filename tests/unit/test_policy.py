@@ -3,13 +3,14 @@ import math
 import pytest
 import torch
 
-from core.config import ModelConfig, TrainerConfig
+from core.config.runtime import ModelConfig, TrainerConfig
 from core.spaces import Action, Observation, parse_action
-from models.candidates import candidate_actions, instruction_texts
-from models.policy import PolicyRunner, make_policy, score_continuations
-from models.policy_loss import action_logprobs, policy_batch_loss
-from models.prompts import action_ids, fit_tree, policy_prompt_ids
-from models.tokenizer import build_tokenizer, decode, encode
+from models.lm.backbone import score_continuations
+from models.lm.prompts import action_ids, fit_tree, policy_prompt_ids
+from models.lm.tokenizer import build_tokenizer, decode, encode
+from models.policy.candidates import candidate_actions, instruction_texts
+from models.policy.loss import action_logprobs, policy_batch_loss
+from models.policy.runner import PolicyRunner, make_policy
 from streams.records import Trajectory, Transition
 
 CFG = ModelConfig(layers=2, d_model=32, heads=2, max_positions=256)
@@ -221,7 +222,7 @@ def test_bc_step_raises_expert_likelihood():
 
 
 def test_shared_prefix_scoring_matches_naive(policy):
-    from models.policy import prefix_groups
+    from models.lm.backbone import prefix_groups
 
     model, tok = policy
     page = Observation(

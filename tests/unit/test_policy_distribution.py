@@ -10,14 +10,15 @@ import pytest
 import torch
 
 from collectors.agents import _norm
-from core.config import TrainerConfig
+from core.config.runtime import TrainerConfig
 from core.spaces import Action, Observation
-from models.candidates import candidate_logprobs, candidates_hash, policy_candidates
-from models.dream_env import dream_rollouts
-from models.policy import PolicyRunner, make_policy, score_continuations
-from models.policy_loss import action_logprobs, policy_batch_loss, trajectory_decisions
-from models.prompts import action_ids, policy_prompt_ids
-from models.world_model import Prediction
+from models.dream.env import dream_rollouts
+from models.lm.backbone import score_continuations
+from models.lm.prompts import action_ids, policy_prompt_ids
+from models.policy.candidates import candidate_logprobs, candidates_hash, policy_candidates
+from models.policy.loss import action_logprobs, policy_batch_loss, trajectory_decisions
+from models.policy.runner import PolicyRunner, make_policy
+from models.world_model.model import Prediction
 from streams import records
 from streams.records import Trajectory, Transition
 from tests.unit.test_policy import CFG, OBS
@@ -337,7 +338,7 @@ def test_transition_candidates_hash_is_optional():
 
 
 def test_candidate_texts_cover_what_the_experts_type():
-    from models.candidates import candidate_actions, instruction_texts, page_texts
+    from models.policy.candidates import candidate_actions, instruction_texts, page_texts
 
     t = instruction_texts(
         "{'utterance': \"Forward Sherline's e-mail to Fernandina.\", 'fields': {'task': 'forward', "

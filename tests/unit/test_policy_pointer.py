@@ -10,17 +10,18 @@ import logging
 
 import torch
 
-from models.policy import PolicyRunner, load_policy, make_policy, score_continuations
-from models.policy_pointer import (
+from models.lm.backbone import score_continuations
+from models.lm.match import token_pieces
+from models.lm.prompts import policy_prompt_ids
+from models.lm.tokenizer import decode
+from models.policy.element_head import (
     NAMED_GAIN,
     acted_element,
     element_lines,
     pointer_scores,
     prompt_states,
 )
-from models.prompts import policy_prompt_ids
-from models.tokenizer import decode
-from models.wm_match import token_pieces
+from models.policy.runner import PolicyRunner, load_policy, make_policy
 from tests.unit.test_policy import CFG
 from tests.unit.test_policy_distribution import PAGE, on_policy_loss
 
@@ -183,8 +184,12 @@ def test_on_policy_log_ratio_is_zero_through_the_learner_with_the_pointer():
 
 
 def test_the_study_setting_reaches_every_arms_policy_and_only_an_on_setting_changes_the_id():
-    from core.config import Config
-    from evaluation.sample_efficiency_arms import cell_config, experiment_id, resolve_experiment
+    from core.config.runtime import Config
+    from evaluation.studies.sample_efficiency.arms import (
+        cell_config,
+        experiment_id,
+        resolve_experiment,
+    )
 
     ex = resolve_experiment(Config(), quick=False)
     frozen = experiment_id(ex)

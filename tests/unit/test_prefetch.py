@@ -1,11 +1,11 @@
-"""``models.reader.Prefetcher`` and ``ModelSlot.prefetch``/``install``: an announced version is
+"""``models.checkpoints.reader.Prefetcher`` and ``ModelSlot.prefetch``/``install``: an announced version is
 downloaded and loaded while the model in use stays in use; the reader's next refresh installs it
 without downloading it again; a failed prefetch hands the reload back to the reader."""
 
 import threading
 from pathlib import Path
 
-from models.reader import ModelSlot, Prefetcher
+from models.checkpoints.reader import ModelSlot, Prefetcher
 
 
 class _Store:
@@ -78,7 +78,7 @@ def test_a_failed_prefetch_hands_the_reload_to_the_reader():
 def test_each_slot_is_reported_ready_as_it_finishes_and_the_dream_generator_gives_a_round_up_only_for_a_policy():
     from concurrent.futures import ThreadPoolExecutor
 
-    from models.dreamer import Dreamer
+    from models.dream.dreamer import Dreamer
 
     store, stop = _Store(), threading.Event()
     slow = threading.Event()  # the world model's download takes longer

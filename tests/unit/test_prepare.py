@@ -1,4 +1,4 @@
-"""The trainer's prepare thread (models/prepare.py): decisions built ahead give the loss bit for bit,
+"""The trainer's prepare thread (models/train/prepare.py): decisions built ahead give the loss bit for bit,
 and the batch is built on the prepare thread, not the caller's."""
 
 import dataclasses
@@ -6,13 +6,13 @@ import threading
 
 import torch
 
-from core.config import Config
+from core.config.runtime import Config
 from core.spaces import Observation
-from evaluation.synthetic import synthetic_batch
-from models import policy_loss
-from models.policy import make_policy
-from models.policy_loss import policy_batch_loss, prepare_decisions
-from models.prepare import BatchPreparer
+from evaluation.bench.synthetic import synthetic_batch
+from models.policy.loss import policy_batch_loss, prepare_decisions
+from models.policy import loss as policy_loss
+from models.policy.runner import make_policy
+from models.train.prepare import BatchPreparer
 from streams import records
 
 

@@ -1,4 +1,4 @@
-"""A reader imports the loaders' libraries before its first checkpoint exists (models/reader.py)."""
+"""A reader imports the loaders' libraries before its first checkpoint exists (models/checkpoints/reader.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ def test_a_slot_warms_the_imports_its_first_load_needs() -> None:
         """
         import sys
         from pathlib import Path
-        import models.reader as R
+        import models.checkpoints.reader as R
         assert "transformers.models.gpt_neo.modeling_gpt_neo" not in sys.modules
         assert not R._WARM.is_set()
         R.ModelSlot(store=None, kind="policy", work=Path("."), run="r")
         assert R._WARM.wait(120), "the warm-up did not finish"
-        for m in ("transformers.models.gpt_neo.modeling_gpt_neo", "models.policy",
-                  "models.world_model"):
+        for m in ("transformers.models.gpt_neo.modeling_gpt_neo", "models.policy.runner",
+                  "models.world_model.model"):
             assert m in sys.modules, m
         R.ModelSlot(store=None, kind="world_model", work=Path("."), run="r")
         assert R._WARM_STARTED.locked()  # started once per process, by the first slot

@@ -1,10 +1,10 @@
-"""models.reader.reader_workdir: where a reader downloads checkpoints (s3.reader_dir)."""
+"""models.checkpoints.reader.reader_workdir: where a reader downloads checkpoints (s3.reader_dir)."""
 
 import os
 import subprocess
 import sys
 
-import models.reader as R
+import models.checkpoints.reader as R
 
 
 def test_a_configured_folder_is_used(tmp_path):

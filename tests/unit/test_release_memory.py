@@ -1,4 +1,4 @@
-"""``models.reader.release_memory``: a replaced model held in reference cycles is freed at the
+"""``models.checkpoints.reader.release_memory``: a replaced model held in reference cycles is freed at the
 next load; the objects that existed at the first load are frozen out of collection."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import weakref
 import torch
 
 from core.waiting import wait_until
-from models import reader as checkpoint
+from models.checkpoints import reader as checkpoint
 
 
 class _Model(torch.nn.Module):

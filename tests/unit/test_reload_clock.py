@@ -1,9 +1,9 @@
-"""``models.reader.ReloadClock``: announcement seen -> first use, once per version."""
+"""``models.checkpoints.reader.ReloadClock``: announcement seen -> first use, once per version."""
 
 from __future__ import annotations
 
 from models import metrics as M
-from models.reader import ReloadClock
+from models.checkpoints.reader import ReloadClock
 
 
 def _count(run: str, component: str) -> float:

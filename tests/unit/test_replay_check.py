@@ -1,9 +1,9 @@
-"""The replay check's arithmetic (evaluation/replay_check.py); the live replay runs in
+"""The replay check's arithmetic (evaluation/eval/replay.py); the live replay runs in
 tests/integration/test_replay_check.py."""
 
 from __future__ import annotations
 
-from evaluation.replay_check import auroc, dreamed_rollouts, summarize
+from evaluation.eval.replay import auroc, dreamed_rollouts, summarize
 from streams.records import Transition
 
 

@@ -1,6 +1,6 @@
 """Issue 16 item 7: the same seed gives the same losses (on the same machine).
 
-The trainer's own update path (``models.learner.policy_update`` / ``world_model_update`` on DeepSpeed
+The trainer's own update path (``models.train.learner.policy_update`` / ``world_model_update`` on DeepSpeed
 engines, as ``Trainer.setup`` seeds it with ``model.seed``) runs three steps on the stream worker's
 batch shape twice from one seed: every loss agrees within 1e-6 relative (stated tolerance, docs/
 performance.md); from another seed the losses differ, so the comparison can fail."""
@@ -10,13 +10,13 @@ import random
 
 import torch
 
-from core.config import Config
+from core.config.runtime import Config
 from core.spaces import Observation
-from evaluation.synthetic import synthetic_batch
-from models.engine import trainer_engine
-from models.learner import policy_update, world_model_update
-from models.policy import make_policy
-from models.world_model import make_world_model
+from evaluation.bench.synthetic import synthetic_batch
+from models.policy.runner import make_policy
+from models.train.engine import trainer_engine
+from models.train.learner import policy_update, world_model_update
+from models.world_model.model import make_world_model
 
 TOLERANCE = 1e-6
 

@@ -8,10 +8,10 @@ from collectors.agents import ExpertAgent, RandomAgent
 from collectors.perturbed import PerturbedExpertAgent
 from collectors.schedule import _Schedule, collector_group_size
 from collectors.tasks import resolve_tasks
-from core.config import Config
+from core.config.runtime import Config
 from core.spaces import Action, Observation, precheck_error
-from models.dream_env import DreamEnv, dream_outcome, dream_rollouts
-from models.policy import sampler_generator
+from models.dream.env import DreamEnv, dream_outcome, dream_rollouts
+from models.policy.runner import sampler_generator
 
 PAGE = Observation(
     'Click on the "OK" button.', "", '[1] button "OK"\n[2] button "No"', None, "", 3, [1, 2]
@@ -129,7 +129,7 @@ class HeadWorldModel:
     """Heads as ``WorldModelRunner.predict`` applies them: [1] p(success) 0.9, [2] 0.2; always done."""
 
     def predict(self, obs, acts, sample=False):
-        from models.world_model import Prediction
+        from models.world_model.model import Prediction
 
         ps = [0.9 if a.element == 1 else 0.2 for a in acts]
         return [
@@ -139,7 +139,7 @@ class HeadWorldModel:
 
 
 def test_dream_steps_carry_p_success_and_the_dreamer_counts_groups_and_ends():
-    from models.dreamer import group_outcomes, rollout_end
+    from models.dream.dreamer import group_outcomes, rollout_end
 
     ros = dream_rollouts(ClickPolicy(), HeadWorldModel(), [PAGE], group_size=3, horizon=2, batch=3)
     assert [ro[-1]["p_success"] for ro in ros] == [0.9, 0.2, 0.2] and [ro.reward for ro in ros] == [

@@ -10,12 +10,19 @@ import json
 
 import pytest
 
-from core.config import ModelConfig
+from core.config.runtime import ModelConfig
 from core.spaces import Action, Observation, parse_action
 from models import tokenizer_train as tt
-from models.change import diff_to_change, format_output, parse_model_output
-from models.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
-from models.tokenizer import BPE_DIR, build_tokenizer, count_tokens, decode, encode, load_tokenizer
+from models.lm.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
+from models.lm.tokenizer import (
+    BPE_DIR,
+    build_tokenizer,
+    count_tokens,
+    decode,
+    encode,
+    load_tokenizer,
+)
+from models.world_model.change import diff_to_change, format_output, parse_model_output
 
 TEXTS = [
     "hello world",
@@ -190,8 +197,8 @@ def test_checkpoint_round_trip(kind: str, tmp_path) -> None:
     ``load_policy`` / ``load_world_model`` (the dream generator's ``ModelSlot``, eval, gate)."""
     import torch
 
-    from models.policy import load_policy, make_policy
-    from models.world_model import load_world_model, make_world_model
+    from models.policy.runner import load_policy, make_policy
+    from models.world_model.model import load_world_model, make_world_model
 
     mc = ModelConfig(layers=1, d_model=32, heads=2, max_positions=512, tokenizer=kind)
     for make, load in ((make_policy, load_policy), (make_world_model, load_world_model)):

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import torch
 
 from core.bounded import BoundedSet
-from core.config import Config
+from core.config.runtime import Config
 from models import metrics as M
 from models.losses import group_advantages, source_stats, task_success_reward
-from models.trainer import Trainer, export_source_stats
+from models.train.trainer import Trainer, export_source_stats
 from streams.records import Trajectory
 
 

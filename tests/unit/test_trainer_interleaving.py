@@ -3,7 +3,7 @@
 A restarted trainer's replay is empty, and the consumer (kafka-python) hands out the records it
 fetched for one partition before the next one's: with a backlog in the policy-batch topic, a
 poll returns policy batches only, up to ``max_poll_records`` (64).  The rule
-(``models.trainer.Trainer.poll_into``): the trainer polls the world-model topics on every
+(``models.train.trainer.Trainer.poll_into``): the trainer polls the world-model topics on every
 iteration and the policy batches, through a consumer of their own, only while fewer than
 ``PENDING_BATCHES`` wait, so world-model transitions reach the replay behind at most that many
 policy steps, and world-model steps follow.  The consumers here are fakes with kafka-python's
@@ -20,8 +20,8 @@ from types import SimpleNamespace
 from kafka import TopicPartition
 
 from core.bounded import BoundedSet
-from core.config import load_config
-from models.trainer import PENDING_BATCHES, Trainer
+from core.config.runtime import load_config
+from models.train.trainer import PENDING_BATCHES, Trainer
 from streams import records
 from streams.topics import Topics
 

@@ -1,4 +1,4 @@
-"""The change head (models.wm_proposals): labels, choice among offered kinds, and its effect on
+"""The change head (models.world_model.proposals): labels, choice among offered kinds, and its effect on
 the world model's predictions after training through the trainer's loss (decode="head")."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from core.config import DreamConfig, ModelConfig, TrainerConfig
+from core.config.runtime import DreamConfig, ModelConfig, TrainerConfig
 from core.spaces import Observation, parse_action
-from models.wm_loss import world_model_batch_loss
-from models.wm_proposals import KINDS, OTHER, change_label, choose, proposals
-from models.world_model import WorldModelRunner, load_world_model, make_world_model
+from models.world_model.loss import world_model_batch_loss
+from models.world_model.model import WorldModelRunner, load_world_model, make_world_model
+from models.world_model.proposals import KINDS, OTHER, change_label, choose, proposals
 from streams.records import Transition
 
 PAGE = Observation(
@@ -159,7 +159,7 @@ def test_an_untrained_change_head_leaves_the_text_in_charge():
 def test_head_targets_reward_done_class_balanced_change_uniform():
     """The reward and done heads' rows are class-balanced (each class weighs 1/2); the change
     head's rows weigh the same (plain cross-entropy)."""
-    from models.wm_loss import _wm_head_targets
+    from models.world_model.loss import _wm_head_targets
 
     model, _tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
     ts = [_tr("click(1)", TICKED, i) for i in range(6)]

@@ -2,10 +2,10 @@
 
 import torch
 
-from core.config import TrainerConfig
+from core.config.runtime import TrainerConfig
 from core.spaces import Observation
-from models.wm_loss import wm_chunks, world_model_batch_loss
-from models.world_model import make_world_model
+from models.world_model.loss import wm_chunks, world_model_batch_loss
+from models.world_model.model import make_world_model
 from tests.unit.test_world_model import A2, B2, CFG, A, B, _tr  # the same small model and pages
 
 C = Observation(

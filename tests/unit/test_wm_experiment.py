@@ -1,11 +1,11 @@
-"""Pure helpers of ``dynaweb experiment world-model`` (evaluation/wm_study.py)."""
+"""Pure helpers of ``dynaweb experiment world-model`` (evaluation/studies/world_model/study.py)."""
 
 import math
 import random
 
 import pytest
 
-from evaluation.wm_study import (
+from evaluation.studies.world_model.study import (
     METRICS,
     WorldModelStudyConfig,
     batches,
@@ -145,9 +145,9 @@ def test_format_result_prints_every_metric_side_by_side():
 
 
 def test_data_files_are_concatenated_in_order_and_an_episode_in_two_is_refused(tmp_path):
-    from core.config import load_config
-    from evaluation.sources import read_jsonl
-    from evaluation.wm_study import load_or_collect, write_jsonl
+    from core.config.runtime import load_config
+    from evaluation.eval.sources import read_jsonl
+    from evaluation.studies.world_model.study import load_or_collect, write_jsonl
 
     a, b, dup = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "dup.jsonl"
     write_jsonl(a, [_t("e1", 0), _t("e1", 1, 1.0, True)])
@@ -170,7 +170,7 @@ def test_data_files_are_concatenated_in_order_and_an_episode_in_two_is_refused(t
 
 
 def test_training_only_files_are_read_whole_and_never_share_an_episode(tmp_path):
-    from evaluation.wm_study import train_only, write_jsonl
+    from evaluation.studies.world_model.study import train_only, write_jsonl
 
     extra, dup = tmp_path / "extra.jsonl", tmp_path / "dup.jsonl"
     write_jsonl(extra, [_t("x1", 0), _t("x1", 1, 1.0, True), _t("d", 0, source="dream")])

@@ -1,10 +1,10 @@
-"""Dream only with a world model worth dreaming in (models/wm_gate.py, Dreamer.gate_open)."""
+"""Dream only with a world model worth dreaming in (models/dream/gate.py, Dreamer.gate_open)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from models.wm_gate import FidelityWindow, gate_decision
+from models.dream.gate import FidelityWindow, gate_decision
 from tests.unit.test_dream_abandon import _dreamer
 
 

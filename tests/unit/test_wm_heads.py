@@ -6,17 +6,17 @@ import json
 import pytest
 import torch
 
-from core.config import Config, DreamConfig, TrainerConfig, describe, load_config
+from core.config.runtime import Config, DreamConfig, TrainerConfig, describe, load_config
 from core.spaces import Observation
-from models.wm_loss import world_model_batch_loss
-from models.wm_scores import fidelity
-from models.world_model import (
+from models.world_model.loss import world_model_batch_loss
+from models.world_model.model import (
     HEADS,
     WorldModelRunner,
     heads_trained,
     load_world_model,
     make_world_model,
 )
+from models.world_model.scores import fidelity
 from tests.unit.test_world_model import CFG, _tr  # the same small model
 
 # one page, two actions: clicking [1] succeeds, clicking [2] fails (MiniWoB raw reward -1, done)
@@ -185,9 +185,9 @@ def test_wm_decode_is_a_config_field_read_by_the_runner():
 def test_heads_read_the_acted_element_line_and_the_action():
     """``head_positions``: the line of the element the action names and the ``Action:`` tail; the
     tail alone for an action without an element; the last token without an ``Action:`` marker."""
-    from models.prompts import world_model_prompt_ids
-    from models.tokenizer import decode, encode
-    from models.world_model import head_positions
+    from models.lm.prompts import world_model_prompt_ids
+    from models.lm.tokenizer import decode, encode
+    from models.world_model.model import head_positions
 
     _, tok = make_world_model(CFG)
     page = Observation('Click on "No".', "u", '[1] list\n  [12] button "No"\n[2] text "[12] No"', next_id=13,
@@ -223,8 +223,8 @@ def _runs(pos: list[int]) -> list[list[int]]:
 def test_runner_heads_read_what_the_loss_trained_with_shared_prefixes(trained):
     """The runner's head input (prefix pass + tail pass, rows of a page sharing its prefix) is the
     learner's (one forward per row): same p(success)."""
-    from models.wm_loss import _wm_forward, _wm_rows
-    from models.world_model import head_probs
+    from models.world_model.loss import _wm_forward, _wm_rows
+    from models.world_model.model import head_probs
 
     model, tok = trained
     acts = ["click(1)", "click(2)", 'scroll("up")', "click(1)"]
@@ -244,7 +244,7 @@ def test_runner_heads_read_what_the_loss_trained_with_shared_prefixes(trained):
 def test_heads_trained_on_another_input_count_as_untrained(trained, tmp_path):
     """A model whose heads were trained before they read ``HEAD_FEATURE`` (the last prompt token)
     loads with the flag off: reward and done come from the text until a step retrains the heads."""
-    from models.world_model import HEAD_FEATURE
+    from models.world_model.model import HEAD_FEATURE
 
     model, tok = trained
     model.save_pretrained(tmp_path)

@@ -1,4 +1,4 @@
-"""The heads' line counts (``ModelConfig.wm_head_counts``, ``models.wm_lines``): the page lines,
+"""The heads' line counts (``ModelConfig.wm_head_counts``, ``models.world_model.lines``): the page lines,
 named or not, each line's mean summed, saved and restored, and a model saved before them; and the
 acted line's maximum (``ModelConfig.wm_head_acted``)."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from core.config import ModelConfig
+from core.config.runtime import ModelConfig
 from core.spaces import Observation
-from models.prompts import world_model_prompt_ids
-from models.tokenizer import decode
-from models.wm_lines import COUNT_SCALE, MatchLines, RowLines, line_positions
-from models.wm_match import page_line_positions, page_lines, token_pieces
-from models.world_model import load_world_model, make_world_model
+from models.lm.match import page_line_positions, page_lines, token_pieces
+from models.lm.prompts import world_model_prompt_ids
+from models.lm.tokenizer import decode
+from models.world_model.lines import COUNT_SCALE, MatchLines, RowLines, line_positions
+from models.world_model.model import load_world_model, make_world_model
 
 BOXES = Observation(
     "Select zUGdbj, Dej2xU and click Submit.",

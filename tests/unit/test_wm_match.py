@@ -1,5 +1,5 @@
-"""The world model's exact-match input feature (models/wm_match.py) and its heads' view of the
-lines the instruction names (models/wm_lines.py): which tokens and lines they take, that every
+"""The world model's exact-match input feature (models/lm/match.py) and its heads' view of the
+lines the instruction names (models/world_model/lines.py): which tokens and lines they take, that every
 path that feeds a prompt in pieces (shared prefix + tails, the rerank trie) gives the same numbers
 as one plain forward pass of the whole prompt, that both are trained, saved and restored, and
 that a saved model comes back with its parameters in the same order (an optimizer's saved state
@@ -10,15 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.config import ModelConfig
+from core.config.runtime import ModelConfig
 from core.spaces import Observation, parse_action
-from models.policy import score_continuations
-from models.prompts import world_model_prompt_ids
-from models.tokenizer import decode, encode, eos_id, pad_id
-from models.wm_decoding import generate_tokens
-from models.wm_lines import line_positions
-from models.wm_match import match_flags, match_line_positions, token_pieces
-from models.world_model import (
+from models.lm.backbone import score_continuations
+from models.lm.match import match_flags, match_line_positions, token_pieces
+from models.lm.prompts import world_model_prompt_ids
+from models.lm.tokenizer import decode, encode, eos_id, pad_id
+from models.world_model.decoding import generate_tokens
+from models.world_model.lines import line_positions
+from models.world_model.model import (
     head_input,
     head_positions,
     load_world_model,
@@ -184,8 +184,8 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
 
 
 def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
-    from core.config import TrainerConfig
-    from models.wm_loss import world_model_batch_loss
+    from core.config.runtime import TrainerConfig
+    from models.world_model.loss import world_model_batch_loss
     from streams.records import Transition
 
     model, tok = make_world_model(CFG)

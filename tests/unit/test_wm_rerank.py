@@ -1,9 +1,9 @@
 """The reranking decoder of the world model: proposals and scoring."""
 
-from core.config import DreamConfig, ModelConfig
+from core.config.runtime import DreamConfig, ModelConfig
 from core.spaces import Observation, parse_action
-from models.change import apply_change, parse_model_output
-from models.world_model import (
+from models.world_model.change import apply_change, parse_model_output
+from models.world_model.model import (
     TRAILERS,
     WorldModelRunner,
     candidate_outputs,

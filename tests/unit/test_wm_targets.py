@@ -1,15 +1,15 @@
-"""Stage-1 figures of a world model (evaluation.wm_targets): pure functions on hand-built cases."""
+"""Stage-1 figures of a world model (evaluation.eval.world_model_targets): pure functions on hand-built cases."""
 
 from __future__ import annotations
 
 from core.spaces import Observation
-from evaluation.wm_targets import (
+from evaluation.eval.world_model_targets import (
     check_targets,
     episodes_from_start,
     open_loop_replay,
     stage1_figures,
 )
-from models.world_model import Prediction
+from models.world_model.model import Prediction
 from streams.records import Transition
 
 PAGE = '[1] button "OK"\n[2] button "Cancel"'

@@ -1,19 +1,19 @@
 import torch
 
-from core.config import DreamConfig, ModelConfig, TrainerConfig
+from core.config.runtime import DreamConfig, ModelConfig, TrainerConfig
 from core.spaces import Action, Observation
-from models.change import apply_change
-from models.dream_env import DreamEnv, dream_rollouts
-from models.policy import PolicyRunner, make_policy
-from models.wm_loss import world_model_batch_loss
-from models.wm_scores import balanced_accuracy, fidelity
-from models.world_model import (
+from models.dream.env import DreamEnv, dream_rollouts
+from models.policy.runner import PolicyRunner, make_policy
+from models.world_model.change import apply_change
+from models.world_model.loss import world_model_batch_loss
+from models.world_model.model import (
     Prediction,
     WorldModelRunner,
     change_target,
     load_world_model,
     make_world_model,
 )
+from models.world_model.scores import balanced_accuracy, fidelity
 from streams.records import Transition
 
 CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
@@ -166,8 +166,8 @@ def test_balanced_accuracy_and_fidelity_baseline():
 
 
 def test_decoding_loop_matches_hf_generate_and_cache_ops():
-    from models.tokenizer import decode, eos_id
-    from models.wm_decoding import PreallocatedLayer
+    from models.lm.tokenizer import decode, eos_id
+    from models.world_model.decoding import PreallocatedLayer
 
     model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
     r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
@@ -211,8 +211,8 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
 
 
 def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
-    import models.wm_decoding as D
-    import models.world_model as W
+    import models.world_model.decoding as D
+    import models.world_model.model as W
 
     model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
     r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)

@@ -1,0 +1,572 @@
+"""Artifacts of ``dynaweb experiment sample-efficiency``: pure functions, no services.
+
+Input: the per-cell results (one JSON per (arm, seed), see ``evaluation.studies.sample_efficiency.study``).
+Output: the CSV of (arm, seed, real steps, policy steps, success), the aggregated
+curves with Student-t 95% intervals over training seeds, the headline table (final
+success, real interactions needed to reach the real-only arm's final success), the
+per-arm summary (``arm_summary``: the ``--json`` line and ``summary.json``), a PNG
+and a Markdown page.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from evaluation.studies.sample_efficiency.plot import write_png
+
+ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only")
+ONLINE_ARMS = (
+    "real_only",
+    "dynaweb",
+    "dynaweb_dream_only",
+)  # the arms that interact (and run GSPO)
+DREAM_ARMS = ("dynaweb", "dynaweb_dream_only")  # a dream generator and an online world model
+LABELS = {
+    "imitation": "Imitation only (K demos)",
+    "imitation_matched": "Imitation, matched updates (online arms' steps and BC samples)",
+    "real_only": "Real-only online GSPO",
+    "dynaweb": "DynaWeb (dreamed GSPO groups)",
+    "dynaweb_dream_only": "DynaWeb, dreams only (real data trains the world model only)",
+}
+CSV_FIELDS = (
+    "arm",
+    "seed",
+    "point",
+    "budget",
+    "real_steps",
+    "offline_real_steps",
+    "policy_steps",
+    "version",
+    "success",
+    "episodes",
+    "timeouts",
+)
+SOURCES = (("live", "real"), ("dream", "dream"))  # summary key -> the trainer's ``source`` label
+
+# two-sided 95% Student-t quantiles t_{0.975, df}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (table, conservative between rows)."""
+    if df < 1:
+        raise ValueError("df must be >= 1")
+    if df in _T975:
+        return _T975[df]
+    if df > 30:
+        return 1.96 if df > 120 else 2.0
+    return _T975[max(k for k in _T975 if k <= df)]
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
+    """Mean and Student-t 95% interval over seeds (``None`` bounds with a single seed), clipped to [0, 1]."""
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no values")
+    m = sum(xs) / n
+    if n == 1:
+        return m, None, None
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    h = t975(n - 1) * sd / math.sqrt(n)
+    return m, max(0.0, m - h), min(1.0, m + h)
+
+
+PAIRS = (
+    ("real_only", "imitation_matched"),
+    ("dynaweb", "imitation_matched"),
+    ("dynaweb", "real_only"),
+    ("dynaweb_dream_only", "imitation_matched"),
+    ("dynaweb_dream_only", "real_only"),
+)
+
+
+def paired_differences(rows: list[dict]) -> dict:
+    """Per pair of arms (``PAIRS``, both present): the per-seed difference of final success (each
+    cell's last point; the seeds both arms have), its mean and a Student-t 95% interval over those
+    seeds (not clipped: a difference may be negative; [None, None] with one seed)."""
+    final: dict[tuple, float] = {}
+    for r in rows:  # rows are in point order within a cell: the last one wins
+        final[(r["arm"], r["seed"])] = r["success"]
+    out: dict = {}
+    for a, b in PAIRS:
+        seeds = sorted(s for (arm, s) in final if arm == a and (b, s) in final)
+        if not seeds:
+            continue
+        d = [final[(a, s)] - final[(b, s)] for s in seeds]
+        m = sum(d) / len(d)
+        lo = hi = None
+        if len(d) > 1:
+            sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
+            h = t975(len(d) - 1) * sd / math.sqrt(len(d))
+            lo, hi = m - h, m + h
+        out[f"{a} - {b}"] = {
+            "mean": _r(m, 4),
+            "ci95": [_r(lo, 4), _r(hi, 4)],
+            "per_seed": dict(zip(seeds, [_r(x, 4) for x in d], strict=True)),
+        }
+    return out
+
+
+def rows_from_cells(cells: list[dict]) -> list[dict]:
+    """One CSV row per evaluated point.  Every other arm starts from the imitation checkpoint, so its
+    curve begins (point 0, 0 policy steps of its own) at the imitation result of the same seed.
+    ``policy_steps``: optimizer steps the arm's own run had taken at that point (imitation: its BC steps)."""
+    imit = {c["seed"]: c for c in cells if c["arm"] == "imitation"}
+    rows = []
+    for c in sorted(cells, key=lambda c: (ARMS.index(c["arm"]), c["seed"])):
+        pts = list(c["points"])
+        if c["arm"] != "imitation" and c["seed"] in imit:
+            start = dict(imit[c["seed"]]["points"][-1], point=0, policy_steps=0, budget=None)
+            pts = [start] + [dict(p, point=i + 1) for i, p in enumerate(pts)]
+        for i, p in enumerate(pts):
+            ps = p.get("policy_steps")
+            rows.append(
+                {
+                    "arm": c["arm"],
+                    "seed": c["seed"],
+                    "point": p.get("point", i),
+                    "budget": p.get("budget"),
+                    "real_steps": int(p["real_steps"]),
+                    # the world-model corpus this arm's world model was pretrained on (real steps
+                    # spent before the run: the headline accounting adds them, the online one not)
+                    "offline_real_steps": int(c.get("offline_real_steps", 0)),
+                    "policy_steps": None if ps is None else int(ps),
+                    "version": p["version"],
+                    "success": round(float(p["success"]), 6),
+                    "episodes": int(p["episodes"]),
+                    "timeouts": int(p.get("timeouts", 0)),
+                }
+            )
+    return rows
+
+
+def aggregate(rows: list[dict]) -> dict[str, list[dict]]:
+    """arm -> points (by index): mean real steps, mean success, 95% t-interval, n seeds."""
+    by: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by[r["arm"]][int(r["point"])].append(r)
+    out: dict[str, list[dict]] = {}
+    for arm in ARMS:
+        if arm not in by:
+            continue
+        pts = []
+        for k in sorted(by[arm]):
+            rs = by[arm][k]
+            m, lo, hi = mean_ci([r["success"] for r in rs])
+            ps = [r["policy_steps"] for r in rs if r.get("policy_steps") is not None]
+            pts.append(
+                {
+                    "point": k,
+                    "real_steps": sum(r["real_steps"] for r in rs) / len(rs),
+                    "offline_real_steps": sum(r.get("offline_real_steps", 0) for r in rs) / len(rs),
+                    "success": m,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "n": len(rs),
+                    "budget": rs[0]["budget"],
+                    "policy_steps": sum(ps) / len(ps) if ps else None,
+                    "timeouts": sum(r["timeouts"] for r in rs),
+                    "episodes": sum(r["episodes"] for r in rs),
+                }
+            )
+        out[arm] = pts
+    return out
+
+
+def every_real_step(agg: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The headline accounting: ``real_steps`` of every point plus the real transitions its
+    arm's world model was pretrained on (``offline_real_steps``; 0 for the other arms).  The
+    curves as aggregated (online steps and demonstrations only) are the online accounting."""
+    return {
+        arm: [dict(p, real_steps=p["real_steps"] + p.get("offline_real_steps", 0.0)) for p in c]
+        for arm, c in agg.items()
+    }
+
+
+# A cell keeps its success at 4 decimals, so two arms with the same successes over the same
+# episodes can have means apart by a few 1e-5 (stage 2 again: 0.397222 against 0.3972223).  Below
+# half an episode of any evaluation here (1/120 per cell), so it counts as reaching.
+REACH_TOL = 1e-4
+
+
+def steps_to_reach(curve: list[dict], target: float) -> float | None:
+    """Real steps at which a mean curve first reaches ``target`` (within ``REACH_TOL``; linear
+    interpolation between points; the first point if it already does); ``None`` if it never
+    does."""
+    prev = None
+    for p in curve:
+        if p["success"] >= target - REACH_TOL:
+            if prev is None or p["success"] <= target:  # (within REACH_TOL: no interpolation)
+                return float(p["real_steps"])
+            frac = (target - prev["success"]) / (p["success"] - prev["success"])
+            return float(prev["real_steps"] + frac * (p["real_steps"] - prev["real_steps"]))
+        prev = p
+    return None
+
+
+def headline(agg: dict[str, list[dict]]) -> dict:
+    """Final success per arm and the real interactions each needs to reach the real-only arm's
+    final success; ``ratio`` = DynaWeb's need / real-only's need (the paper claims about 1/3)."""
+    out: dict = {"arms": {}, "target": None, "ratio": None}
+    ro = agg.get("real_only")
+    target = ro[-1]["success"] if ro else None
+    out["target"] = target
+    for arm, curve in agg.items():
+        last = curve[-1]
+        need = steps_to_reach(curve, target) if target is not None else None
+        out["arms"][arm] = {
+            "final_success": last["success"],
+            "ci_low": last["ci_low"],
+            "ci_high": last["ci_high"],
+            "final_real_steps": last["real_steps"],
+            "steps_to_target": need,
+            "seeds": last["n"],
+        }
+    out["improved"] = bool(ro and target > ro[0]["success"] + 1e-12)
+    out["ratios"] = {}
+    for arm in DREAM_ARMS:
+        if target is not None and arm in out["arms"] and out["improved"]:
+            a = out["arms"][arm]["steps_to_target"]
+            b = out["arms"]["real_only"]["steps_to_target"]
+            out["ratios"][arm] = (a / b) if (a is not None and b) else None
+    out["ratio"] = out["ratios"].get("dynaweb")
+    return out
+
+
+def pooled_gspo(per_cell: list[dict]) -> dict:
+    """The trainer's GSPO counters (``{source: {groups, groups_nonzero, ...}}``, one dict per cell) summed
+    over cells."""
+    out: dict = {}
+    for g in per_cell:
+        for src, d in (g or {}).items():
+            acc = out.setdefault(src, {})
+            for k, v in d.items():
+                if isinstance(v, int | float):
+                    acc[k] = acc.get(k, 0.0) + v
+    return out
+
+
+def nonzero_adv_share(gspo: dict) -> dict:
+    """Share of the GSPO groups that reached the trainer's loss with a nonzero advantage, per source:
+    ``groups_nonzero / groups`` of the trainer's counters; ``live`` is the source ``real`` (on-policy
+    rollouts in the browser), ``dream`` the dreamed ones; None where no group of that source reached it."""
+    out: dict = {}
+    for key, src in SOURCES:
+        d = gspo.get(src) or {}
+        n = float(d.get("groups", 0.0))
+        out[key] = round(float(d.get("groups_nonzero", 0.0)) / n, 4) if n > 0 else None
+    return out
+
+
+def _r(x: float | None, nd: int) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> dict:
+    """Per arm (those with cells, in ``ARMS`` order), at its last point (online arms and
+    ``imitation_matched``: the final checkpoint, ``online_policy_steps`` steps): ``final_success`` (mean
+    over seeds), ``ci95`` ([low, high], Student-t 95% over seeds; [None, None] with one seed),
+    ``real_steps`` and ``policy_steps`` (means over seeds; policy steps of the arm's own run),
+    ``nonzero_adv_share`` ({"live", "dream"}: the trainer's counters pooled over seeds), ``seeds``,
+    ``expert_samples_per_step`` (configured) and ``expert_samples_per_step_trained`` (the trainer's
+    expert samples / its policy steps, mean over seeds; None when not scraped)."""
+    agg = aggregate(rows_from_cells(cells)) if agg is None else agg
+    out: dict = {}
+    for arm in ARMS:
+        curve = agg.get(arm)
+        if not curve:
+            continue
+        cs = [c for c in cells if c["arm"] == arm]
+        last = curve[-1]
+        off = float(last.get("offline_real_steps", 0.0))
+        gspo = pooled_gspo([c.get("diagnostics", {}).get("gspo") or {} for c in cs])
+        per_step = []
+        for c in cs:
+            d = c.get("diagnostics", {})
+            if d.get("trainer_policy_steps"):
+                per_step.append(d.get("trainer_samples_expert", 0.0) / d["trainer_policy_steps"])
+        cfg_eps = [
+            c["expert_samples_per_step"] for c in cs if c.get("expert_samples_per_step") is not None
+        ]
+        out[arm] = {
+            "final_success": _r(last["success"], 4),
+            "ci95": [_r(last["ci_low"], 4), _r(last["ci_high"], 4)],
+            "real_steps": _r(last["real_steps"] + off, 1),  # every real step (the headline)
+            "real_steps_online": _r(last["real_steps"], 1),
+            "real_steps_offline": _r(off, 1),
+            "policy_steps": _r(last.get("policy_steps"), 1),
+            "nonzero_adv_share": nonzero_adv_share(gspo),
+            "seeds": last["n"],
+            "expert_samples_per_step": cfg_eps[0] if cfg_eps else None,
+            "expert_samples_per_step_trained": _r(sum(per_step) / len(per_step), 2)
+            if per_step
+            else None,
+            **imagination_summary(arm, cs),
+        }
+    return out
+
+
+def _mean_of(xs: list) -> float | None:
+    xs = [float(x) for x in xs if isinstance(x, int | float)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def imagination_summary(arm: str, cs: list[dict]) -> dict:
+    """What the world model and the dreams of an arm were (means over its cells): the real
+    transitions its world model trained on (``world_model_steps_real``: the trainer's world-model
+    samples of sources real and expert) and the dream steps made (read from the dream topic); for
+    the dream arms, the final
+    world model's fidelity on real transitions it never trained on (``wm_*``, the study's probe),
+    the share of dream steps whose world-model output applied without repair
+    (``dream_apply_rate``) and the replay check's AUROC of the dreamed reward against real success
+    (``dream_reward_auroc``); None where a cell did not measure it."""
+    diag = [c.get("diagnostics", {}) for c in cs]
+    wm_real = [
+        d.get("trainer_wm_samples_real", 0.0) + d.get("trainer_wm_samples_expert", 0.0)
+        for d in diag
+        if "trainer_wm_samples_real" in d or "trainer_wm_samples_expert" in d
+    ]
+    out = {
+        "world_model_steps_real": _r(_mean_of(wm_real), 1),
+        "dream_steps": _r(_mean_of([d.get("topic_dream_steps", 0.0) for d in diag]), 1),
+    }
+    if arm not in DREAM_ARMS:
+        return out
+    fids = [(c.get("wm_fidelity") or {}).get("dynaweb_final") or {} for c in cs]
+    steps = sum(float(d.get("topic_dream_steps") or 0.0) for d in diag)
+    bad = steps - sum(float(d.get("topic_dream_wm_ok") or 0.0) for d in diag)
+    return {
+        **out,
+        "wm_reward_bal_acc": _r(_mean_of([f.get("reward_bal_acc") for f in fids]), 4),
+        "wm_exact_match": _r(_mean_of([f.get("exact_match") for f in fids]), 4),
+        "wm_exact_match_baseline": _r(_mean_of([f.get("baseline_exact_match") for f in fids]), 4),
+        "dream_apply_rate": _r(1.0 - bad / steps, 4) if steps else None,
+        "dream_reward_auroc": _r(
+            _mean_of([(c.get("replay") or {}).get("dream_reward_auroc") for c in cs]), 4
+        ),
+    }
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k) for k in CSV_FIELDS})
+    path.write_text(buf.getvalue())
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ci(p: dict) -> str:
+    if p["ci_low"] is None:
+        return "n/a (1 seed)"
+    return f"[{_pct(p['ci_low'])}, {_pct(p['ci_high'])}]"
+
+
+def _share(x: dict | None) -> str:
+    x = x or {}
+    return " / ".join(_pct(x.get(k)) for k, _ in SOURCES)
+
+
+def markdown(
+    agg: dict[str, list[dict]],
+    head: dict,
+    meta: dict,
+    arms: dict | None = None,
+    head_online: dict | None = None,
+) -> str:
+    """``results.md``: the run, the headline table and its reading (every real step counted;
+    then the online accounting when a world-model corpus makes them differ), every point, the final
+    success per task and the diagnostics (the last two when ``meta`` has them)."""
+    arms = arms or {}
+    lines = _md_run(meta) + _md_headline(head, arms) + _md_online(head_online, arms)
+    lines += _md_points(agg) + _md_per_task(meta)
+    diag = meta.get("diagnostics") or {}
+    if diag:
+        lines += ["", "## Diagnostics (per arm, mean over seeds)", ""]
+        for arm, d in diag.items():
+            lines.append(f"- {arm}: " + ", ".join(f"{k} {v}" for k, v in d.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _md_run(meta: dict) -> list[str]:
+    lines = [
+        f"# Sample efficiency: {meta.get('experiment_id', '')}",
+        "",
+        f"Command: `{meta.get('command', '')}`  ",
+        f"Wall time: {meta.get('wall_s', 0) / 60:.1f} min  ",
+        f"Tasks: {', '.join(meta.get('tasks', []))}  ",
+        f"Training seeds: {meta.get('seeds')}; evaluation: {meta.get('eval_seeds_per_task')} seeds per task "
+        f"starting at {meta.get('eval_seed_start')} (greedy, live browser, success = raw reward > 0)  ",
+        "Interval: Student-t 95% over training seeds (n/a with one seed).  ",
+        "Policy steps: optimizer steps of the arm's own run (after the imitation checkpoint it starts from); "
+        "nonzero-advantage share: GSPO groups that reached the trainer's loss with a nonzero advantage, "
+        "from the trainer's counters (- where no group reached it).",
+    ]
+    fz = meta.get("frozen") or {}
+    if fz:
+        lines[6:6] = [
+            f"Frozen configuration: G = {fz.get('group_size')}, temperature {fz.get('temperature')}, reward "
+            f"{fz.get('reward')}; {fz.get('online_policy_steps')} policy steps in every arm after imitation, "
+            f"{fz.get('expert_samples_per_step')} demonstration samples per step.  "
+        ]
+    return lines
+
+
+def _md_headline(head: dict, arms: dict) -> list[str]:
+    lines = [
+        "",
+        "## Headline",
+        "",
+        "| arm | final success | 95% interval | policy steps | real steps used | real steps to reach real-only's "
+        "final | nonzero-advantage groups (live / dream) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    tgt = head.get("target")
+    for arm in ARMS:
+        a = head["arms"].get(arm)
+        if a is None:
+            continue
+        need = a["steps_to_target"]
+        ps = (arms.get(arm) or {}).get("policy_steps")
+        lines.append(
+            f"| {LABELS[arm]} | {_pct(a['final_success'])} | "
+            f"{_ci({'ci_low': a['ci_low'], 'ci_high': a['ci_high']})} | "
+            f"{'-' if ps is None else f'{ps:.0f}'} | "
+            f"{a['final_real_steps']:.0f} | {'not reached' if need is None else f'{need:.0f}'} | "
+            f"{_share((arms.get(arm) or {}).get('nonzero_adv_share'))} |"
+        )
+    lines.append("")
+    if head.get("ratio") is not None:
+        lines.append(
+            f"DynaWeb needs **{head['ratio']:.2f}x** the real interactions of the real-only arm to reach "
+            f"its final success ({_pct(tgt)}); the paper reports about 0.33x."
+        )
+    elif tgt is not None and not head.get("improved"):
+        lines.append(
+            f"The real-only arm did not improve on its start (the imitation checkpoint, {_pct(tgt)}), so "
+            "the ratio of real interactions is undefined in this run."
+        )
+    elif tgt is not None and "dynaweb" in head["arms"]:
+        lines.append(
+            f"DynaWeb did not reach the real-only arm's final success ({_pct(tgt)}) within the budget."
+        )
+    m, d = arms.get("imitation_matched"), arms.get("dynaweb")
+    if m and d:
+        lines.append(
+            f"Matched control: with the same {m['policy_steps']:.0f} policy steps and demonstration samples "
+            f"per step, behaviour cloning alone reaches {_pct(m['final_success'])} against DynaWeb's "
+            f"{_pct(d['final_success'])}."
+        )
+    return lines
+
+
+def _md_online(head: dict | None, arms: dict) -> list[str]:
+    """The second accounting: online steps only (the world-model corpus as offline data, as in
+    the paper); only when some arm's world model was pretrained on one."""
+    if not head or not any((a or {}).get("real_steps_offline") for a in arms.values()):
+        return []
+    lines = ["", "### Online real steps only (the world-model corpus treated as offline data)", ""]
+    for arm in ("dynaweb", "dynaweb_dream_only"):
+        a, s = head["arms"].get(arm), arms.get(arm) or {}
+        if a is None:
+            continue
+        need, ratio = a["steps_to_target"], head["ratios"].get(arm)
+        lines.append(
+            f"- {LABELS[arm]}: {a['final_real_steps']:.0f} online real steps used (plus "
+            f"{s.get('real_steps_offline') or 0:.0f} in the corpus); to reach real-only's final: "
+            f"{'not reached' if need is None else f'{need:.0f}'}; ratio "
+            + ("n/a" if ratio is None else f"{ratio:.2f}x")
+        )
+    return lines
+
+
+def _md_points(agg: dict[str, list[dict]]) -> list[str]:
+    lines = [
+        "",
+        "## All points",
+        "",
+        "Point 0 is the imitation checkpoint every other arm starts from; the last "
+        "point of an online arm is its final checkpoint (budget -), read out at the real steps it used; "
+        "imitation_matched's point i is its checkpoint at the largest policy-step count an online arm had at "
+        "point i.",
+        "",
+        "| arm | point | budget | policy steps (mean) | real steps (mean) | success | "
+        "95% interval | episodes | time-outs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, curve in agg.items():
+        for p in curve:
+            ps = p.get("policy_steps")
+            lines.append(
+                f"| {arm} | {p['point']} | {p['budget'] if p['budget'] is not None else '-'} | "
+                f"{'-' if ps is None else f'{ps:.0f}'} | {p['real_steps']:.0f} | {_pct(p['success'])} | "
+                f"{_ci(p)} | {p['episodes']} | {p['timeouts']} |"
+            )
+    return lines
+
+
+def _md_per_task(meta: dict) -> list[str]:
+    per_task = meta.get("per_task") or {}
+    if not per_task:
+        return []
+    tasks = sorted({t for d in per_task.values() for t in d})
+    lines = [
+        "",
+        "## Final success per task (mean over seeds)",
+        "",
+        "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " |",
+        "|---|" + "---|" * len(tasks),
+    ]
+    for arm, d in per_task.items():
+        lines.append(f"| {arm} | " + " | ".join(_pct(d.get(t)) for t in tasks) + " |")
+    return lines
+
+
+def write_all(cells: list[dict], out: Path, meta: dict) -> dict:
+    """Write results.csv, success_vs_real.png, results.md; returns the summary (``arms``: ``arm_summary``)."""
+    rows = rows_from_cells(cells)
+    if not rows:
+        raise ValueError("no evaluated cells to report")
+    agg = aggregate(rows)
+    agg_all = every_real_step(agg)
+    head, head_online = headline(agg_all), headline(agg)
+    arms = arm_summary(cells, agg)
+    write_csv(rows, out / "results.csv")
+    write_png(
+        agg_all,
+        out / "success_vs_real.png",
+        f"{meta.get('experiment_id', '')}: success vs real interactions",
+        LABELS,
+    )
+    (out / "results.md").write_text(markdown(agg_all, head, meta, arms, head_online))
+    return {
+        "rows": len(rows),
+        "curves": agg_all,
+        "headline": head,
+        "headline_online": head_online,
+        "arms": arms,
+        "paired": paired_differences(rows),
+    }

@@ -1,0 +1,600 @@
+"""``dynaweb experiment world-model``: collect -> train -> evaluate the world model offline.
+
+The reproducible fidelity check of the world model against the trivial "nothing
+changes" baseline, on *held-out real transitions split by episode*:
+
+1. **collect** real transitions in the live browser (``collectors.collector.run_collector``
+   on an in-process task server, no Kafka: the records are kept in memory and
+   written to ``OUT/transitions.jsonl``, one ``streams.records.Transition`` per
+   line, the format of ``dynaweb demos`` and ``dynaweb eval world-model --data``):
+   the scripted experts (``source = expert``) and the random policy
+   (``source = real``; most of its episodes fail or run out of steps) on several
+   MiniWoB tasks;
+2. **split by episode** with the stream worker's own rule
+   (``streams.records.heldout(episode_id, heldout_fraction)``): the held-out
+   episodes are never trained on;
+3. **train** a world model from config on the training episodes with the
+   trainer's loss (``models.world_model.loss.world_model_batch_loss``: change-text
+   likelihood + ``infonce_weight`` x InfoNCE against the frozen MiniLM page
+   embedding + ``head_weight`` x the class-balanced reward/done head
+   cross-entropies), AdamW with linear warm-up and cosine decay, gradient clipping,
+   for ``steps`` steps or ``time_budget_s`` seconds, whichever comes first; the
+   model is saved as a Hugging Face directory ``OUT/world_model`` (what
+   ``load_world_model`` and ``--checkpoint DIR`` read);
+4. **evaluate** with the code of ``dynaweb eval world-model``
+   (``evaluation.eval.world_model.eval_world_model``, greedy decoding, held-out split of
+   the same JSONL file), printing the model's figures next to the baseline's,
+   and the exact command that recomputes them.
+
+``--quick`` is a ~2-minute smoke run of the same pipeline (few episodes, a tiny
+model, a few dozen steps): it checks the plumbing, not the fidelity.  The table
+(or nothing but the JSON with ``--json``) is followed by one JSON object on the
+last line: ``model`` and ``baseline`` figures, ``beats_baseline`` per metric,
+the data counts (``failed_share``: share of training transitions from episodes
+that did not succeed), the wall time of each phase, and the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import random
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.config.runtime import Config, ModelConfig
+from core.config.studies import WM_STUDY_TASKS, WorldModelStudyConfig
+from evaluation.studies.world_model.sampling import batches, lr_at, terminal_indices
+
+METRICS = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc")
+
+DEFAULT_TASKS = WM_STUDY_TASKS  # the study's task list (core.config.studies)
+
+
+# --- pure helpers ------------------------------------------------------------------
+
+
+def split_by_episode(transitions: list, fraction: float) -> tuple[list, list]:
+    """(train, held-out) with the stream worker's per-episode rule: no episode on both sides."""
+    from streams.records import heldout
+
+    train, held = [], []
+    for t in transitions:
+        (held if heldout(t.episode_id, fraction) else train).append(t)
+    return train, held
+
+
+def episode_outcomes(transitions: list) -> dict[str, bool]:
+    """episode_id -> succeeded (its last step is ``done`` with reward > 0)."""
+    last: dict[str, Any] = {}
+    for t in transitions:
+        cur = last.get(t.episode_id)
+        if cur is None or t.step > cur.step:
+            last[t.episode_id] = t
+    return {e: bool(t.done and float(t.reward) > 0) for e, t in last.items()}
+
+
+def failed_share(transitions: list) -> float:
+    """Share of transitions that belong to episodes that failed or never finished."""
+    if not transitions:
+        return 0.0
+    ok = episode_outcomes(transitions)
+    return sum(not ok[t.episode_id] for t in transitions) / len(transitions)
+
+
+def beats(model: dict, baseline: dict, metrics: tuple = METRICS) -> dict[str, bool]:
+    """Per metric: is the model strictly above the baseline?"""
+    return {k: float(model[k]) > float(baseline[k]) for k in metrics}
+
+
+def eval_command(out: Path, fraction: float, decode: str = "rerank") -> str:
+    """The ``dynaweb eval world-model`` command that recomputes the figures."""
+    return (
+        f"dynaweb eval world-model --checkpoint {shlex.quote(str(out / 'world_model'))} "
+        f"--data {shlex.quote(str(out / 'heldout.jsonl'))} --split all --decode {decode} --json"
+    )
+
+
+# --- 1. collect ------------------------------------------------------------------------
+
+
+def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
+    """Expert, random and perturbed-expert transitions from the live browser (each on seeds of
+    its own); (transitions, counts)."""
+    from collectors.agents import ExpertAgent, RandomAgent
+    from collectors.collector import run_collector
+    from collectors.corpus import ListSink
+    from collectors.perturbed import PerturbedExpertAgent
+    from streams.topics import Topics
+
+    c = dataclasses.replace(
+        cfg,
+        collector=dataclasses.replace(
+            cfg.collector,
+            tasks=list(x.tasks),
+            contexts=x.contexts,
+            max_steps=x.max_steps,
+            seed_start=x.seed_start,
+        ),
+    )
+    from collectors.taskserver import serve
+
+    out, counts = [], {}
+    server, _, base = serve()  # our own task server: nothing shared with a running stack
+
+    async def one(policy: str, n: int, offset: int) -> None:
+        cc = dataclasses.replace(c, collector=dataclasses.replace(c.collector, max_episodes=n))
+        sink = ListSink()
+        agent = {
+            "expert": lambda: ExpertAgent(),
+            "random": lambda: RandomAgent(seed=x.seed + 1),
+            "perturbed": lambda: PerturbedExpertAgent(
+                ExpertAgent(), x.perturb_prob, seed=x.seed + 2
+            ),
+        }[policy]
+        st = await run_collector(
+            cc,
+            sink,
+            Topics(cc.run_id),
+            agent,
+            asyncio.Event(),
+            base_url=base,
+            collector_id=f"wm-experiment-{policy}",
+            seed_offset=offset,
+            run_length=2,
+        )
+        out.extend(sink.transitions)
+        counts[policy] = {
+            "episodes": st.episodes,
+            "successes": st.successes,
+            "transitions": len(sink.transitions),
+        }
+
+    try:
+        if x.expert_episodes:
+            asyncio.run(one("expert", x.expert_episodes, 0))
+        if x.random_episodes:
+            asyncio.run(one("random", x.random_episodes, 500_000))  # other seeds than the experts'
+        if x.perturbed_episodes:
+            asyncio.run(one("perturbed", x.perturbed_episodes, 250_000))
+    finally:
+        server.shutdown()
+        server.server_close()
+    return out, counts
+
+
+def write_jsonl(path: Path, transitions: list) -> None:
+    from collectors.demos import to_line
+
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for t in transitions:
+            fh.write(to_line(t) + "\n")
+    tmp.replace(path)
+
+
+# --- 2. train --------------------------------------------------------------------------
+
+
+def model_config(x: WorldModelStudyConfig) -> ModelConfig:
+    return ModelConfig(
+        layers=x.layers,
+        d_model=x.d_model,
+        heads=x.heads,
+        max_positions=x.max_positions,
+        seed=x.seed,
+    )
+
+
+def train_world_model(
+    transitions: list,
+    x: WorldModelStudyConfig,
+    out_dir: Path,
+    embedder: Any = None,
+    log: Any = print,
+) -> dict:
+    """Offline training on ``transitions`` with ``world_model_batch_loss``; saves ``out_dir``."""
+    from core.config.runtime import TrainerConfig
+    from models.world_model.loss import world_model_batch_loss
+    from models.world_model.model import make_world_model
+
+    torch.manual_seed(x.seed)
+    rng = random.Random(x.seed)
+    model, tok = make_world_model(model_config(x))
+    tcfg = TrainerConfig(
+        infonce_weight=x.infonce_weight,
+        wm_lr=x.lr,
+        grad_clip=x.grad_clip,
+        wm_head_weight=x.head_weight,
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=x.lr, weight_decay=0.0)
+    if (
+        embedder is not None and x.infonce_weight > 0
+    ):  # the frozen targets once (cached), not inside the timed loop
+        pages = list(dict.fromkeys(t.next_obs["tree"] for t in transitions))
+        if len(pages) <= getattr(embedder, "cache_size", 0):
+            embedder.embed(pages)
+    model.train()
+    t0 = time.time()
+    hist: list[dict] = []
+    it = batches(len(transitions), x.batch, rng, terminal_indices(transitions), x.terminal_share)
+    step, seen, ema = 0, 0, None
+    while step < x.steps and time.time() - t0 < x.time_budget_s:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(
+                step,
+                max(step / max(1, x.steps), (time.time() - t0) / max(1e-9, x.time_budget_s)),
+                x.lr,
+                x.warmup,
+                x.min_lr_fraction,
+            )
+        batch = [transitions[i] for i in next(it)]
+        opt.zero_grad(set_to_none=True)
+        _, st = world_model_batch_loss(
+            model,
+            tok,
+            batch,
+            tcfg,
+            embedder,
+            x.max_change_tokens,
+            backward=True,
+            chunk_rows=x.chunk_rows,
+        )
+        gn = float(torch.nn.utils.clip_grad_norm_(params, x.grad_clip))
+        opt.step()
+        step += 1
+        seen += len(batch)
+        ema = st["lm_loss"] if ema is None else 0.95 * ema + 0.05 * st["lm_loss"]
+        if step % x.log_every == 0 or step == 1:
+            row = history_row(step, time.time() - t0, st, ema, gn, opt.param_groups[0]["lr"])
+            hist.append(row)
+            log(format_history_row(row))
+    secs = time.time() - t0
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir))
+    tok.save_pretrained(str(out_dir))
+    return {
+        "steps": step,
+        "transitions_seen": seen,
+        "epochs": round(seen / max(1, len(transitions)), 2),
+        "seconds": round(secs, 1),
+        "final_lm_loss_ema": round(ema or 0.0, 4),
+        "history": hist,
+        "parameters": sum(p.numel() for p in params),
+    }
+
+
+def history_row(step: int, secs: float, st: dict, ema: float, grad_norm: float, lr: float) -> dict:
+    """One logged training step (``train_history.json``): losses, gradient norm, learning rate and
+    the reward/done heads' figures when the loss reported them."""
+    heads = (
+        "reward_head_loss",
+        "reward_head_acc",
+        "done_head_loss",
+        "done_head_acc",
+        "change_head_loss",
+        "change_head_acc",
+    )
+    return {
+        "step": step,
+        "s": round(secs, 1),
+        "lm_loss": round(st["lm_loss"], 4),
+        "lm_loss_ema": round(ema, 4),
+        "infonce": round(st["infonce"], 4),
+        "grad_norm": round(grad_norm, 3),
+        "lr": round(lr, 6),
+        **{k: round(st[k], 4) for k in heads if k in st},
+    }
+
+
+def format_history_row(row: dict) -> str:
+    return (
+        f"  step {row['step']:5d}  {row['s']:7.1f}s  lm {row['lm_loss']:.4f} (ema {row['lm_loss_ema']:.4f})  "
+        f"infonce {row['infonce']:.3f}  |g| {row['grad_norm']:.2f}  lr {row['lr']:.2e}"
+        + (
+            f"  heads r {row['reward_head_acc']:.2f} d {row['done_head_acc']:.2f}"
+            if "reward_head_acc" in row
+            else ""
+        )
+        + (f" change {row['change_head_acc']:.2f}" if "change_head_acc" in row else "")
+    )
+
+
+# --- 3. the whole experiment ---------------------------------------------------------------
+
+
+def load_or_collect(
+    cfg: Config, x: WorldModelStudyConfig, path: Path, data: str | list | None, log: Any = print
+) -> tuple[list, dict]:
+    """The transitions of ``data`` (a JSONL file, or several, concatenated in order; no episode
+    may be in two of them) or, without it, collected now; both kept at ``path``.  Returns
+    (transitions, counts)."""
+    from evaluation.eval.sources import read_jsonl
+
+    counts: dict = {}
+    files = [data] if isinstance(data, str) else list(data or [])
+    if files:
+        trans, seen = [], set()
+        for f in files:
+            part = read_jsonl(f)
+            eps = {t.episode_id for t in part}
+            if eps & seen:
+                raise ValueError(
+                    f"--data {f}: {len(eps & seen)} episode(s) already in an earlier file"
+                )
+            seen |= eps
+            trans += part
+        if len(files) > 1 or Path(files[0]).resolve() != path.resolve():
+            write_jsonl(path, trans)
+        counts["from_file"] = files[0] if len(files) == 1 else files
+    else:
+        log(
+            f"collecting: {x.expert_episodes} expert + {x.random_episodes} random + "
+            f"{x.perturbed_episodes} perturbed-expert episodes on {len(x.tasks)} tasks"
+        )
+        trans, counts = collect(cfg, x)
+        write_jsonl(path, trans)
+    return trans, counts
+
+
+def train_only(files: list | None, trans: list, log: Any = print) -> list:
+    """The transitions of ``files`` (``--train-data``), for training only; an episode also in
+    ``trans`` (the split data) or in two of them is an error: it would leak into the held-out
+    side or count twice."""
+    from evaluation.eval.sources import read_jsonl
+
+    out: list = []
+    seen = {t.episode_id for t in trans}
+    for f in files or []:
+        part = [t for t in read_jsonl(f) if t.source != "dream"]
+        eps = {t.episode_id for t in part}
+        if eps & seen:
+            raise ValueError(f"--train-data {f}: {len(eps & seen)} episode(s) already in the data")
+        seen |= eps
+        out += part
+    if out:
+        log(f"training only: {len(out)} transitions from {len(files or [])} file(s)")
+    return out
+
+
+def failed_episode_share(transitions: list) -> float:
+    """Share of episodes that did not succeed (failed, or ran out of steps)."""
+    ok = episode_outcomes(transitions)
+    return sum(not v for v in ok.values()) / max(1, len(ok))
+
+
+def by_policy(transitions: list) -> dict:
+    """Transitions and episodes per collecting policy (expert, perturbed, random)."""
+    out: dict[str, dict] = {}
+    for t in transitions:
+        k = (
+            "expert"
+            if t.source == "expert"
+            else ("perturbed" if "perturbed" in str(t.producer_id) else "random")
+        )
+        row = out.setdefault(k, {"transitions": 0, "episodes": set()})
+        row["transitions"] += 1
+        row["episodes"].add(t.episode_id)
+    return {
+        k: {"transitions": v["transitions"], "episodes": len(v["episodes"])}
+        for k, v in sorted(out.items())
+    }
+
+
+def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
+    """The result's ``data``: sizes of the episode split and what the training side holds.
+    ``real_transitions_budget``: every training transition is a real interaction (expert,
+    perturbed and random alike) and counts."""
+    return {
+        "real_transitions_budget": len(train),
+        "train_by_policy": by_policy(train),
+        "heldout_by_policy": by_policy(held),
+        "train_failed_episode_share": round(failed_episode_share(train), 4),
+        "heldout_failed_episode_share": round(failed_episode_share(held), 4),
+        "transitions": len(trans),
+        "episodes": len({t.episode_id for t in trans}),
+        "train_transitions": len(train),
+        "train_episodes": len({t.episode_id for t in train}),
+        "heldout_transitions": len(held),
+        "heldout_episodes": len({t.episode_id for t in held}),
+        "train_failed_share": round(failed_share(train), 4),
+        "train_random_share": round(sum(t.source == "real" for t in train) / len(train), 4),
+        "tasks": sorted({t.task for t in trans}),
+        "collected": counts,
+    }
+
+
+def split_data(
+    trans: list, x: WorldModelStudyConfig, counts: dict, train_data: list | None, log: Any
+):
+    """(training side, held-out side, the result's ``data``): the episode split of ``trans``
+    (dreams dropped), plus ``train_data``'s transitions on the training side."""
+    trans = [t for t in trans if t.source != "dream"]
+    train, held = split_by_episode(trans, x.heldout_fraction)
+    extra = train_only(train_data, trans, log)
+    train += extra
+    if not train or not held:
+        raise ValueError(
+            f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
+            "collect more episodes or change the held-out fraction"
+        )
+    stats = data_summary(trans + extra, train, held, counts)
+    if train_data:
+        stats["train_only"] = {"files": list(train_data), "transitions": len(extra)}
+    return train, held, stats
+
+
+def run_experiment(
+    cfg: Config,
+    x: WorldModelStudyConfig,
+    out: Path,
+    data: str | list | None = None,
+    log: Any = print,
+    train_data: list | None = None,
+) -> dict:
+    """Collect (or read ``data``), split by episode, train, evaluate on the held-out episodes.
+    ``train_data``: files whose transitions all go to training (``--train-data``), beside the
+    training side of the split; the held-out set is unchanged by them."""
+    from evaluation.eval.world_model import eval_world_model
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, int(x.threads)))
+    t_all = time.time()
+    t0 = time.time()
+    path = out / "transitions.jsonl"
+    trans, counts = load_or_collect(cfg, x, path, data, log)
+    t_collect = time.time() - t0
+    train, held, data_stats = split_data(trans, x, counts, train_data, log)
+    write_jsonl(out / "heldout.jsonl", held)  # the held-out set, to commit beside the result
+    log(
+        f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "
+        f"{data_stats['train_failed_share']:.0%} from failed/unfinished episodes; "
+        f"{data_stats['train_failed_episode_share']:.0%} of the episodes failed), "
+        f"{data_stats['heldout_transitions']} held out ({data_stats['heldout_episodes']} episodes)"
+    )
+    embedder = None
+    if x.infonce_weight > 0:
+        from models.lm.embedder import default_embedder
+
+        embedder = default_embedder()
+    log(
+        f"training a {x.layers}x{x.d_model} world model: <= {x.steps} steps of {x.batch}, <= {x.time_budget_s:g} s"
+    )
+    tr = train_world_model(train, x, out / "world_model", embedder, log)
+    ecfg = dataclasses.replace(
+        cfg,
+        stream=dataclasses.replace(cfg.stream, heldout_fraction=x.heldout_fraction),
+        dream=dataclasses.replace(cfg.dream, max_change_tokens=x.max_change_tokens),
+    )
+    t0 = time.time()
+    evs = {}
+    for dec in dict.fromkeys([x.decode, "rerank", "greedy"]):
+        log(f"evaluating on the held-out episodes ({dec} decoding)")
+        evs[dec] = eval_world_model(
+            ecfg, str(out / "world_model"), str(out / "heldout.jsonl"), "all", decode=dec
+        )
+    t_eval = time.time() - t0
+    ev = evs[x.decode]
+
+    def figs(e: dict) -> dict:
+        return {
+            **{k: round(float(e[k]), 4) for k in METRICS},
+            "ok_rate": round(float(e["ok_rate"]), 4),
+        }
+
+    model = figs(ev)
+    base = {k: round(float(ev["baseline_" + k]), 4) for k in METRICS}
+    b = beats(model, base)
+    res = {
+        "experiment": "world-model",
+        "quick": x.quick,
+        "out": str(out),
+        "decode": x.decode,
+        "model": model,
+        "baseline": base,
+        "beats_baseline": b,
+        "beats_baseline_all": all(b.values()),
+        "model_by_decode": {d: figs(e) for d, e in evs.items()},
+        "stage1": ev.get("stage1"),
+        "stage1_by_decode": {d: e.get("stage1") for d, e in evs.items()},
+        "targets_met": bool(
+            ev.get("stage1") and all(r["met"] for r in ev["stage1"]["targets"].values())
+        ),
+        "n_eval": int(ev["n"]),
+        "eval_episodes": int(ev["episodes"]),
+        "data": data_stats,
+        "train": {k: v for k, v in tr.items() if k != "history"},
+        "world_model": f"{x.layers}x{x.d_model}, {x.max_positions} positions, {tr['parameters']:,} parameters",
+        "seconds": {
+            "collect": round(t_collect, 1),
+            "train": tr["seconds"],
+            "eval": round(t_eval, 1),
+            "total": round(time.time() - t_all, 1),
+        },
+        "eval_command": eval_command(out, x.heldout_fraction, x.decode),
+        "threads": torch.get_num_threads(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "config": dataclasses.asdict(x),
+    }
+    (out / "train_history.json").write_text(json.dumps(tr["history"], indent=1))
+    (out / "result.json").write_text(json.dumps(res, indent=1))
+    return res
+
+
+def format_result(res: dict) -> str:
+    d = res["data"]
+    lines = [
+        f"world-model experiment ({'quick' if res['quick'] else 'full'}): {res['world_model']}, "
+        f"{res.get('decode', 'greedy')} decoding",
+        f"trained {res['train']['steps']} steps ({res['train']['epochs']} epochs) on {d['train_transitions']} transitions "
+        f"of {d['train_episodes']} episodes ({d['train_failed_share']:.0%} from failed/unfinished episodes)",
+        f"held out by episode: {res['n_eval']} transitions of {res['eval_episodes']} episodes",
+        f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}  beats",
+    ]
+    for k in METRICS:
+        lines.append(
+            f"{k:16s} {res['model'][k]:8.3f} {res['baseline'][k]:16.3f}  {'yes' if res['beats_baseline'][k] else 'no'}"
+        )
+    lines.append(f"{'ok_rate':16s} {res['model']['ok_rate']:8.3f} {'-':>16s}")
+    for dec, f in (res.get("model_by_decode") or {}).items():
+        if dec != res.get("decode"):
+            lines.append(
+                f"{dec} decoding: " + ", ".join(f"{k} {f[k]:.3f}" for k in (*METRICS, "ok_rate"))
+            )
+    s = res["seconds"]
+    lines.append(
+        f"wall time: collect {s['collect']} s, train {s['train']} s, eval {s['eval']} s, total {s['total']} s"
+    )
+    st = res.get("stage1")
+    if st:
+        from evaluation.eval.world_model_targets import format_targets
+
+        lines.append(
+            f"stage 1 ({res.get('decode')} decoding): {st['terminal_steps']} terminal steps, "
+            f"{st['changed_steps']} steps that change the page, {st['replay_episodes']} whole "
+            f"episodes dreamed open-loop; real-transition budget {d.get('real_transitions_budget')}"
+        )
+        lines += format_targets(st["targets"])
+    lines.append(f"recompute the figures: {res['eval_command']}")
+    return "\n".join(lines)
+
+
+def main(args: Any, cfg: Config) -> int:
+    """``dynaweb experiment world-model [--quick] --out DIR [--data FILE ...] [--steps N] [--json]``."""
+    # the run's ``wm_study`` section (config file, DYNAWEB_WM_STUDY__*, --set wm_study.*), or the
+    # scaled-down plumbing check; the command's own options win
+    x = WorldModelStudyConfig.make_quick() if getattr(args, "quick", False) else cfg.wm_study
+    for name in (
+        "steps",
+        "time_budget_s",
+        "batch",
+        "lr",
+        "expert_episodes",
+        "random_episodes",
+        "perturbed_episodes",
+        "layers",
+        "d_model",
+        "heldout_fraction",
+        "seed",
+    ):
+        v = getattr(args, name, None)
+        if v is not None:
+            setattr(x, name, type(getattr(x, name))(v))
+    if getattr(args, "threads_wm", None):
+        x.threads = int(args.threads_wm)
+    as_json = bool(getattr(args, "json", False))
+    log = (lambda *_a, **_k: None) if as_json else (lambda m: print(m, flush=True))
+    res = run_experiment(
+        cfg, x, Path(args.out), getattr(args, "data", None), log, getattr(args, "train_data", None)
+    )
+    if not as_json:
+        print(format_result(res))
+    print(json.dumps(res))
+    return 0

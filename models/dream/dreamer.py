@@ -1,0 +1,459 @@
+"""The dream generator: the current policy rolled out inside the world model.
+
+It follows ``LATEST`` in S3 for both model kinds: on every checkpoint
+announcement (``streams.checkpoints.CheckpointWatcher``), at start, and when
+``LATEST`` re-read every ``s3.latest_poll_s`` changed (an announcement may be
+lost) it downloads the new version, verifies every sha256 and swaps the models in place
+between two rounds without restarting (``models.checkpoints.reader.ModelSlot``); a
+checkpoint that fails verification is refused and the loaded weights stay.
+Start states are real first observations (step 0) read from the real and
+expert topics.
+Dreamed transitions carry both model versions, the group id (one GSPO group
+per start state) and the behaviour log-probabilities.  Back-pressure messages
+from the stream worker scale the dream rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from kafka import TopicPartition
+
+from core.config.runtime import Config
+from core.process import start_component
+from core.s3 import make_client
+from core.spaces import Observation
+from models import metrics as M
+from models.checkpoints.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir
+from models.checkpoints.store import CheckpointStore
+from models.component import close_component
+from streams import records
+from streams.checkpoints import CheckpointWatcher
+from streams.kafka import ensure_topics, make_consumer, make_publisher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StartState:
+    obs: Observation
+    task: str
+    seed: int
+    step: int = 0  # the real step whose page it is
+
+
+def rollout_end(ro: Any) -> str:
+    """How a dreamed rollout ended: ``stop`` (the policy quit), ``done`` (predicted), ``horizon``."""
+    last = ro.steps[-1]
+    return "stop" if last.get("reason") == "stop" else ("done" if last["done"] else "horizon")
+
+
+def group_outcomes(rollouts: list) -> dict[str, int]:
+    """Groups whose rollouts' final rewards (task success, as the learner scores them) differ
+    (``varied``: a nonzero GSPO advantage) and those where they do not (``uniform``)."""
+    from models.losses import task_success_reward
+
+    finals: dict[str, set[float]] = {}
+    for ro in rollouts:
+        finals.setdefault(ro.group_id, set()).add(task_success_reward(float(ro.reward)))
+    varied = sum(len(v) > 1 for v in finals.values())
+    return {"varied": varied, "uniform": len(finals) - varied}
+
+
+def observe_reward_signal(run: str, rollouts: list) -> None:
+    """Why dream groups do or do not carry an advantage: how each rollout ended, the reward head's
+    p(success) at its last step (when the world model's heads gave it), varied/uniform groups."""
+    for ro in rollouts:
+        M.DREAM_ROLLOUT_ENDS.labels(run, rollout_end(ro)).inc()
+        if ro.steps[-1].get("p_success") is not None:
+            M.DREAM_P_SUCCESS.labels(run).observe(float(ro.steps[-1]["p_success"]))
+    for outcome, k in group_outcomes(rollouts).items():
+        M.DREAM_GROUPS.labels(run, outcome).inc(k)
+
+
+HOLD_WM_LOAD_S = 5.0  # the longest a world model's load waits for a new policy's first round
+
+
+class Dreamer:
+    def __init__(self, cfg: Config, producer_id: str, stop: threading.Event | None = None):
+        self.cfg = cfg
+        self.run = cfg.run_id
+        self.stop = stop or threading.Event()
+        self.started_at = time.time()
+        self.producer_id = f"{producer_id}@{int(self.started_at)}"
+        self.topics = ensure_topics(cfg)
+        self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+        self.work = reader_workdir("dream", cfg.s3.reader_dir)
+        self.slots = {
+            k: ModelSlot(self.store, k, self.work, self.run, poll_s=cfg.s3.latest_poll_s)
+            for k in ("policy", "world_model")
+        }
+        self.pub = make_publisher(cfg.kafka, client="dream", run=cfg.run_id)
+        self.loader = ThreadPoolExecutor(len(self.slots), thread_name_prefix="dream-load")
+        self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
+        self.rate_factor = 1.0
+        self._factor_logged = 0.0
+        self.iteration_t0 = 0.0  # when the loop's current iteration began (back-pressure pacing)
+        self.steps_published = 0
+        # this sampler's own random streams (start states, actions), never rewound by a hot reload
+        self.rng = random.Random(f"{cfg.run_id}|{self.producer_id}")
+        from models.policy.runner import sampler_generator
+
+        self.generator = sampler_generator(cfg.run_id, self.producer_id)
+        self._runners: tuple | None = None
+        self.consumer = None
+        # new weights are downloaded and loaded on an announcement while the round goes on
+        # (``Prefetcher``).  A new policy sets ``_announced`` as soon as it is ready: the round in
+        # flight is given up and poll() puts it in use (groups are stamped with the policy's
+        # version; its staleness is what the trainer bounds).  A new world model does not give a
+        # round up: it is put in use at the next round's start (``_prefetched``), so the first
+        # group of a new policy never waits for the world model's download
+        self._announced = threading.Event()
+        self._prefetched = threading.Event()
+        self.prefetcher = Prefetcher(
+            list(self.slots.values()),
+            self._prefetched.set,
+            self.stop,
+            pool=self.loader,
+            name="dream-prefetch",
+            on_slot_ready=self._slot_ready,
+        )
+        # a new policy's first round runs before the world model that came with it is loaded
+        # (its download goes on): the load and the collection before it would hold the
+        # interpreter lock against the round's decode loop; cleared on a policy announcement, set
+        # when a round with that policy (or a newer one) ends, waited for at most HOLD_WM_LOAD_S
+        self._round_done = threading.Event()
+        self._round_done.set()
+        self._awaited_policy = -1  # the newest policy version announced
+        self.slots["world_model"].hold_load = self._hold_world_model_load
+        self.abandoned_last = False  # the last round was given up for a new checkpoint
+        self.first_round = True  # no round has run with the loaded weights yet
+        self.gate_reason = ""  # the last gate decision's reason (logged when it changes)
+        self.reload_clock = ReloadClock(self.run, "dream")
+        self.watcher = CheckpointWatcher(
+            cfg.kafka,
+            [self.topics.checkpoints],
+            on_announcement=self._on_announcement,
+            partitions=(0,),
+            poll_ms=500,
+        )
+
+    def _on_announcement(self, rec: records.CheckpointAnnouncement) -> None:
+        slot = self.slots.get(rec.kind)
+        if rec.kind == "policy":
+            self.reload_clock.announced(rec.version)
+            v = int(rec.version)
+            if slot.version is not None and v > max(self._awaited_policy, slot.version):
+                self._awaited_policy = v  # not dreamed with yet: hold the world model's load
+                self._round_done.clear()
+        if slot is not None and slot.known(rec.version):
+            return  # loaded already (both kinds are read at the first of a pair's announcements)
+        self.prefetcher.want()
+
+    def _hold_world_model_load(self) -> None:
+        """Wait (at most ``HOLD_WM_LOAD_S``) for the round of a newly announced policy to end."""
+        deadline = time.time() + HOLD_WM_LOAD_S
+        while not self.stop.is_set() and time.time() < deadline:
+            if self._round_done.wait(0.05):
+                return
+
+    def _slot_ready(self, slot: ModelSlot) -> None:
+        if slot.kind == "policy":
+            self._announced.set()
+
+    def install_ready(self) -> bool:
+        """Put in use what the prefetcher has ready (never waits for a download in flight);
+        True if anything was installed."""
+        got = [slot.install() for slot in self.slots.values()]
+        if any(got):
+            self._runners = None
+            self.first_round = True
+        return any(got)
+
+    def setup(self) -> None:
+        self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
+        tps = []
+        for t in (self.topics.control, self.topics.real, self.topics.expert):
+            parts = self.consumer.partitions_for_topic(t) or {0}
+            tps += [TopicPartition(t, p) for p in sorted(parts)]
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        self.watcher.start()
+        self.refresh_models()
+        self.prefetcher.start()
+
+    def refresh_models(self, poll: bool = False) -> None:
+        """Re-read LATEST of both kinds (``poll``: only those whose poll is due, S3 errors
+        tolerated: ``ModelSlot.poll``)."""
+        # both kinds at once: their downloads and loads overlap (the reload's latency to first use)
+        results = list(
+            self.loader.map(lambda s: s.poll() if poll else s.refresh(), self.slots.values())
+        )
+        if any(results):
+            self._runners = None
+            self.first_round = True
+
+    @property
+    def ready(self) -> bool:
+        return all(s.model is not None for s in self.slots.values())
+
+    def runners(self) -> tuple:
+        if self._runners is None:
+            from models.policy.runner import PolicyRunner
+            from models.world_model.model import WorldModelRunner
+
+            p, w = self.slots["policy"], self.slots["world_model"]
+            pr = PolicyRunner(p.model, p.tokenizer, self.cfg.model, generator=self.generator)
+            pr.policy_version = p.version
+            from models.world_model.model import heads_trained
+
+            M.DREAM_HEADS_TRAINED.labels(self.run).set(float(heads_trained(w.model)))
+            self._runners = (pr, WorldModelRunner(w.model, w.tokenizer, self.cfg.dream))
+        return self._runners
+
+    def poll(self, timeout_ms: int) -> None:
+        """Back-pressure and start states from the consumer; reload on an announcement seen since
+        the last poll (any kind: both slots re-read LATEST), else when LATEST's poll is due."""
+        for _tp, msgs in self.consumer.poll(timeout_ms=timeout_ms).items():
+            for m in msgs:
+                if m.value is None:
+                    continue
+                try:
+                    rec = records.decode(m.value)
+                except records.RecordError:
+                    continue  # the stream worker dead-letters bad transitions; nothing to do here
+                if isinstance(rec, records.Control) and rec.kind == "backpressure":
+                    self.set_rate_factor(float(rec.value), rec.info.get("lag"))
+                elif isinstance(rec, records.Transition) and (
+                    rec.step == 0 or self.cfg.dream.start_from == "any"
+                ):
+                    self.starts.append(
+                        StartState(Observation.from_dict(rec.obs), rec.task, rec.seed, rec.step)
+                    )
+        M.DREAM_START_STATES.labels(self.run).set(len(self.starts))
+        if self._announced.is_set() or self._prefetched.is_set():
+            self._announced.clear()
+            self._prefetched.clear()
+            t0 = time.time()
+            if not self.install_ready():
+                self.refresh_models()  # nothing prefetched (a failed prefetch): read LATEST here
+            if self.first_round:  # a new version: the reload's phases, for its latency to first use
+                log.info(
+                    "reload: announcement seen %.2fs before the reload began, reload %.2fs",
+                    t0 - (self.reload_clock.last_seen() or t0),
+                    time.time() - t0,
+                )
+        elif any(slot.poll_due() for slot in self.slots.values()):
+            self.refresh_models(poll=True)  # a lost announcement delays a reload, never prevents it
+
+    def set_rate_factor(self, value: float, lag: object = None) -> None:
+        factor, now = max(0.01, min(1.0, value)), time.time()
+        if factor != self.rate_factor:
+            # logged when throttling starts or ends, and at most every 5 s in between (the worker
+            # sends a new factor whenever its lag moves by a tenth)
+            if (factor < 1.0) != (self.rate_factor < 1.0) or now - self._factor_logged >= 5.0:
+                log.info(
+                    "back-pressure: rate factor %.3f -> %.3f (lag %s)",
+                    self.rate_factor,
+                    factor,
+                    lag,
+                )
+                self._factor_logged = now
+        self.rate_factor = factor
+        M.DREAM_RATE_FACTOR.labels(self.run).set(factor)
+
+    def dream_once(self) -> int:
+        from models.dream.env import dream_rollouts
+
+        cfg = self.cfg.dream
+        # the first round with new weights dreams one group: its group is out in half the time
+        # of a full round (the reload's latency to first use), the next rounds are full
+        n_start = 1 if self.first_round else max(1, cfg.batch // cfg.group_size)
+        starts = [self.rng.choice(self.starts) for _ in range(n_start)]
+        pr, wr = self.runners()
+        pv, wv = self.slots["policy"].version, self.slots["world_model"].version
+        t0 = time.time()
+        # a checkpoint announced mid-round: give the round up and dream with it at once (the
+        # round after an abandoned one always completes, so frequent checkpoints cannot starve)
+        abort = None if self.abandoned_last else self._announced.is_set
+        with torch.no_grad():
+            rollouts = dream_rollouts(
+                pr,
+                wr,
+                [s.obs for s in starts],
+                cfg.group_size,
+                cfg.horizon,
+                temperature=cfg.temperature,
+                abort=abort,
+            )
+        self.abandoned_last = not rollouts
+        if not rollouts:
+            M.DREAM_ABANDONED.labels(self.run).inc()
+            return 0
+        self.first_round = False
+        if pv is not None and pv >= self._awaited_policy:
+            self._round_done.set()  # the new policy's first round is out: the world model may load
+        n = 0
+        successes = 0
+        per_task: dict[str, list[int]] = {}
+        for ro in rollouts:
+            start = starts[ro.start_index]
+            ep = records.new_id()
+            for i, st in enumerate(ro.steps):
+                last = i == len(ro.steps) - 1
+                rec = records.Transition(
+                    run_id=self.run,
+                    episode_id=ep,
+                    step=i,
+                    task=start.task,
+                    seed=start.seed,
+                    source="dream",
+                    policy_version=pv,
+                    world_model_version=wv,
+                    obs=st["obs"].to_dict(),
+                    action=st["action"],
+                    next_obs=st["next_obs"].to_dict(),
+                    reward=float(st["reward"]) if last else 0.0,
+                    done=bool(st["done"]) and last,
+                    truncated=last and not st["done"],
+                    created_at=float(st.get("at") or time.time()),  # when the step was dreamed
+                    producer_id=self.producer_id,
+                    group_id=ro.group_id,
+                    behaviour_logprob=float(st["logprob"]),
+                    action_tokens=int(st["ntokens"]),
+                    candidates_hash=str(st.get("candidates_hash") or ""),
+                    info={
+                        "start_step": start.step,  # the real step the dream started from
+                        "wm_ok": bool(st.get("ok", True)),
+                        "temperature": float(st.get("temperature") or 1.0),
+                        **(
+                            {}
+                            if st.get("p_success") is None
+                            else {"p_success": round(float(st["p_success"]), 4)}
+                        ),
+                    },
+                )
+                self.pub.send(self.topics.dream, rec, key=ro.group_id)
+                n += 1
+            successes += int(ro.steps[-1]["reward"] > 0)
+            by_task = per_task.setdefault(start.task, [0, 0])
+            by_task[0] += int(ro.steps[-1]["reward"] > 0)
+            by_task[1] += 1
+            bad = sum(1 for st in ro.steps if not st.get("ok", True))
+            if bad:
+                M.DREAM_WM_INVALID.labels(self.run, "repaired_or_rejected").inc(bad)
+            M.DREAM_ROLLOUT_LEN.labels(self.run).observe(len(ro.steps))
+        observe_reward_signal(self.run, rollouts)
+        M.DREAM_STEPS.labels(self.run).inc(n)
+        if n:
+            self._used(pv, t0, min(ro.steps[0].get("at") or t0 for ro in rollouts if ro.steps))
+        M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
+        if rollouts:
+            M.DREAM_SUCCESS.labels(self.run).set(successes / len(rollouts))
+        for task, (k, total) in per_task.items():
+            M.DREAM_TASK_SUCCESS.labels(self.run, task or "unknown").set(k / total)
+        self.steps_published += n
+        # the whole iteration's work (the consumer's poll, the round, publishing), not only the
+        # round: the rate scales with the factor however the loop's time is split
+        elapsed = time.time() - (self.iteration_t0 or t0)
+        limit = cfg.rate_limit_per_s * self.rate_factor if cfg.rate_limit_per_s else 0.0
+        if self.rate_factor < 1.0 or limit:
+            # back-pressure: stretch this iteration so the rate scales with the factor
+            target = n / limit if limit else elapsed / self.rate_factor
+            self._pace(time.time() + max(0.0, target - elapsed))
+        return n
+
+    def _used(self, pv: int, round_t0: float, first_step_at: float) -> None:
+        """The round's policy version was used: at its first dreamed step (as a collector's
+        version is used at its first action), which the reload clock times."""
+        late = self.reload_clock.used(pv, at=first_step_at)
+        if late is not None:
+            log.info(
+                "policy v%s first dreamed %.2fs after its announcement; its groups were "
+                "published %.2fs after it (round %.2fs)",
+                pv,
+                late,
+                late + time.time() - first_step_at,
+                time.time() - round_t0,
+            )
+
+    def _pace(self, until: float) -> None:
+        """Wait until ``until``, or less: a stop or a checkpoint's announcement ends the wait (a
+        reload is never held back by back-pressure pacing)."""
+        while not self.stop.is_set() and not self._announced.is_set():
+            left = until - time.time()
+            if left <= 0:
+                return
+            self.stop.wait(min(left, 0.1))
+
+    def gate_open(self) -> bool:
+        """Whether the loaded world model may be dreamed with (``models/dream/gate.py``)."""
+        if not self.cfg.dream.wm_gate:
+            return True
+        from models.dream.gate import gate_decision
+
+        d = self.cfg.dream
+        ok, why = gate_decision(
+            self.slots["world_model"].extra.get("wm_gate"), d.wm_gate_margin, d.wm_gate_min_samples
+        )
+        if why != self.gate_reason:
+            log.info(
+                "world model v%s %s dreams: %s",
+                self.slots["world_model"].version,
+                "opens" if ok else "holds back",
+                why,
+            )
+            self.gate_reason = why
+        return ok
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            t0 = self.iteration_t0 = time.time()
+            can_dream = self.ready and bool(self.starts)
+            self.poll(timeout_ms=0 if can_dream else 500)
+            state = "idle"
+            if self.ready and self.starts:
+                gate = self.gate_open()
+                M.DREAM_GATE_OPEN.labels(self.run).set(float(gate))
+                if gate:
+                    self.dream_once()
+                    state = "dreaming"
+                else:
+                    state = "gated"
+                    self.stop.wait(1.0)
+            M.DREAM_SECONDS.labels(self.run, state).inc(time.time() - t0)
+            self.pub.check()
+            self.watcher.check()
+
+    def close(self) -> None:
+        self.watcher.stop()
+        self.loader.shutdown(wait=False, cancel_futures=True)
+        close_component(self.consumer, self.pub, self.work)
+
+
+def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = None) -> Dreamer:
+    stop = start_component(cfg, "dream", producer_id, stop)
+    M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(
+        1.0
+    )  # full speed until told otherwise (series exists from start)
+    M.DREAM_HEADS_TRAINED.labels(cfg.run_id).set(0.0)
+    M.DREAM_P_SUCCESS.labels(cfg.run_id)
+    for outcome in ("varied", "uniform"):
+        M.DREAM_GROUPS.labels(cfg.run_id, outcome)
+    for end in ("done", "horizon", "stop"):
+        M.DREAM_ROLLOUT_ENDS.labels(cfg.run_id, end)
+    d = Dreamer(cfg, producer_id, stop)
+    try:
+        d.setup()
+        d.loop()
+    finally:
+        d.close()
+    return d

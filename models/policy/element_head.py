@@ -1,0 +1,162 @@
+"""The policy's element pointer (``ModelConfig.policy_pointer``, on by default; off in the frozen study).
+
+What it is: a term added to the score of every candidate action that names a page element,
+
+    score(s, a) = sum of a's token log-probs given the prompt
+                  + w . max_{t in line(k)} h_t  +  g u . [line(k) holds a word of the instruction],
+
+where ``k`` is the element ``a`` names (``click(4)``, ``type(3, "x")``: 4, 3), ``line(k)`` the
+tokens of the page line that starts with ``[k]``, ``h_t`` the last layer's hidden state of prompt
+token ``t`` (after the final layer norm), ``w`` a learned vector and ``u`` a learned weight
+(``model.policy_pointer.proj`` and ``.named``, zero at init, so a new pointer changes nothing until
+trained); the bracket is ``models.lm.match``'s exact-match rule (a whole word, case-sensitive, also
+a word of the instruction line) applied to the line, and ``g`` a fixed gain (``NAMED_GAIN``, below).  Actions that name no element, or
+an element the page does not show, get 0.  ``pi_T(a|s)`` is then the softmax of score/T over
+C(s), as before; acting (``models.policy.runner.PolicyRunner``) and the learner
+(``models.policy.loss``) add the same term, so the probability trained is the probability sampled.
+
+Why: choosing the element whose label is the asked word means, for the language-model score alone,
+predicting the element's number, which the page writes *before* its label, from the action line:
+a two-hop copy across the prompt.  A 2-layer policy did not learn it from 40 demonstrations, nor
+from 800 (behaviour cloning on 200 expert episodes per task, 1,000 steps: click-link 25 %, 47 %
+with the exact-match feature; docs/algorithm.md).  The pointer reads each element's own line
+instead, as element-ranking web agents score each candidate element's representation; with the
+exact-match feature (``policy_match_feature``) a flagged word on the line is one linear read-out
+away.  The maximum, not the mean, because the label is a few tokens of the line (as the world
+model's acted line, ``models/world_model/lines.py``).
+
+Where the hidden states come from: acting reads them from the passes that score the candidates
+(``models.lm.backbone.score_continuations(states=...)``: the shared prefix's pass and the prompt tails'
+trie nodes); the learner reads them from the forward it already runs, whose packed rows
+start with the prompt seen causally (``models.policy.loss.action_logprobs(hidden=...)``).  A prompt
+token sees only earlier prompt tokens in both, so the states are the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from models.lm.match import (
+    POLICY_END,
+    acted_element,
+    element_line_index,
+    line_spans,
+    token_pieces,
+)
+
+# ``u``'s gain: under Adam a parameter moves about lr per step (3e-4 here) whatever its gradient, so a
+# fresh scalar read-out would need thousands of steps to move a score by a few units; the gain makes
+# the term ``NAMED_GAIN * u * [named]``, the same as a NAMED_GAIN-times larger learning rate for ``u``
+NAMED_GAIN = 200.0
+
+
+def element_lines(ids: list[int], pieces: list[str]) -> dict[str, tuple[bool, list[int]]]:
+    """Element id -> (does its page line hold a word of the instruction (``models.lm.match``'s exact
+    match rule), the positions of the line's prompt tokens): the first page line
+    (``wm_match.line_spans``, ``wm_match.element_line_index``) that starts (after blanks) with
+    ``[k]``, as the world model's acted line.  Empty for a row that is not a prompt."""
+    text, spans = line_spans(ids, pieces, POLICY_END)
+    return {k: spans[n][2:] for k, n in element_line_index(text, spans).items()}
+
+
+class ElementPointer(torch.nn.Module):
+    """``proj``: the vector ``w`` (a bias-free linear layer); ``named``: the weight ``u`` of "the line
+    holds a word of the instruction"; both zero at init.  ``pieces``: each token id's text."""
+
+    def __init__(self, dim: int, pieces: list[str]) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, 1, bias=False)
+        torch.nn.init.zeros_(self.proj.weight)
+        self.named = torch.nn.Parameter(torch.zeros(1))
+        self.pieces = pieces
+
+    def terms(self, hidden: torch.Tensor, prompt: list[int], actions: list[str]) -> torch.Tensor:
+        """(len(actions),) the pointer term of each action after ``prompt`` (``hidden``: its
+        last-layer states, (len(prompt), d))."""
+        lines = element_lines(prompt, self.pieces)
+        rows, named, which = [], [], []
+        for n, a in enumerate(actions):
+            line = lines.get(acted_element(a) or "")
+            if line and line[1]:
+                rows.append(hidden[torch.tensor(line[1], device=hidden.device)].max(0).values)
+                named.append(float(line[0]))
+                which.append(n)
+        out = hidden.new_zeros(len(actions))
+        if rows:
+            vals = self.proj(torch.stack(rows)).squeeze(-1)
+            flag = torch.tensor(named, dtype=vals.dtype, device=vals.device)
+            vals = vals + NAMED_GAIN * self.named * flag
+            out = out.index_put((torch.tensor(which, device=hidden.device),), vals)
+        return out
+
+
+def has_pointer(model: Any) -> bool:
+    return getattr(model, "policy_pointer", None) is not None
+
+
+def attach_pointer(model: Any, tokenizer: Any) -> Any:
+    """Give ``model`` the pointer (idempotent; ``model.config.policy_pointer`` records it, so
+    ``models.policy.runner.load_policy`` restores it)."""
+    if not has_pointer(model):
+        dim = int(model.get_input_embeddings().weight.shape[1])
+        dev = model.get_input_embeddings().weight.device
+        model.policy_pointer = ElementPointer(dim, token_pieces(tokenizer)).to(dev)
+    model.config.policy_pointer = True
+    return model
+
+
+@torch.no_grad()
+def prompt_states(model: Any, prompts: list[list[int]]) -> list[torch.Tensor]:
+    """The last layer's hidden states of each prompt's tokens, (len(prompt), d): one plain forward of
+    the prompts, right-padded (a causal prompt token never sees the padding after it).  The
+    reference the scoring passes' states are checked against; ``pointer_scores`` without them."""
+    dev = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, : len(p)] = torch.tensor(p)
+    out = model(input_ids=ids.to(dev), output_hidden_states=True, use_cache=False)
+    h = out.hidden_states[-1]
+    return [h[r, : len(p)] for r, p in enumerate(prompts)]
+
+
+def pointer_scores(
+    model: Any,
+    prompts: list[list[int]],
+    actions: list[list[str]],
+    states: list[torch.Tensor] | None = None,
+) -> list[torch.Tensor] | None:
+    """Acting: per prompt, the pointer term of each of its candidate actions (no grad); None for a
+    policy without the pointer.  ``states``: the prompts' last-layer states, as
+    ``models.lm.backbone.score_continuations`` reads them from its own passes; without them, one
+    forward over the prompts (``prompt_states``)."""
+    if not has_pointer(model) or not prompts:
+        return None
+    ptr = model.policy_pointer
+    with torch.no_grad():
+        if states is None:
+            states = prompt_states(model, prompts)
+        return [
+            ptr.terms(h, p, a).float().cpu()
+            for h, p, a in zip(states, prompts, actions, strict=True)
+        ]
+
+
+def row_terms(
+    model: Any, rows: list[tuple[list[int], list[int]]], hidden: dict[int, torch.Tensor]
+) -> list[torch.Tensor]:
+    """The learner: the pointer term of each (prompt, continuation ids) row, with grad, from the
+    prompt states ``action_logprobs(hidden=...)`` collected (rows of one prompt share them)."""
+    ptr = model.policy_pointer
+    groups: dict[tuple, list[int]] = {}
+    for i, (p, _) in enumerate(rows):
+        groups.setdefault(tuple(p), []).append(i)
+    out: list[torch.Tensor] = [None] * len(rows)  # type: ignore[list-item]
+    for p, idx in groups.items():
+        acts = ["".join(ptr.pieces[t] for t in rows[i][1] if 0 <= t < len(ptr.pieces)) for i in idx]
+        vals = ptr.terms(hidden[idx[0]], list(p), acts)
+        for n, i in enumerate(idx):
+            out[i] = vals[n]
+    return out

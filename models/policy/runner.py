@@ -1,0 +1,205 @@
+"""The policy: a Hugging Face causal LM with decoding constrained to valid actions.
+
+``make_policy(model_cfg)`` builds GPT-Neo from ``ModelConfig`` (layers, d_model,
+heads, max_positions; all dropout 0 so behaviour and training log-probs agree)
+with the ``model_cfg.tokenizer`` tokenizer (``models.lm.tokenizer``: the project's BPE by
+default, or bytes), or loads ``model_cfg.policy_path`` (a local HF dir).
+
+The policy is a distribution over the page's valid actions ``C(s) =
+policy_candidates(tokenizer, obs, prompt_ids, max_positions, max_candidates)``
+(``models.policy.candidates``: what is enumerated, and why the same function serves acting and
+learning); the score of a candidate is the summed token log-prob of its text + eos given the
+prompt, plus, for a policy with the element pointer (``models.policy.element_head``), a read-out of the
+page line of the element it names, and
+
+    pi_T(a|s) = softmax_{c in C(s)}(score(c) / T)[a].
+
+Acting (``PolicyRunner.act_info``; ``act`` is the 3-tuple view): for every
+observation every candidate's tokens are scored, one is drawn from ``pi_T`` (or
+the argmax when ``greedy``), and the recorded behaviour log-probability is
+``log pi_T(a|s)`` -- exactly the probability the action was sampled with, at
+the temperature it was sampled with (``info["temperature"]``; a temperature <= 0
+means argmax and records ``log pi_1``; greedy acting with T > 0 records
+``log pi_T``).  Dropout is off (``model.eval()``), so the learner's recomputation
+of ``log pi_T`` with the unchanged model gives the same number.
+Scoring is ``models.lm.backbone.score_continuations`` (shared prefixes, token tries).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from core.config.runtime import ModelConfig
+from core.spaces import Action, Observation
+from models.lm.backbone import (
+    load_causal_lm,
+    make_causal_lm,
+    restore_submodules,
+    score_continuations,
+)
+from models.lm.match import attach_match_feature
+from models.lm.prompts import policy_prompt_ids
+from models.lm.tokenizer import pad_id
+from models.policy.candidates import (
+    MAX_CANDIDATES,
+    candidate_logprobs,
+    candidates_hash,
+    policy_candidates,
+    record_temperature,
+)
+from models.policy.element_head import attach_pointer, has_pointer, pointer_scores
+
+
+def make_policy(model_cfg: ModelConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) from ``model_cfg.policy_path`` (``load_policy``) or from config, with
+    the exact-match feature when ``model_cfg.policy_match_feature``."""
+    if model_cfg.policy_path:
+        return load_policy(model_cfg.policy_path)
+    model, tok = make_causal_lm(model_cfg)
+    model.config.policy_match_feature = False
+    model.config.policy_pointer = False
+    if model_cfg.policy_match_feature:
+        attach_match_feature(model, tok, policy=True)
+    if model_cfg.policy_pointer:
+        attach_pointer(model, tok)
+    return model, tok
+
+
+def load_policy(path: str) -> tuple[Any, Any]:
+    """A saved policy (``save_pretrained`` of model and tokenizer in one directory); one saved
+    with the exact-match feature (``policy_match_feature`` in its config.json) gets it back with
+    its saved vector."""
+    model, tok = load_causal_lm(path, own=("wm_match", "policy_pointer"))
+    if getattr(model.config, "policy_match_feature", False):
+        attach_match_feature(model, tok, policy=True)
+        restore_submodules(model, path, ("wm_match",))
+    if getattr(model.config, "policy_pointer", False):
+        attach_pointer(model, tok)
+        restore_submodules(model, path, ("policy_pointer",))
+    return model, tok
+
+
+# --- batched scoring ---------------------------------------------------------------
+
+
+def sampler_generator(run_id: str, producer_id: str, counter: int = 0) -> torch.Generator:
+    """The random stream of one sampler (a dream generator, a live-policy collector): seeded from
+    (run, producer, counter), so two samplers, or two incarnations of one, never replay the same
+    draws; the sampler keeps it across hot reloads (a reload must not rewind it)."""
+    import hashlib
+
+    g = torch.Generator()
+    g.manual_seed(
+        int.from_bytes(
+            hashlib.sha256(f"{run_id}|{producer_id}|{counter}".encode()).digest()[:8], "big"
+        )
+    )
+    return g
+
+
+class PolicyRunner:
+    """Batched constrained acting.  ``policy_version`` is set by the checkpoint loader."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        cfg: ModelConfig,
+        max_candidates: int = MAX_CANDIDATES,
+        policy_version: int = 0,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        self.max_positions = int(cfg.max_positions)
+        self.max_candidates = max_candidates
+        self.policy_version = policy_version
+        self.stats: dict = {"tokens": 0}  # tokens run through the model (prompts + candidate tries)
+        self.last_info: list[
+            dict
+        ] = []  # act(): per-decision extras of act_info (hash, temperature)
+        # a long-lived sampler passes its own stream (``sampler_generator``), kept across hot reloads
+        if generator is None:
+            generator = torch.Generator()
+            generator.manual_seed(cfg.seed if seed is None else seed)
+        self.generator = generator
+
+    def act(
+        self,
+        observations: list[Observation],
+        histories: list[list[str]],
+        temperature: float = 1.0,
+        greedy: bool = False,
+    ) -> list[tuple[Action, float, int]]:
+        """One action per observation: (Action, behaviour logprob ``log pi_T(a|s)``, action token count).
+
+        The per-decision extras of ``act_info`` (candidate-set hash, temperature) are
+        kept in ``self.last_info`` (one dict per observation) for callers of this
+        3-tuple form; concurrent callers should use ``act_info``.
+        """
+        out = self.act_info(observations, histories, temperature, greedy)
+        self.last_info = [x[3] for x in out]
+        return [x[:3] for x in out]
+
+    def act_info(
+        self,
+        observations: list[Observation],
+        histories: list[list[str]],
+        temperature: float = 1.0,
+        greedy: bool = False,
+    ) -> list[tuple[Action, float, int, dict]]:
+        """One decision per observation: (Action, ``log pi_T(a|s)``, action token count, info).
+
+        ``info``: ``candidates_hash`` (of C(s)), ``temperature`` (the T of the
+        recorded log-prob, see ``record_temperature``), ``n_candidates``.
+        """
+        assert len(observations) == len(histories), (len(observations), len(histories))
+        if not observations:
+            return []
+        t_rec = record_temperature(temperature)
+        # identical (observation, history) inputs -- e.g. the G rollouts of a group at
+        # their first step -- are scored once and sampled independently
+        keys: dict[tuple, int] = {}
+        which, prompts, cands, cand_ids = [], [], [], []
+        for obs, hist in zip(observations, histories, strict=True):
+            p = policy_prompt_ids(self.tokenizer, obs, hist, self.max_positions)
+            key = (tuple(p), obs.tree, obs.instruction)
+            if key not in keys:
+                keys[key] = len(prompts)
+                acts, ids = policy_candidates(
+                    self.tokenizer, obs, p, self.max_positions, self.max_candidates
+                )
+                prompts.append(p)
+                cands.append(acts)
+                cand_ids.append(ids)
+            which.append(keys[key])
+        states = [None] * len(prompts) if has_pointer(self.model) else None
+        scores = score_continuations(
+            self.model,
+            prompts,
+            cand_ids,
+            self.max_positions,
+            pad_id(self.tokenizer),
+            stats=self.stats,
+            states=states,
+        )
+        texts = [[a.to_text() for a in acts] for acts in cands]
+        ptr = pointer_scores(self.model, prompts, texts, states=states)
+        if ptr is not None:  # the element pointer's term (models/policy/element_head.py)
+            scores = [s + t for s, t in zip(scores, ptr, strict=True)]
+        logps = [candidate_logprobs(s, t_rec) for s in scores]
+        hashes = [candidates_hash(t) for t in texts]
+        out = []
+        for u in which:
+            acts, ids, lp = cands[u], cand_ids[u], logps[u]
+            if greedy or temperature <= 0:
+                k = int(torch.argmax(lp))
+            else:
+                k = int(torch.multinomial(lp.exp(), 1, generator=self.generator))
+            info = {"candidates_hash": hashes[u], "temperature": t_rec, "n_candidates": len(acts)}
+            out.append((acts[k], float(lp[k]), len(ids[k]), info))
+        return out

@@ -1,0 +1,598 @@
+"""The trainer run loop: DeepSpeed updates of the policy and the world model.
+
+Inputs (Kafka, manual partition assignment, no consumer group):
+``train.policy`` (mixed TrainingBatch records from the stream worker),
+``train.world_model`` (real + expert transitions only, never dreams) and
+``eval.world_model`` (held-out real transitions for the rolling fidelity).
+Policy batches come through a consumer of their own, polled only while few wait
+(``Trainer.poll_into``), so a backlog never holds back the world model's transitions.
+
+Every ``checkpoint_every`` policy steps (or ``checkpoint_every_s``) it writes
+both models to S3 (``models.checkpoints.store``), with the offsets it had consumed in
+the manifest, moves ``LATEST`` and announces the version; an S3 or broker
+outage delays that (retried with back-off, ``models.checkpoints.writer``) and
+never ends the trainer, short of ``kafka.producer_dead_after_s``.  Version 0 (the
+initial weights) is published before the first step.  After a crash it resumes
+from ``LATEST``: versions continue, optimizer state is restored and consumption
+restarts at the manifest's offsets.  With ``gate.enabled`` every version after
+the first is written as a candidate (``LATEST`` untouched, no announcement;
+``evaluation.gate`` promotes it or not), training always continues from the
+trainer's own weights, and a restart resumes from the newest version written.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.bounded import BoundedSet
+from core.config.runtime import Config
+from core.process import start_component
+from core.s3 import make_client
+from models import metrics as M
+from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
+from models.checkpoints.writer import CheckpointWriter
+from models.component import close_component
+from models.dream.gate import FidelityWindow
+from models.train.engine import current_lr, trainer_engine
+from models.train.prepare import BatchPreparer
+from streams import records
+from streams.kafka import (
+    assignable,
+    ensure_topics,
+    is_control,
+    make_consumer,
+    make_publisher,
+)
+from streams.topics import Topics
+
+log = logging.getLogger(__name__)
+
+
+def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | None = None) -> dict:
+    from models.policy.runner import load_policy, make_policy
+    from models.world_model.model import load_world_model, make_world_model
+
+    pol = load_policy(str(policy_dir)) if policy_dir else make_policy(cfg.model)
+    wm = load_world_model(str(wm_dir)) if wm_dir else make_world_model(cfg.model)
+    return {"policy": pol, "world_model": wm}
+
+
+PENDING_BATCHES = 4  # policy batches polled ahead of training (Trainer.poll_into)
+
+
+class Trainer:
+    preparer: BatchPreparer | None = None  # builds the next batch ahead (set up with the tokenizer)
+
+    def __init__(self, cfg: Config, stop: threading.Event | None = None):
+        self.cfg = cfg
+        self.stop = stop or threading.Event()
+        self.run = cfg.run_id
+        self.topics: Topics = ensure_topics(cfg)
+        self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+        self.pub = make_publisher(cfg.kafka, client="trainer", run=cfg.run_id)
+        self.writer = CheckpointWriter(
+            self.store, self.pub, self.topics.checkpoints, self.run, self.stop
+        )
+        self.work = Path(tempfile.mkdtemp(prefix="dynaweb-trainer-"))
+        self.version = 0
+        self.policy_steps = 0
+        self.wm_steps = 0
+        self.offsets: dict[str, dict[int, int]] = {}
+        self.consumer = None  # world-model and evaluation topics; opened by setup()
+        self.batch_consumer = None  # the policy-batch topic, polled only when there is room
+        self.seen_batches = BoundedSet()
+        self.seen_wm = BoundedSet(500_000)
+        self.wm_buffer: deque = deque(maxlen=20_000)
+        self.wm_fresh: deque = deque(maxlen=256)
+        self.wm_terminal: deque = deque(maxlen=5_000)  # the buffer's done steps
+        self.eval_window: deque = deque(maxlen=64)
+        self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
+        self.batches_consumed = 0
+        self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
+        self.last_ckpt_time = time.time()
+        self.embedder = None
+        if cfg.trainer.infonce_weight > 0:
+            from models.lm.embedder import default_embedder
+
+            self.embedder = default_embedder()
+
+    # --- setup and resume -------------------------------------------------------
+    def setup(self) -> None:
+        torch.manual_seed(self.cfg.model.seed)
+        random.seed(self.cfg.model.seed)
+        lat = self.resume_point("policy")
+        dirs: dict[str, Path] = {}
+        manifest = None
+        if lat is not None:
+            for kind in KINDS:
+                kl = self.resume_point(kind) if kind != "policy" else lat
+                if kl is None:
+                    continue
+                dest = self.work / f"resume-{kind}"
+                m = self.store.download(kind, kl["version"], dest, kl["manifest_sha256"])
+                dirs[kind] = dest
+                M.TRAINER_VERSION.labels(self.run, kind).set(kl["version"])  # shown at once
+                if kind == "policy":
+                    manifest = m
+            self.version = lat["version"]
+        elif self.cfg.trainer.init_from:
+            dirs = self._init_dirs(self.cfg.trainer.init_from)
+        wm_dir = dirs.get("world_model") and dirs["world_model"] / "hf"
+        if lat is None and self.cfg.trainer.wm_init_from:  # a fresh run: the offline world model
+            wm_dir = wm_init_dir(self.cfg.trainer.wm_init_from)
+            log.info("world model initialised from %s", wm_dir)
+        models = build_models(self.cfg, dirs.get("policy") and dirs["policy"] / "hf", wm_dir)
+        self.policy_model, self.tokenizer = models["policy"]
+        self.preparer = BatchPreparer(
+            self.tokenizer, self.cfg.model.max_positions, self.cfg.trainer.policy_temperature
+        )
+        self.wm_model, self.wm_tokenizer = models["world_model"]
+        tc = self.cfg.trainer
+        self.p_engine = trainer_engine(
+            self.policy_model, tc, "policy"
+        )  # lr schedule: restored by load_checkpoint
+        self.w_engine = trainer_engine(self.wm_model, tc, "world_model")
+        if manifest is not None:
+            for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
+                state = dirs.get(kind, Path("/nonexistent")) / "state"
+                if state.exists():
+                    engine.load_checkpoint(str(state), tag="ds", load_module_strict=True)
+            extra = manifest.get("extra", {})
+            self.policy_steps = int(extra.get("policy_steps", 0))
+            self.wm_steps = int(extra.get("wm_steps", 0))
+            # what the checkpoint's offsets stand for: the stream workers' back-pressure compares
+            # their batches with these counts, so they must not restart from 0 with the trainer
+            # (after a trainer and a worker restart the lag stayed over its bound for good and the
+            # worker emitted no batch again: found by the soak, docs/reliability.md)
+            self.batches_consumed = int(extra.get("batches_consumed", 0))
+            self.consumed_by_worker = {
+                str(w): int(n) for w, n in (extra.get("consumed_by_worker") or {}).items()
+            }
+            self.offsets = {
+                t: {int(p): int(o) for p, o in parts.items()}
+                for t, parts in manifest.get("offsets", {}).items()
+            }
+            log.info(
+                "resumed from v%d (policy step %d, offsets %s)",
+                self.version,
+                self.policy_steps,
+                self.offsets,
+            )
+        else:
+            self.checkpoint()  # version 0 before the first step
+        self._open_consumer()
+
+    def _init_dirs(self, spec: str) -> dict[str, Path]:
+        """Download another run's checkpoint (``RUN`` = its LATEST, or ``RUN:VERSION``) as the
+        initial weights of this fresh run; the optimizer starts fresh, versions start at 0."""
+        src_run, _, ver = spec.partition(":")
+        src = CheckpointStore(self.store.client, self.cfg.s3.bucket, src_run)
+        dirs: dict[str, Path] = {}
+        for kind in KINDS:
+            if ver:
+                entry = {"version": int(ver), "manifest_sha256": None}
+            else:
+                entry = src.latest(kind)
+            if entry is None:
+                if kind == "policy":
+                    raise RuntimeError(
+                        f"trainer.init_from={spec!r}: run {src_run!r} has no policy checkpoint"
+                    )
+                continue
+            dest = self.work / f"init-{kind}"
+            src.download(kind, int(entry["version"]), dest, entry.get("manifest_sha256"))
+            dirs[kind] = dest
+        log.info("initialised from %s (%s)", spec, ", ".join(dirs))
+        return dirs
+
+    def resume_point(self, kind: str) -> dict | None:
+        """The version to resume ``kind`` from: ``LATEST``, or with ``gate.enabled`` the newest version
+        this trainer wrote (a rejected candidate still holds the trainer's newest weights)."""
+        return self.store.newest(kind) if self.cfg.gate.enabled else self.store.latest(kind)
+
+    def _open_consumer(self) -> None:
+        """Two consumers assigned by hand at the checkpoint's offsets (or the beginning): the
+        world-model topics', and the policy batches' (``poll_into`` says when each is polled)."""
+        self.consumer = make_consumer(self.cfg.kafka, max_poll_records=64)
+        self.batch_consumer = make_consumer(self.cfg.kafka, max_poll_records=PENDING_BATCHES)
+        self._assign(self.consumer, (self.topics.world_model, self.topics.world_model_eval))
+        self._assign(self.batch_consumer, (self.topics.policy_batches,))
+
+    def _assign(self, consumer: Any, topics: tuple) -> None:
+        tps = assignable(consumer, topics)
+        consumer.assign(tps)
+        for tp in tps:
+            off = self.offsets.get(tp.topic, {}).get(tp.partition)
+            if off is None:
+                consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, off)
+
+    # --- checkpoints --------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Write both models as ``self.version`` (upload and announcement retried through S3 and
+        broker outages: ``models.checkpoints.writer``)."""
+        t0 = time.time()
+        cfg_dict = self.cfg.to_dict()
+        extra = {
+            "policy_steps": self.policy_steps,
+            "wm_steps": self.wm_steps,
+            "batches_consumed": self.batches_consumed,
+            "consumed_by_worker": dict(self.consumed_by_worker),
+            "wm_gate": self.fidelity_window.summary(),  # models/dream/gate.py
+        }
+        gated = self.cfg.gate.enabled
+        to_announce = []
+        for kind, engine, tok in (
+            ("policy", self.p_engine, self.tokenizer),
+            ("world_model", self.w_engine, self.wm_tokenizer),
+        ):
+            d = self.work / f"ckpt-{kind}-{self.version}"
+            if d.exists():
+                shutil.rmtree(d)
+            (d / "hf").mkdir(parents=True)
+            engine.module.save_pretrained(str(d / "hf"))
+            tok.save_pretrained(str(d / "hf"))
+            engine.save_checkpoint(str(d / "state"), tag="ds")
+            # gated: a candidate (LATEST stays; `dynaweb gate` decides), except the very first version
+            publish = not gated or self.writer.latest(kind) is None
+            saved = self.writer.upload(
+                kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish
+            )
+            if publish:
+                to_announce.append(saved)
+            M.TRAINER_VERSION.labels(self.run, kind).set(self.version)
+            M.TRAINER_CKPT_TIME.labels(self.run, kind).set(time.time())
+            shutil.rmtree(d)
+        # announced once both are LATEST: a reader woken by the first loads the pair at once
+        for saved in to_announce:
+            self.writer.announce(saved)
+            if gated:
+                reason = "first version (no LATEST yet)"
+                decision = {"decision": "promoted", "by": "trainer", "reason": reason}
+                self.writer.write_decision(saved.kind, self.version, decision)
+        self.writer.flush()
+        self.writer.prune(self.cfg.trainer.keep_checkpoints)
+        self.last_ckpt_time = time.time()
+        M.TRAINER_PHASE.labels(self.run, "checkpoint").observe(time.time() - t0)
+        log.info(
+            "checkpoint v%d written in %.2fs%s",
+            self.version,
+            time.time() - t0,
+            " (candidate: the gate decides whether it becomes LATEST)" if gated else "",
+        )
+
+    # --- data ----------------------------------------------------------------
+    def poll(self, timeout_ms: int, consumer: Any = None, max_records: int | None = None) -> list:
+        """New training batches as (batch, topic, partition, next offset).
+
+        The offset of a policy batch only counts as consumed once the batch is trained
+        (``policy_step``), so a checkpoint's offsets never skip a batch that was polled
+        but not yet trained.  World-model transitions count when they enter the replay.
+        """
+        batches = []
+        kw = {} if max_records is None else {"max_records": max_records}
+        polled = (consumer or self.consumer).poll(timeout_ms=timeout_ms, **kw)
+        for tp, msgs in polled.items():
+            for m in msgs:
+                is_batch = tp.topic == self.topics.policy_batches
+                if not is_batch:
+                    self.offsets.setdefault(tp.topic, {})[tp.partition] = m.offset + 1
+                skip = (
+                    None,
+                    tp.topic,
+                    tp.partition,
+                    m.offset + 1,
+                )  # consumed in order, nothing to train
+                if m.value is None or is_control(m.value):
+                    if is_batch:
+                        batches.append(skip)
+                    continue
+                try:
+                    if is_batch:
+                        b = records.decode(m.value, expect="training_batch")
+                        if self.seen_batches.add(b.batch_id):
+                            batches.append((b, tp.topic, tp.partition, m.offset + 1))
+                        else:
+                            M.TRAINER_DUPES.labels(self.run, "policy").inc()
+                            batches.append(skip)
+                    else:
+                        t = records.decode(m.value, expect="transition")
+                        if t.source == "dream":
+                            continue  # the world model never trains on dreams
+                        if tp.topic == self.topics.world_model_eval:
+                            self.eval_window.append(t)
+                        elif self.seen_wm.add(t.key):
+                            self.wm_buffer.append(t)
+                            self.wm_fresh.append(t)
+                            if t.done:
+                                self.wm_terminal.append(t)
+                        else:
+                            M.TRAINER_DUPES.labels(self.run, "world_model").inc()
+                except records.RecordError as e:  # the stream worker validated; count and go on
+                    log.warning("skipping invalid record on %s@%d: %s", tp.topic, m.offset, e)
+                    M.CLIENT_ERRORS.labels(self.run, "trainer", "decode").inc()
+                    if is_batch:
+                        batches.append(skip)
+        return batches
+
+    def _advance(self, topic: str, partition: int, offset: int) -> None:
+        parts = self.offsets.setdefault(topic, {})
+        parts[partition] = max(parts.get(partition, 0), offset)
+
+    # --- steps ----------------------------------------------------------------
+    def policy_step(self, item: tuple) -> bool:
+        """Train one polled batch; False when nothing was trained (a skipped record, or a mixed batch whose
+        online trajectories were all stale: it is skipped whole, so stale batches cost no optimizer step and
+        move no version, and the trainer catches up with a backlog instead of making it staler)."""
+        from models.train.learner import policy_update
+
+        batch, topic, partition, next_offset = item
+        if batch is None:
+            self._advance(topic, partition, next_offset)
+            return False
+        t0 = time.time()
+        all_trajs, prepared = self.preparer.take(batch) if self.preparer else (batch.trajs(), None)
+        trajs = self.drop_stale(all_trajs)
+        if batch.kind == "mixed" and all(t.source == "expert" for t in trajs):
+            M.TRAINER_BATCH_KIND.labels(self.run, "stale_skipped").inc()
+            self._count_consumed(batch)
+            self._advance(topic, partition, next_offset)
+            return False
+        self.p_engine.train()
+        loss, stats, gn, t1 = policy_update(
+            self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model, prepared
+        )
+        t2 = time.time()
+        self.policy_steps += 1
+        M.TRAINER_STEPS.labels(self.run, "policy").inc()
+        M.TRAINER_BATCH_KIND.labels(self.run, batch.kind).inc()
+        for t in trajs:
+            M.TRAINER_SAMPLES.labels(self.run, "policy", t.source).inc()
+        M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
+        M.TRAINER_LR.labels(self.run, "policy").set(current_lr(self.p_engine))
+        M.TRAINER_LOSS.labels(self.run, "policy", "total").set(float(loss.detach()))
+        _export_stats(self.run, stats)
+        export_source_stats(self.run, stats)
+        M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
+        M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
+        self._count_consumed(batch)
+        self._advance(topic, partition, next_offset)
+        return True
+
+    def _count_consumed(self, batch: records.TrainingBatch) -> None:
+        self.batches_consumed += 1
+        self.consumed_by_worker[batch.worker_id] = (
+            self.consumed_by_worker.get(batch.worker_id, 0) + 1
+        )
+
+    def drop_stale(self, trajs: list[records.Trajectory]) -> list[records.Trajectory]:
+        """Staleness enforced where samples are used: non-expert trajectories made by a policy older
+        than ``version - stream.max_staleness`` are dropped and counted (batches may have waited in
+        Kafka and in this trainer since the stream worker checked them)."""
+        floor = self.version - int(self.cfg.stream.max_staleness)
+        kept = []
+        for t in trajs:
+            if t.source != "expert" and t.policy_version < floor:
+                M.TRAINER_STALE.labels(self.run, t.source).inc()
+            else:
+                kept.append(t)
+        return kept
+
+    def wm_step(self) -> None:
+        from models.train.learner import world_model_batch, world_model_update
+
+        n = self.cfg.trainer.wm_batch
+        share = self.cfg.trainer.wm_terminal_share
+        batch = world_model_batch(self.wm_fresh, self.wm_buffer, self.wm_terminal, n, share)
+        if not batch:
+            return
+        t0 = time.time()
+        self.w_engine.train()
+        loss, stats, gn = world_model_update(
+            self.w_engine,
+            self.wm_tokenizer,
+            batch,
+            self.cfg.trainer,
+            self.embedder,
+            self.cfg.dream.max_change_tokens,
+        )
+        self.wm_steps += 1
+        M.TRAINER_STEPS.labels(self.run, "world_model").inc()
+        for t in batch:
+            M.TRAINER_SAMPLES.labels(self.run, "world_model", t.source).inc()
+        M.TRAINER_GRAD_NORM.labels(self.run, "world_model").set(gn)
+        M.TRAINER_LR.labels(self.run, "world_model").set(current_lr(self.w_engine))
+        for k in ("lm_loss", "infonce", "reward_head_loss", "done_head_loss"):
+            if k in stats:
+                M.TRAINER_LOSS.labels(self.run, "world_model", k.removesuffix("_loss")).set(
+                    float(stats[k])
+                )
+        M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
+        M.TRAINER_PHASE.labels(self.run, "world_model_step").observe(time.time() - t0)
+
+    def report_fidelity(self) -> None:
+        if not self.eval_window:
+            return
+        from models.world_model.model import WorldModelRunner
+        from models.world_model.scores import fidelity
+
+        sample = list(self.eval_window)[-8:]
+        self.w_engine.eval()
+        runner = WorldModelRunner(self.w_engine.module, self.wm_tokenizer, self.cfg.dream)
+        from core.spaces import Observation, parse_action
+
+        preds = runner.predict(
+            [Observation.from_dict(t.obs) for t in sample], [parse_action(t.action) for t in sample]
+        )
+        fid = fidelity(
+            preds,
+            [Observation.from_dict(t.next_obs) for t in sample],
+            [t.reward for t in sample],
+            [t.done for t in sample],
+        )
+        self.fidelity_window.add(preds, [t.next_obs["tree"] for t in sample])
+        # the gate's window (the last wm_gate.WINDOW checked transitions), beside this check's 8
+        for k, v in self.fidelity_window.summary().items():
+            M.TRAINER_FIDELITY.labels(self.run, f"window_{k}").set(float(v))
+        for k, v in fid.items():
+            if isinstance(v, int | float):
+                M.TRAINER_FIDELITY.labels(self.run, k).set(float(v))
+
+    def publish_progress(self) -> None:
+        self.pub.send(
+            self.topics.control,
+            records.Control(
+                self.run,
+                "consumed",
+                "trainer",
+                float(self.batches_consumed),
+                info={
+                    "policy_steps": self.policy_steps,
+                    "version": self.version,
+                    "by_worker": dict(self.consumed_by_worker),
+                },
+            ),
+        )
+
+    # --- loop --------------------------------------------------------------------
+    def loop(self) -> None:
+        tc = self.cfg.trainer
+        last_progress = 0.0
+        pending: deque = deque()
+        while not self.stop.is_set():
+            t0 = time.time()
+            self.poll_into(pending)
+            did = False
+            while pending and pending[0][0] is None:
+                self.policy_step(pending.popleft())  # skipped records: advance the offset only
+            item = pending.popleft() if pending else None
+            if self.preparer is not None:
+                self.preparer.prepare(pending)  # the next batch, while this one trains
+            if item is not None and self.policy_step(item):
+                did = True
+                due = self.policy_steps % tc.checkpoint_every == 0
+                if due or time.time() - self.last_ckpt_time > tc.checkpoint_every_s:
+                    self.version += 1
+                    self.report_fidelity()
+                    self.checkpoint()
+            if self.wm_buffer and tc.train_world_model and self._wm_due():
+                self.wm_step()
+                did = True
+            if not did:
+                M.TRAINER_IDLE.labels(self.run).inc(time.time() - t0)
+            if time.time() - last_progress > 1.0:
+                self.publish_progress()
+                last_progress = time.time()
+            self.pub.check()
+            if tc.max_steps and self.policy_steps >= tc.max_steps:
+                log.info("reached max_steps=%d", tc.max_steps)
+                break
+
+    def poll_into(self, pending: deque) -> None:
+        """Poll on every iteration: the world-model topics always, the policy batches only while
+        fewer than ``PENDING_BATCHES`` wait in ``pending`` (a lagging trainer leaves its backlog in
+        Kafka, not in memory).
+
+        Two consumers, not one with pause/resume: a kafka-python consumer on the embedded broker
+        never fetched a resumed partition again (the soak: no policy step for 20 minutes after a
+        broker restart; docs/reliability.md); and one consumer hands out one partition's records
+        before the next's, so a backlog starved world-model training (test_trainer_interleaving)."""
+        room = PENDING_BATCHES - len(pending)
+        idle = not (pending or self.wm_buffer)
+        if room > 0:
+            pending.extend(
+                self.poll(250 if idle else 0, consumer=self.batch_consumer, max_records=room)
+            )
+        idle = not (pending or self.wm_buffer)
+        pending.extend(self.poll(timeout_ms=250 if idle else 0))
+
+    def _wm_due(self) -> bool:
+        """World-model steps run whenever there is time, or (``wm_steps_per_policy_step`` > 0) at a
+        fixed ratio to policy steps, so a run's world model does not depend on the machine's speed."""
+        r = self.cfg.trainer.wm_steps_per_policy_step
+        return r <= 0 or self.wm_steps < r * max(1, self.policy_steps)
+
+    def close(self) -> None:
+        if self.preparer is not None:
+            self.preparer.close()
+        try:
+            if self.batch_consumer is not None:
+                self.batch_consumer.close()
+        finally:
+            close_component(self.consumer, self.pub, self.work)
+
+
+def export_source_stats(run: str, stats: dict) -> None:
+    """What the policy loss learned from, per source (``models.policy.loss.source_stats``): running totals
+    and the last batch's nonzero-advantage share; trajectories without a group are counted only."""
+    groups = nonzero = 0
+    for src, s in stats.get("by_source", {}).items():
+        M.GSPO_TRAJ.labels(run, src).inc(s["trajectories"])
+        M.GSPO_GROUPS.labels(run, src).inc(s["groups"])
+        M.GSPO_GROUPS_NONZERO.labels(run, src).inc(s["groups_nonzero"])
+        M.GSPO_ADV_ABS.labels(run, src).inc(s["adv_abs_sum"])
+        M.GSPO_CLIPPED.labels(run, src).inc(s["clipped"])
+        M.GSPO_RATIO_SUM.labels(run, src).inc(s["ratio_sum"])
+        if s["groups"]:
+            M.TRAINER_SOURCE_NONZERO.labels(run, src).set(s["groups_nonzero"] / s["groups"])
+        groups += s["groups"]
+        nonzero += s["groups_nonzero"]
+    if groups:
+        M.TRAINER_NONZERO_ADV.labels(run).set(nonzero / groups)
+    for src, n in stats.get("ungrouped", {}).items():
+        M.TRAINER_UNGROUPED.labels(run, src).inc(n)
+
+
+def _export_stats(run: str, stats: dict) -> None:
+    """Map ``models.policy.loss.policy_batch_loss`` stats onto the declared trainer metrics."""
+    for k, v in stats.items():
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            continue
+        if k.startswith("ratio_"):
+            M.TRAINER_RATIO.labels(run, k.removeprefix("ratio_")).set(v)
+        elif k == "clip_frac":
+            M.TRAINER_CLIP_FRAC.labels(run).set(v)
+        elif k == "kl":
+            M.TRAINER_KL.labels(run).set(v)
+        elif k == "nonzero_adv_share":
+            M.TRAINER_NONZERO_ADV.labels(run).set(v)
+        elif k.endswith("_loss"):
+            M.TRAINER_LOSS.labels(run, "policy", k.removesuffix("_loss")).set(v)
+
+
+def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
+    stop = start_component(cfg, "trainer", f"trainer-{cfg.run_id}", stop)
+    M.TRAINER_IDLE.labels(cfg.run_id)  # export 0 before the first idle wait
+    for src in (
+        "real",
+        "dream",
+    ):  # the per-source report exists (at 0) before the first group arrives
+        for m in (
+            M.GSPO_TRAJ,
+            M.GSPO_GROUPS,
+            M.GSPO_GROUPS_NONZERO,
+            M.GSPO_ADV_ABS,
+            M.GSPO_CLIPPED,
+            M.GSPO_RATIO_SUM,
+            M.TRAINER_STALE,
+            M.TRAINER_UNGROUPED,
+        ):
+            m.labels(cfg.run_id, src)
+    tr = Trainer(cfg, stop)
+    try:
+        tr.setup()
+        tr.loop()
+    finally:
+        tr.close()
+    return tr

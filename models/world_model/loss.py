@@ -1,0 +1,373 @@
+"""Transitions -> the world model's loss (model forward passes only; no Kafka, S3 or DeepSpeed here).
+
+``world_model_batch_loss``: target = ``change_target`` (why + edit script from
+``diff_to_change`` + reward + done) + eos; loss = token likelihood +
+``infonce_weight`` * InfoNCE(page_head(mean hidden over the change tokens),
+frozen MiniLM embedding of the real next page, other distinct pages of the batch
+as negatives) + ``wm_head_weight`` * (class-balanced CE of ``reward_head`` on task
+success + the same of ``done_head`` on done), both heads on the mean hidden state
+over the acted element's page line and the action (``models.world_model.model.head_positions``).
+Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
+With ``backward=True`` a batch larger than ``chunk_rows`` runs in micro-batches
+(``_wm_loss_chunked``: GradCache for the InfoNCE term), with the whole batch's gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from core.config.runtime import TrainerConfig
+from core.spaces import Observation
+from models.lm.prompts import world_model_prompt_ids
+from models.lm.tokenizer import encode, pad_id
+from models.losses import (
+    balanced_cross_entropy,
+    class_balanced_weights,
+    info_nce,
+    lm_loss,
+    task_success_reward,
+)
+from models.world_model.lines import line_positions
+from models.world_model.model import (
+    HEADS,
+    change_target,
+    head_input,
+    head_positions,
+    mark_heads_trained,
+    try_parse_action,
+)
+from models.world_model.proposals import change_label
+
+INFONCE_TEMPERATURE = 0.1
+
+
+def _pad_rows(rows: list[list[int]], pad: int) -> torch.Tensor:
+    T = max(len(r) for r in rows)
+    out = torch.full((len(rows), T), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r)
+    return out
+
+
+def _wm_rows(
+    tokenizer: Any, transitions: list, max_pos: int, max_change_tokens: int
+) -> tuple[list, list, int]:
+    """(rows of (prompt ids, target ids + eos), real next trees, number of ``page`` targets)."""
+    eos = int(tokenizer.eos_token_id)
+    rows, next_trees, n_page = [], [], 0
+    for t in transitions:
+        obs, nxt = Observation.from_dict(t.obs), Observation.from_dict(t.next_obs)
+        text = change_target(obs, nxt, float(t.reward), bool(t.done))
+        n_page += text.split("\n", 2)[1:2] == ["page"]
+        target = (encode(tokenizer, text) + [eos])[: max_pos // 2]
+        reserve = max(max_change_tokens, len(target))
+        rows.append((world_model_prompt_ids(tokenizer, obs, t.action, max_pos, reserve), target))
+        next_trees.append(nxt.tree)
+    return rows, next_trees, n_page
+
+
+def _wm_forward(
+    model: Any, tokenizer: Any, rows: list, hidden: bool, heads: bool = False
+) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:
+    """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None,
+    the reward/done heads' input | None (``heads``: ``models.world_model.model.head_input``))."""
+    was_training = model.training
+    model.train()
+    try:
+        ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
+        dev = next(model.parameters()).device
+        out = model(input_ids=ids.to(dev), use_cache=False, output_hidden_states=hidden or heads)
+    finally:
+        model.train(was_training)
+    T = ids.shape[1]
+    labels = torch.zeros(len(rows), T - 1, dtype=torch.long, device=dev)
+    mask = torch.zeros(len(rows), T - 1, device=dev)
+    for i, (p, c) in enumerate(rows):
+        labels[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(c, device=dev)
+        mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1.0
+    pooled = None
+    if hidden:
+        tmask = torch.zeros(len(rows), T, device=dev)
+        for i, (p, c) in enumerate(rows):
+            tmask[i, len(p) : len(p) + len(c)] = 1.0
+        h = out.hidden_states[-1]
+        pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
+    last = None
+    if heads:  # the heads' input, as WorldModelRunner's prefill reads it
+        pos = [head_positions(tokenizer, p) for p, _ in rows]
+        lines = line_positions(model, [p for p, _ in rows])
+        last = head_input(out.hidden_states[-1], pos, model, lines)
+    return out, labels, mask, pooled, last
+
+
+def _wm_head_targets(
+    transitions: list, dev: Any, model: Any = None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """head name -> (labels, whole-batch weights): reward_head = task success
+    (``task_success_reward(raw) > 0``), done_head = done, class-balanced; change_head (when the
+    model has one) = the kind of proposal that is the real next page
+    (``models.world_model.proposals.change_label``), uniform weights."""
+    succ = torch.tensor(
+        [int(task_success_reward(float(t.reward)) > 0) for t in transitions], device=dev
+    )
+    done = torch.tensor([int(bool(t.done)) for t in transitions], device=dev)
+    out = {
+        name: (y, class_balanced_weights(y, 2)) for name, y in zip(HEADS, (succ, done), strict=True)
+    }
+    if getattr(model, "change_head", None) is not None:  # plain CE: a uniform mean over the batch
+        kinds = torch.tensor(
+            [
+                change_label(
+                    Observation.from_dict(t.obs), try_parse_action(t.action), t.next_obs["tree"]
+                )
+                for t in transitions
+            ],
+            device=dev,
+        )
+        out["change_head"] = (
+            kinds,
+            torch.full((len(transitions),), 1.0 / len(transitions), device=dev),
+        )
+    return out
+
+
+def _wm_head_loss(
+    model: Any, last: torch.Tensor, targets: dict, idx: list[int]
+) -> tuple[torch.Tensor, dict]:
+    """Sum over the heads of their class-balanced CE on rows ``idx`` (weights of the whole batch, so
+    micro-batches add up to the whole batch's loss) -> (loss, {name: (loss, weighted correct)})."""
+    sel = torch.tensor(idx, device=last.device)
+    total, parts = last.new_zeros((), dtype=torch.float32), {}
+    for name, (y, w) in targets.items():
+        loss, st = balanced_cross_entropy(getattr(model, name)(last), y[sel], w[sel])
+        total = total + loss
+        parts[name] = (float(loss.detach()), st["acc"])
+    return total, parts
+
+
+def _wm_head_metrics(parts: dict, targets: dict) -> dict:
+    out = {}
+    for name, (loss, acc) in parts.items():
+        k = name.removesuffix("_head")
+        out.update(
+            {
+                f"{k}_head_loss": loss,
+                f"{k}_head_acc": acc,
+            }
+        )
+        if name != "change_head":
+            out[f"{k}_positive_share"] = float(targets[name][0].float().mean())
+    return out
+
+
+def _distinct(next_trees: list[str]) -> list[int]:
+    """Index of the first row of each distinct next page (the InfoNCE rows)."""
+    first: dict[str, int] = {}
+    for i, tr in enumerate(next_trees):
+        first.setdefault(tr, i)
+    return list(first.values())
+
+
+def wm_chunks(rows: list, chunk_rows: int) -> list[list[int]]:
+    """Row indices in micro-batches of ``chunk_rows``, rows of similar length together (little padding)."""
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
+    n = max(1, int(chunk_rows))
+    return [order[i : i + n] for i in range(0, len(order), n)]
+
+
+def world_model_batch_loss(
+    model: Any,
+    tokenizer: Any,
+    transitions: list,
+    cfg: TrainerConfig,
+    embedder: Any = None,
+    max_change_tokens: int = 160,
+    backward: bool = False,
+    chunk_rows: int = 8,
+    backward_fn: Callable | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """Change-text likelihood + infonce_weight * InfoNCE + wm_head_weight * (reward head CE + done
+    head CE) (see module doc).
+
+    The heads (``reward_head``: task success, ``done_head``: done, on ``head_input``: the mean
+    hidden state over the acted element's page line and the action) are trained from the transition's reward and done whatever the change text is
+    (no parsing, no truncation); each is a class-balanced cross-entropy
+    (``models.losses.balanced_cross_entropy``: every row weighted by the inverse of its class's
+    count in the batch, weights summing to 1).  Metrics ``reward_head_acc``/``done_head_acc`` are
+    the balanced accuracies on the batch.  With gradients enabled the model is then marked
+    ``heads_trained`` (``models.world_model.model.mark_heads_trained``: ``predict`` uses the heads).
+
+    ``backward=True``: the batch runs in micro-batches of ``chunk_rows`` rows
+    (sorted by length), each one forward + ``backward_fn`` (default
+    ``loss.backward()``), so only one micro-batch's graph is alive at a time (peak
+    memory ~ ``chunk_rows`` rows instead of the batch); the gradient is the one of
+    the whole-batch loss.  The LM term is a mean over all target tokens, so each
+    micro-batch's mean is weighted by its share of the tokens.  The InfoNCE term
+    couples the rows (the other pages are the negatives), so it is done the
+    GradCache way: one no-grad pass pools every row, the InfoNCE loss and its
+    gradient w.r.t. the pooled vectors are computed on them, and each
+    micro-batch then back-propagates ``<pooled, that gradient>`` along with its
+    LM term (the RNG state of each micro-batch is replayed, so even with dropout
+    both passes agree).  A batch of at most ``chunk_rows`` rows is one plain
+    forward + backward.  The returned loss is then a detached tensor.  The head terms are sums
+    over rows with whole-batch class weights, so each micro-batch adds its rows' share.
+    """
+    max_pos = int(model.config.max_position_embeddings)
+    rows, next_trees, n_page = _wm_rows(tokenizer, transitions, max_pos, max_change_tokens)
+    head = getattr(model, "page_head", None)
+    use_nce = embedder is not None and head is not None and cfg.infonce_weight > 0
+    keep = _distinct(next_trees) if use_nce else []
+    use_nce = use_nce and len(keep) >= 2
+    head_w = float(cfg.wm_head_weight)
+    dev = next(model.parameters()).device
+    targets = (
+        _wm_head_targets(transitions, dev, model)
+        if head_w > 0 and all(getattr(model, n, None) is not None for n in HEADS)
+        else {}
+    )
+    if targets and torch.is_grad_enabled():
+        mark_heads_trained(model)
+        if "change_head" in targets:
+            model.config.wm_change_head_trained = True
+    if backward and len(rows) > max(1, int(chunk_rows)):
+        return _wm_loss_chunked(
+            model,
+            tokenizer,
+            rows,
+            next_trees,
+            n_page,
+            keep if use_nce else [],
+            cfg,
+            embedder,
+            chunk_rows,
+            backward_fn or (lambda x: x.backward()),
+            targets,
+            head_w,
+        )
+    out, labels, mask, pooled, last = _wm_forward(
+        model, tokenizer, rows, hidden=use_nce, heads=bool(targets)
+    )
+    loss_lm = lm_loss(out.logits[:, :-1], labels, mask)
+    loss = loss_lm
+    metrics = {
+        "lm_loss": float(loss_lm.detach()),
+        "infonce": 0.0,
+        "infonce_acc": 0.0,
+        "n": len(rows),
+        "target_tokens_mean": float(mask.sum()) / max(1, len(rows)),
+        "page_fraction": n_page / max(1, len(rows)),
+    }
+    if use_nce:
+        pred = head(pooled[keep])
+        target = embedder.embed([next_trees[i] for i in keep]).to(dev)
+        loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
+        loss = loss + cfg.infonce_weight * loss_nce
+        metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
+    if targets:
+        loss_h, parts = _wm_head_loss(model, last, targets, list(range(len(rows))))
+        loss = loss + head_w * loss_h
+        metrics.update(_wm_head_metrics(parts, targets))
+    metrics["loss"] = float(loss.detach())
+    if backward:  # one micro-batch: the plain backward (no GradCache pre-pass needed)
+        (backward_fn or (lambda x: x.backward()))(loss)
+        metrics["chunks"] = 1
+        return loss.detach(), metrics
+    return loss, metrics
+
+
+def _rng_state() -> tuple:
+    return torch.get_rng_state(), (
+        torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    )
+
+
+def _set_rng_state(state: tuple) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def _wm_loss_chunked(
+    model: Any,
+    tokenizer: Any,
+    rows: list,
+    next_trees: list,
+    n_page: int,
+    keep: list[int],
+    cfg: TrainerConfig,
+    embedder: Any,
+    chunk_rows: int,
+    backward_fn: Callable,
+    targets: dict | None = None,
+    head_w: float = 0.0,
+) -> tuple[torch.Tensor, dict]:
+    chunks = wm_chunks(rows, chunk_rows)
+    n_tok = sum(len(c) for _, c in rows)
+    dev = next(model.parameters()).device
+    head = model.page_head if keep else None
+    states: list = []
+    grad_pooled: dict[int, torch.Tensor] = {}
+    nce_head = None
+    metrics = {"infonce": 0.0, "infonce_acc": 0.0}
+    if keep:
+        pooled_all: list[torch.Tensor | None] = [None] * len(rows)
+        with torch.no_grad():
+            for ch in chunks:
+                states.append(_rng_state())
+                _, _, _, pooled, _ = _wm_forward(
+                    model, tokenizer, [rows[i] for i in ch], hidden=True
+                )
+                for k, i in enumerate(ch):
+                    pooled_all[i] = pooled[k]
+        leaf = torch.stack([pooled_all[i] for i in keep]).detach().requires_grad_(True)  # type: ignore[misc]
+        target = embedder.embed([next_trees[i] for i in keep]).to(dev)
+        loss_nce, st = info_nce(head(leaf), target, INFONCE_TEMPERATURE)
+        (g,) = torch.autograd.grad(cfg.infonce_weight * loss_nce, leaf)
+        grad_pooled = {i: g[k] for k, i in enumerate(keep)}
+        nce_head = (leaf.detach(), target)
+        metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
+    total_lm = 0.0
+    head_parts: dict[str, list[float]] = {name: [0.0, 0.0] for name in targets or {}}
+    for c, ch in enumerate(chunks):
+        if states:
+            _set_rng_state(states[c])
+        out, labels, mask, pooled, last = _wm_forward(
+            model, tokenizer, [rows[i] for i in ch], hidden=bool(keep), heads=bool(targets)
+        )
+        w = float(mask.sum()) / max(1, n_tok)
+        loss_c = lm_loss(out.logits[:, :-1], labels, mask)
+        total_lm += w * float(loss_c.detach())
+        part = w * loss_c
+        sel = [k for k, i in enumerate(ch) if i in grad_pooled]
+        if sel:
+            g = torch.stack([grad_pooled[ch[k]] for k in sel])
+            part = part + (pooled[sel] * g).sum()
+        if c == 0 and nce_head is not None:  # the page head's own gradient (its input held fixed)
+            part = (
+                part
+                + cfg.infonce_weight
+                * info_nce(head(nce_head[0]), nce_head[1], INFONCE_TEMPERATURE)[0]
+            )
+        if targets:  # this micro-batch's rows' share of the heads' whole-batch weighted CE
+            loss_h, parts = _wm_head_loss(model, last, targets, ch)
+            part = part + head_w * loss_h
+            for name, (lo, acc) in parts.items():
+                head_parts[name][0] += lo
+                head_parts[name][1] += acc
+        backward_fn(part)
+    loss = total_lm + (cfg.infonce_weight * metrics["infonce"] if keep else 0.0)
+    if targets:
+        metrics.update(_wm_head_metrics({n: tuple(v) for n, v in head_parts.items()}, targets))
+        loss += head_w * sum(v[0] for v in head_parts.values())
+    metrics.update(
+        lm_loss=total_lm,
+        n=len(rows),
+        target_tokens_mean=n_tok / max(1, len(rows)),
+        page_fraction=n_page / max(1, len(rows)),
+        loss=loss,
+        chunks=len(chunks),
+    )
+    return torch.tensor(loss), metrics
