@@ -18,7 +18,7 @@ def start_component(
     torch.set_num_threads(cfg.threads)
     # denormal floats (values decaying below float32's normal range during training; which
     # tensors hold them was not traced) cost x86 cores 10-100x per operation: a policy step
-    # became 2-4x slower after ~10 updates (`dynaweb bench train --stream`, session 10); threads
+    # became 2-4x slower after ~10 updates (`dynaweb bench train --stream`, before `04bc4a2`); threads
     # started later (torch's pool among them) inherit the setting from this one
     torch.set_flush_denormal(True)
     stop = stop or threading.Event()

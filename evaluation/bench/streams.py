@@ -415,7 +415,7 @@ def run_bench(
             "raw_tps": round(raw),
             # kafka-python checks each batch's CRC-32C in pure Python unless the optional `crc32c`
             # package is installed (it is not a dependency): with it, the raw consumer read 97k/s
-            # against 48-62k/s without (docs/performance.md, session 10)
+            # against 48-62k/s without (docs/results/performance, at `d027775`)
             "raw_crc32c": raw_crc32c(),
             "raw_aiokafka_tps": round(raw_aio),
             "worker_tps": round(worker_tps),

@@ -11,7 +11,7 @@ nothing about what was asked: whether the asked option is the selected one (choo
 the asked boxes are the checked ones (click-checkboxes).  With the exact-match feature those
 tasks stayed at a terminal reward balanced accuracy of 0.54-0.65 while the others rose above
 0.90; the lines the instruction names are where the answer is.  A learned pool over the whole
-prompt (4 queries, session 17) did not find them (0.52-0.62).
+prompt (4 queries, `a300028`, reverted) did not find them (0.52-0.62).
 
 **Counts** (``ModelConfig.wm_head_counts``, on by default): a mean says which share of the named
 lines is in a state, not how many, and says nothing of the lines the instruction does not name.
@@ -24,15 +24,16 @@ linear head on these can compute the count's sign.  Why the max and not the mean
 marks a line (``checked``, a flagged label) is one token of 6-12, so a mean carries it at a
 strength that varies with the label's length and is drowned by the label's own tokens, which are
 random strings; the max keeps a feature that fires on any token of the line at full strength
-(the PointNet / DeepSets pooling).  Measured on the three-file held-out set (docs/algorithm.md,
-"Session 19"): click-checkboxes 0.97 with the max, 0.84 with the mean, the same data and steps.
+(the PointNet / DeepSets pooling).  Measured on the three-file held-out set
+(docs/results/world-model, rows 13 and 18): click-checkboxes 0.97 with the max, 0.84 with the
+mean, the same data and steps.
 
 **The acted line** (``ModelConfig.wm_head_acted``, on by default): the element-wise max over the
 acted element's page line (``models.lm.match.page_lines``: the first line starting with ``[k]``,
 k the element the action names), through its own linear layer (zero at init).  On click-link the
 page is the same whatever is clicked, so only the acted line tells a right click from a wrong
 one; the heads' mean over that line and the action's tokens carries the asked word's mark as one
-token of about 12.  Measured (docs/algorithm.md, "Session 20"): click-link 0.95 / 0.98 on two
+token of about 12.  Measured (docs/results/world-model, rows 20-21): click-link 0.95 / 0.98 on two
 seeds with it, 0.85 / 0.76 without.
 
 Compatibility: the layer starts at zero, so attaching it changes nothing until it is trained; a
