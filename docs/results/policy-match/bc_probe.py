@@ -1,4 +1,4 @@
-"""Diagnostic (not product code; docs/algorithm.md, "Exact-match feature for the policy").
+"""Diagnostic (not product code; docs/results/policy-match/README.md).
 
 Behaviour cloning on 10 expert episodes per task of the study's four tasks, 60 steps of 16 (the
 imitation arm's), with and without the policy's exact-match feature; then the greedy action

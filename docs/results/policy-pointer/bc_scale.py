@@ -1,4 +1,4 @@
-"""Diagnostic (not product code; docs/experiment.md, "A policy that can point at the asked element").
+"""Diagnostic (not product code; docs/results/policy-pointer/README.md).
 
 Behaviour cloning with the study's policy (2 layers, d=128) on N expert episodes per task of the
 study's four tasks (seed 40's demonstrations, collected by the study's own demonstration step:

@@ -1,4 +1,4 @@
-"""Diagnostic (not product code; docs/algorithm.md, "Element pointer"): what the pointer costs.
+"""Diagnostic (not product code; docs/results/policy-pointer/README.md): what the pointer costs.
 
 Two policies of the study's size (2 layers, d=128), the same seed, without and with the pointer:
 per round, greedy acting on 32 expert pages (one batch) and one learner step (loss + backward) on 16
