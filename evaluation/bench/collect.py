@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from evaluation.operations import BrokerFactory
 
 DEFAULT_TASKS = [
@@ -236,7 +236,7 @@ def run_bench(
     broker ``start_broker(home)`` makes (``infra.stack.PrivateBroker``); their summary."""
     from collectors.browser import Browser
     from collectors.taskserver import serve
-    from core.config.runtime import load_config
+    from core.config import load_config
     from streams.kafka import ensure_topics, make_publisher
 
     tasks = list(tasks or DEFAULT_TASKS)

@@ -25,11 +25,11 @@ import torch
 
 def linear_weights(model: Any) -> int:
     """Weights in ``nn.Linear`` layers (a tied LM head counts: its matmul runs on every token), but
-    not the policy's element pointer (``models/policy/element_head.py``: one read-out per candidate, not
+    not the policy's element head (``models/policy/element_head.py``: one read-out per candidate, not
     per token)."""
     seen, n = set(), 0
     for name, mod in model.named_modules():
-        if name.startswith("policy_pointer"):
+        if name.startswith("element_head"):
             continue
         if isinstance(mod, torch.nn.Linear) and id(mod.weight) not in seen:
             seen.add(id(mod.weight))

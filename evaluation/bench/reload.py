@@ -40,7 +40,7 @@ from typing import Any
 
 from kafka import TopicPartition
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import scrape_targets
 from core.s3 import make_client
 from core.supervise import Supervisor
@@ -121,7 +121,7 @@ class FirstUse:
 
 
 def _save_models(cfg: Config, work: Path) -> dict[str, Path]:
-    from models.policy.runner import make_policy
+    from models.policy.model import make_policy
     from models.world_model.model import make_world_model
 
     dirs = {}

@@ -36,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from core.config.runtime import Config, load_config
+from core.config import Config, load_config
 from core.net import free_port_block
 from core.waiting import wait_until
 from evaluation.operations import BrokerFactory, StackFactory

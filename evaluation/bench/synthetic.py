@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Observation
 
 

@@ -69,7 +69,7 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Observation
 from evaluation.bench.synthetic import synthetic_batch
 from evaluation.operations import BrokerFactory, StackFactory
@@ -198,9 +198,11 @@ def _dream_cost(steps: int, secs: float, policy_s: float) -> dict:
 def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: int = 1) -> dict:
     from models.dream.env import dream_rollouts
     from models.lm.prompts import policy_prompt_ids
-    from models.policy.runner import PolicyRunner, make_policy
+    from models.policy.model import make_policy
+    from models.policy.runner import PolicyRunner
     from models.world_model.decoding import PHASES
-    from models.world_model.model import WorldModelRunner, make_world_model
+    from models.world_model.model import make_world_model
+    from models.world_model.runner import WorldModelRunner
 
     torch.set_num_threads(cfg.threads)
     torch.set_flush_denormal(True)  # as core.process does for the trainer component
@@ -305,7 +307,7 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | No
     from evaluation.bench.collect import MemorySampler
     from evaluation.bench.mfu import FlopMeter, mfu, sgemm_peak
     from models.lm.tokenizer import pad_id
-    from models.policy.runner import make_policy
+    from models.policy.model import make_policy
     from models.train.engine import trainer_engine
     from models.train.learner import policy_update, world_model_update
     from models.world_model.model import make_world_model
@@ -408,7 +410,7 @@ def tokens_per_transition(cfg: Config, tok: Any, obs: list[Observation], steps: 
     from models.lm.tokenizer import encode
     from models.policy.loss import trajectory_rows
     from models.world_model.loss import _wm_rows
-    from models.world_model.model import change_target
+    from models.world_model.runner import change_target
 
     mp = cfg.model.max_positions
     pol = pol_full = n_pol = wm = wm_full = n_wm = 0

@@ -30,7 +30,7 @@ import time
 import uuid
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from evaluation.operations import StackFactory
 
 WARMUP_STEPS = 1

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import Config
+from core.config import Config
 
 DEFAULT_DATA = "docs/results/world-model/heldout.jsonl.gz"
 
@@ -33,12 +33,13 @@ DEFAULT_DATA = "docs/results/world-model/heldout.jsonl.gz"
 def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -> dict:
     from core.spaces import Observation
     from models.checkpoints.store import wm_init_dir
-    from models.world_model.model import WorldModelRunner, load_world_model, try_parse_action
-    from models.world_model.proposals import change_head_trained, choose
+    from models.world_model.model import load_world_model
+    from models.world_model.proposals import choose
+    from models.world_model.runner import WorldModelRunner, try_parse_action
 
     torch.set_num_threads(cfg.threads)
     model, tok = load_world_model(str(wm_init_dir(wm_dir)))
-    if not change_head_trained(model):
+    if not model.change_head_trained():
         raise ValueError(f"{wm_dir}: the change head is not trained (decode 'head' needs it)")
     rows = transitions[:n]
     obs = [Observation.from_dict(t.obs) for t in rows]
@@ -61,7 +62,7 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
     runner.decode = "head"
     prompts = [runner.prompt_ids(o, a) for o, a in zip(obs, acts, strict=True)]
     picks = choose(
-        model, runner.prefill_head_input(prompts), obs, [try_parse_action(a) for a in acts]
+        model.change_head, runner.prefill_head_input(prompts), obs, [try_parse_action(a) for a in acts]
     )
     real = [t.next_obs["tree"] for t in rows]
     return {

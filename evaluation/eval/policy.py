@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from evaluation.eval.sources import load_checkpoint, read_topic, topic_exists
 
 

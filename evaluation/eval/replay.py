@@ -21,7 +21,7 @@ import random
 from collections import defaultdict
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 
 
 def auroc(scores: list[float], labels: list[bool]) -> float | None:

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from streams import records
 
 # --- checkpoints ---------------------------------------------------------------
@@ -42,7 +42,7 @@ class Loaded:
 
 def load_checkpoint(cfg: Config, kind: str, spec: str | None) -> Loaded:
     """``spec``: a local HF directory, a version number, or 'latest' (from the run's S3 store)."""
-    from models.policy.runner import load_policy
+    from models.policy.model import load_policy
     from models.world_model.model import load_world_model
 
     loader = load_policy if kind == "policy" else load_world_model

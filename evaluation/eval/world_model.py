@@ -11,7 +11,7 @@ predicted next page, line-level F1 of the change, balanced accuracy of
 reward > 0 and of done, the share of outputs that parsed (ok_rate) -- and the
 same figures for the trivial "nothing changes" baseline (page unchanged,
 reward 0, not done) side by side.  Greedy decoding, or with ``--decode rerank``
-the generated text and the proposals of ``models.world_model.model.candidate_outputs``
+the generated text and the proposals of ``models.world_model.runner.candidate_outputs``
 (unchanged / emptied page, the acted-on line with a toggled state or the typed
 value, each with every reward/done trailer) scored by the model, the most
 likely kept (default: ``dream.wm_decode``, what dreams use).  Reward and done
@@ -30,7 +30,7 @@ import json
 import time
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Observation, parse_action
 from evaluation.eval.sources import heldout_transitions, load_checkpoint, read_jsonl, read_topic
 
@@ -91,7 +91,7 @@ def eval_world_model(
     decode: str | None = None,
     stage1: bool = True,
 ) -> dict:
-    from models.world_model.model import WorldModelRunner
+    from models.world_model.runner import WorldModelRunner
     from streams.topics import Topics
 
     if data:
@@ -130,14 +130,13 @@ def eval_world_model(
             world_model_version=ck.version or 0,
         )
         decode = decode or runner.decode  # default: dream.wm_decode
-        from models.world_model.model import DECODES
+        from models.world_model.runner import DECODES
 
         if decode not in DECODES:
             raise ValueError(f"--decode must be one of {DECODES}, got {decode!r}")
         runner.decode = decode
-        from models.world_model.model import heads_trained
 
-        reward_source = "heads" if heads_trained(ck.model) else "text"
+        reward_source = "heads" if ck.model.heads_trained() else "text"
         t0 = time.time()
         fid = world_model_fidelity(runner, uniq, stage1=stage1)
         fid["seconds"] = round(time.time() - t0, 2)

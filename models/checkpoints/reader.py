@@ -19,6 +19,7 @@ from typing import Any
 
 from models import metrics as M
 from models.checkpoints.store import S3_ERRORS, CheckpointStore, CorruptCheckpoint
+from models.lm.base import LanguageModel
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def _warm() -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
         import models.policy.runner  # noqa: F401
-        import models.world_model.model  # noqa: F401
+        import models.world_model.runner  # noqa: F401
     except Exception as e:  # a load imports it again and reports what is wrong there
         log.warning("warm-up import failed (the first load imports instead): %s", e)
     finally:
@@ -250,7 +251,7 @@ class ModelSlot:
         self.poll_s, self.component, self._clock = poll_s, component, clock
         self.version: int | None = None
         self.loading: int | None = None  # the version being downloaded or loaded, if any
-        self.model: Any = None
+        self.model: LanguageModel | None = None
         self.tokenizer: Any = None
         self.refused: set[int] = set()
         self.extra: dict = {}  # the loaded version's manifest ``extra``
@@ -338,7 +339,7 @@ class ModelSlot:
             t_dl = time.time()
             _WARM.wait(300.0)  # the warm-up's import, if still running ("held" in the log line)
             if self.kind == "policy":
-                from models.policy.runner import load_policy as loader
+                from models.policy.model import load_policy as loader
             else:
                 from models.world_model.model import load_world_model as loader
             if self.hold_load is not None:

@@ -208,14 +208,13 @@ class Dreamer:
     def runners(self) -> tuple:
         if self._runners is None:
             from models.policy.runner import PolicyRunner
-            from models.world_model.model import WorldModelRunner
+            from models.world_model.runner import WorldModelRunner
 
             p, w = self.slots["policy"], self.slots["world_model"]
             pr = PolicyRunner(p.model, p.tokenizer, self.cfg.model, generator=self.generator)
             pr.policy_version = p.version
-            from models.world_model.model import heads_trained
 
-            M.DREAM_HEADS_TRAINED.labels(self.run).set(float(heads_trained(w.model)))
+            M.DREAM_HEADS_TRAINED.labels(self.run).set(float(w.model.heads_trained()))
             self._runners = (pr, WorldModelRunner(w.model, w.tokenizer, self.cfg.dream))
         return self._runners
 

@@ -13,7 +13,7 @@ reward of a dream rollout is the *world model's predicted reward at the end of
 the rollout* (of the last step, where the world model also predicted ``done`` or
 the horizon was reached): its ``reward_head`` (1.0 if p(success) > 0.5, else 0.0)
 and ``done_head`` once trained, else the text's ``reward``/``done`` lines
-(``models.world_model.model``).  Intermediate steps carry the world model's per-step
+(``models.world_model.runner``).  Intermediate steps carry the world model's per-step
 prediction for inspection; consumers use the last step (``Trajectory.reward`` =
 last transition's reward).  A rejected world-model output (``ok`` False) leaves
 the page unchanged (reward and done still from the heads; without trained heads

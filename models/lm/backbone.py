@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from core.config.runtime import ModelConfig
-from models.lm.match import given_flags, prompt_flags
+from models.lm.base import LanguageModel
 from models.lm.tokenizer import build_tokenizer, load_tokenizer, pad_id
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def gpt_neo_config(model_cfg: ModelConfig, tokenizer: Any) -> Any:
@@ -77,7 +80,7 @@ def _sdpa_attn(
     return out, None
 
 
-def fuse_attention(model: Any) -> Any:
+def fuse_attention(model: PreTrainedModel) -> PreTrainedModel:
     """Swap GPT-Neo's eager attention for the fused kernel (2-4x less memory traffic).
 
     Eager GPT-Neo materialises (B, H, T, T) float tensors 4-5 times per layer, which
@@ -109,7 +112,7 @@ def _owning(cls: type, own: tuple[str, ...]) -> type:
 
 def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[Any, Any]:
     """(model, tokenizer) from a local Hugging Face directory (no hub), in eval mode.  ``own``
-    names the extra modules the caller restores itself (``restore_submodules``): their saved
+    names the extra modules a legacy directory holds beside the backbone (``models.lm.base.migrate_legacy``): their saved
     weights are expected, so Hugging Face's load report does not call them unexpected."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
@@ -123,28 +126,6 @@ def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[Any, Any]:
     fuse_attention(model)
     model.eval()
     return model, tok
-
-
-def restore_submodules(model: Any, path: str, names: tuple[str, ...]) -> set[str]:
-    """Load the weights of ``model.<name>`` for each of ``names`` that the ``model.safetensors`` of
-    a ``save_pretrained`` directory holds (Hugging Face's loader skips modules it does not know);
-    the names found in the file (a module the model lacks is not loaded, but still reported)."""
-    import os
-
-    st = os.path.join(path, "model.safetensors")
-    if not os.path.exists(st):
-        return set()
-    from safetensors.torch import load_file
-
-    saved = load_file(st)
-    found = set()
-    for name in names:
-        sd = {k[len(name) + 1 :]: v for k, v in saved.items() if k.startswith(name + ".")}
-        if sd:
-            if getattr(model, name, None) is not None:
-                getattr(model, name).load_state_dict(sd)
-            found.add(name)
-    return found
 
 
 def make_causal_lm(model_cfg: ModelConfig, path: str = "") -> tuple[Any, Any]:
@@ -245,7 +226,7 @@ def _tree_mask(parents: list[int], prefix: int, neg: float) -> tuple[torch.Tenso
 
 @torch.no_grad()
 def score_continuations(
-    model: Any,
+    model: LanguageModel,
     prompts: list[list[int]],
     conts: list[list[list[int]]],
     max_positions: int,
@@ -274,7 +255,7 @@ def score_continuations(
     neg = torch.finfo(torch.float32).min
     scores = [torch.zeros(len(c)) for c in conts]
     used = 0
-    flags = prompt_flags(model, prompts)  # the world model's match feature (None: none)
+    flags = model.prompt_flags(prompts)  # the world model's match feature (None: none)
     want = states is not None
     for L, members in prefix_groups(prompts):
         seqs, starts, owner, first = [], [], [], set()
@@ -290,12 +271,12 @@ def score_continuations(
         cache = None
         if L:
             given = None if flags is None else torch.tensor([flags[members[0]][:L]])
-            with given_flags(model, given):
-                out = model(
-                    input_ids=torch.tensor([prompts[members[0]][:L]], device=dev),
-                    use_cache=True,
-                    output_hidden_states=want,
-                )
+            out = model(
+                match_flags=given,
+                input_ids=torch.tensor([prompts[members[0]][:L]], device=dev),
+                use_cache=True,
+                output_hidden_states=want,
+            )
             cache = out.past_key_values
             used += L
         rows: dict[int, list] = {m: [] for m in members}  # each prompt's tail states
@@ -307,15 +288,15 @@ def score_continuations(
             if flags is not None:  # a prompt token's flag; the continuation's are never set
                 f = [i < starts[k] and flags[owner[k][0]][L + i] for k, i in origins]
                 given = torch.tensor([f], dtype=torch.bool)
-            with given_flags(model, given):
-                o = model(
-                    input_ids=torch.tensor([toks], device=dev),
-                    attention_mask=mask.to(dev),
-                    position_ids=(L + depth)[None].to(dev),
-                    past_key_values=cache,
-                    use_cache=True,
-                    output_hidden_states=want,
-                )
+            o = model(
+                match_flags=given,
+                input_ids=torch.tensor([toks], device=dev),
+                attention_mask=mask.to(dev),
+                position_ids=(L + depth)[None].to(dev),
+                past_key_values=cache,
+                use_cache=True,
+                output_hidden_states=want,
+            )
             if at:  # the prompt tails' states, in order of position (parents precede children)
                 h = o.hidden_states[-1][0]
                 for k, _, node in at:

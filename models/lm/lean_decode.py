@@ -37,10 +37,13 @@ decoding writes the same tokens.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Hugging Face activation names (``config.activation_function``) computed by one torch op
 _FUSED_ACT = {
@@ -97,7 +100,7 @@ class LeanStep:
     drop) over the cache's L positions after this token is written (a ``SharedPrefixCache``: its
     N shared prefix positions, then the row's own); returns (B, vocab) logits."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: PreTrainedModel):
         tr = model.transformer
         self.wte, self.wpe = tr.wte.weight, tr.wpe.weight
         self.head = model.lm_head.weight
@@ -125,7 +128,7 @@ class LeanStep:
         self.d = self.wte.shape[1]
 
     @staticmethod
-    def supports(model: Any) -> bool:
+    def supports(model: PreTrainedModel) -> bool:
         """A GPT-Neo language model with global attention only, not training."""
         if type(model).__name__ != "GPTNeoForCausalLM" or model.training:
             return False

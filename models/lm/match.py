@@ -1,6 +1,7 @@
-"""The world model's exact-match input feature (``ModelConfig.wm_match_feature``).
+"""The instruction-match input feature of the world model (``WorldModelSpec.match_feature``) and
+the policy (``PolicySpec.match_feature``).
 
-What it is: one learned vector (``model.wm_match.weight``, d_model, zero at init) added to the
+What it is: one learned vector (``model.match.weight``, d_model, zero at init) added to the
 input embedding of every prompt token that belongs to a word of the page (or the action) that
 also appears, as a whole word, in the task instruction (the prompt's first line).  Words are
 runs of letters, digits and ``_`` (``\\w+``), compared case-sensitively; a token is flagged when
@@ -16,24 +17,19 @@ model trained on a few hundred terminal steps did not learn (terminal reward bal
 0.60-0.71 on click-checkboxes, enter-text and choose-list).  The flag hands it the match, as the
 exact-match feature of reading-comprehension models (DrQA's "exact match" token feature) does.
 
-How: a forward hook on the input embedding module (``get_input_embeddings()``), so every path
-(training loss, prefill, cached decoding, the change head's forward) gets it with no change to
-the callers.  A row is flagged only when it starts (after padding) with ``Task: ``; the cached
-decoding steps feed new tokens only, which never do.  The vector is a submodule, so
-``save_pretrained`` writes it (``wm_match.weight``) and ``models.world_model.model.load_world_model``
-restores it; ``model.config.wm_match_feature`` (config.json) says whether the model has it.
+How: the model's forward adds it (``models.lm.base.LanguageModel.forward``, the flags an
+argument), so every path (training loss, prefill, cached decoding, the heads' forward) gets it.
+A row is flagged only when it starts (after padding) with ``Task: ``; the cached decoding steps
+feed new tokens only, which never are.  Callers that feed a prompt in pieces (a shared prefix,
+then each row's tail) pass each piece's flags, cut from the whole prompt's (``match_flags``).
 
-The policy can have it too (``ModelConfig.policy_match_feature``, off by default;
-``attach_match_feature(..., policy=True)``): the same rule, with the flagged span ending before
-the prompt's ``Action:`` line (``POLICY_END``), so the action text the policy scores is never
-flagged; ``models.policy.runner.load_policy`` restores it (``models.lm.backbone.restore_submodules``).
+The policy's span ends before the prompt's ``Action:`` line (``POLICY_END``), so the action text
+the policy scores is never flagged.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -169,43 +165,19 @@ def page_lines(ids: list[int], pieces: list[str]) -> tuple[list[tuple[bool, list
 
 
 class MatchFeature(torch.nn.Module):
-    """``weight`` (d,) added to the embeddings of flagged tokens (``hook``).  ``given``: the flags
-    of the next forward pass, set by ``given_flags`` for the callers that feed a prompt in pieces
-    (a shared prefix, then each row's tail), which a row's own tokens cannot flag."""
+    """``weight`` (d,) added to the input embeddings of flagged tokens by the model's forward
+    (``models.lm.base.LanguageModel``); ``pieces``: each token id's text; ``end_mark``: where
+    the flagged span ends (``END`` for the world model, ``POLICY_END`` for a policy)."""
 
     def __init__(self, dim: int, pieces: list[str], end_mark: str = END) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(dim))
         self.pieces = pieces
-        self.end_mark = end_mark  # where the flagged span ends (``POLICY_END`` for a policy)
-        self.given: torch.Tensor | None = None
+        self.end_mark = end_mark
 
     def flags(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = [match_flags(r, self.pieces, self.end_mark) for r in input_ids.tolist()]
         return torch.tensor(rows, dtype=torch.bool, device=input_ids.device)
-
-    def hook(self, _module: Any, inputs: tuple, output: torch.Tensor) -> torch.Tensor | None:
-        ids = inputs[0] if inputs else None
-        if ids is None or ids.dim() != 2:
-            return None
-        if self.given is not None:
-            f = self.given
-            if tuple(f.shape) != tuple(ids.shape):
-                raise ValueError(f"given match flags {tuple(f.shape)} != input {tuple(ids.shape)}")
-            f = f.to(ids.device)
-        elif ids.shape[1] < 2:
-            return None  # cached decoding (one new token): never flagged
-        else:
-            f = self.flags(ids)
-        if not bool(f.any()):
-            return None
-        return output + f.unsqueeze(-1).to(output.dtype) * self.weight.to(output.dtype)
-
-
-def prompt_flags(model: Any, prompts: list[list[int]]) -> list[list[bool]] | None:
-    """``match_flags`` of each whole prompt; None for a model without the feature."""
-    feat = getattr(model, "wm_match", None)
-    return None if feat is None else [match_flags(p, feat.pieces, feat.end_mark) for p in prompts]
 
 
 def left_padded(rows: list[list[bool]], width: int) -> torch.Tensor:
@@ -215,33 +187,3 @@ def left_padded(rows: list[list[bool]], width: int) -> torch.Tensor:
         if r:
             out[b, width - len(r) :] = torch.tensor(r, dtype=torch.bool)
     return out
-
-
-@contextmanager
-def given_flags(model: Any, flags: torch.Tensor | None) -> Iterator[None]:
-    """The flags of the forward passes inside (shape = their ``input_ids``); nothing for a model
-    without the feature or ``flags`` None."""
-    feat = getattr(model, "wm_match", None)
-    if feat is None or flags is None:
-        yield
-        return
-    feat.given = flags
-    try:
-        yield
-    finally:
-        feat.given = None
-
-
-def attach_match_feature(model: Any, tokenizer: Any, policy: bool = False) -> Any:
-    """Give ``model`` the feature (idempotent) and mark ``model.config.wm_match_feature``; for a
-    policy (``policy``), flagged up to its ``Action:`` line (``POLICY_END``: the action the
-    policy writes or scores is never flagged, so a prefix pass and a whole sequence agree), and
-    marked ``model.config.policy_match_feature``."""
-    if getattr(model, "wm_match", None) is None:
-        emb = model.get_input_embeddings()
-        end_mark = POLICY_END if policy else END
-        feat = MatchFeature(int(emb.weight.shape[1]), token_pieces(tokenizer), end_mark)
-        model.wm_match = feat.to(emb.weight.device)
-        emb.register_forward_hook(model.wm_match.hook)
-    setattr(model.config, "policy_match_feature" if policy else "wm_match_feature", True)
-    return model

@@ -1,4 +1,4 @@
-"""The policy's element pointer (``ModelConfig.policy_pointer``, on by default; off in the frozen study).
+"""The policy's element head (``ModelConfig.policy_pointer`` turns it on; on by default, off in the frozen study).
 
 What it is: a term added to the score of every candidate action that names a page element,
 
@@ -8,7 +8,7 @@ What it is: a term added to the score of every candidate action that names a pag
 where ``k`` is the element ``a`` names (``click(4)``, ``type(3, "x")``: 4, 3), ``line(k)`` the
 tokens of the page line that starts with ``[k]``, ``h_t`` the last layer's hidden state of prompt
 token ``t`` (after the final layer norm), ``w`` a learned vector and ``u`` a learned weight
-(``model.policy_pointer.proj`` and ``.named``, zero at init, so a new pointer changes nothing until
+(``policy.element_head.proj`` and ``.named``, zero at init, so a new head changes nothing until
 trained); the bracket is ``models.lm.match``'s exact-match rule (a whole word, case-sensitive, also
 a word of the instruction line) applied to the line, and ``g`` a fixed gain (``NAMED_GAIN``, below).  Actions that name no element, or
 an element the page does not show, get 0.  ``pi_T(a|s)`` is then the softmax of score/T over
@@ -19,7 +19,7 @@ Why: choosing the element whose label is the asked word means, for the language-
 predicting the element's number, which the page writes *before* its label, from the action line:
 a two-hop copy across the prompt.  A 2-layer policy did not learn it from 40 demonstrations, nor
 from 800 (behaviour cloning on 200 expert episodes per task, 1,000 steps: click-link 25 %, 47 %
-with the exact-match feature; docs/algorithm.md).  The pointer reads each element's own line
+with the exact-match feature; docs/algorithm.md).  The element head reads each element's own line
 instead, as element-ranking web agents score each candidate element's representation; with the
 exact-match feature (``policy_match_feature``) a flagged word on the line is one linear read-out
 away.  The maximum, not the mean, because the label is a few tokens of the line (as the world
@@ -34,16 +34,14 @@ token sees only earlier prompt tokens in both, so the states are the same.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from models.lm.base import LanguageModel
 from models.lm.match import (
     POLICY_END,
     acted_element,
     element_line_index,
     line_spans,
-    token_pieces,
 )
 
 # ``u``'s gain: under Adam a parameter moves about lr per step (3e-4 here) whatever its gradient, so a
@@ -61,7 +59,7 @@ def element_lines(ids: list[int], pieces: list[str]) -> dict[str, tuple[bool, li
     return {k: spans[n][2:] for k, n in element_line_index(text, spans).items()}
 
 
-class ElementPointer(torch.nn.Module):
+class ElementHead(torch.nn.Module):
     """``proj``: the vector ``w`` (a bias-free linear layer); ``named``: the weight ``u`` of "the line
     holds a word of the instruction"; both zero at init.  ``pieces``: each token id's text."""
 
@@ -73,7 +71,7 @@ class ElementPointer(torch.nn.Module):
         self.pieces = pieces
 
     def terms(self, hidden: torch.Tensor, prompt: list[int], actions: list[str]) -> torch.Tensor:
-        """(len(actions),) the pointer term of each action after ``prompt`` (``hidden``: its
+        """(len(actions),) the element head's term of each action after ``prompt`` (``hidden``: its
         last-layer states, (len(prompt), d))."""
         lines = element_lines(prompt, self.pieces)
         rows, named, which = [], [], []
@@ -92,26 +90,11 @@ class ElementPointer(torch.nn.Module):
         return out
 
 
-def has_pointer(model: Any) -> bool:
-    return getattr(model, "policy_pointer", None) is not None
-
-
-def attach_pointer(model: Any, tokenizer: Any) -> Any:
-    """Give ``model`` the pointer (idempotent; ``model.config.policy_pointer`` records it, so
-    ``models.policy.runner.load_policy`` restores it)."""
-    if not has_pointer(model):
-        dim = int(model.get_input_embeddings().weight.shape[1])
-        dev = model.get_input_embeddings().weight.device
-        model.policy_pointer = ElementPointer(dim, token_pieces(tokenizer)).to(dev)
-    model.config.policy_pointer = True
-    return model
-
-
 @torch.no_grad()
-def prompt_states(model: Any, prompts: list[list[int]]) -> list[torch.Tensor]:
+def prompt_states(model: LanguageModel, prompts: list[list[int]]) -> list[torch.Tensor]:
     """The last layer's hidden states of each prompt's tokens, (len(prompt), d): one plain forward of
     the prompts, right-padded (a causal prompt token never sees the padding after it).  The
-    reference the scoring passes' states are checked against; ``pointer_scores`` without them."""
+    reference the scoring passes' states are checked against; ``element_scores`` without them."""
     dev = next(model.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
@@ -122,34 +105,34 @@ def prompt_states(model: Any, prompts: list[list[int]]) -> list[torch.Tensor]:
     return [h[r, : len(p)] for r, p in enumerate(prompts)]
 
 
-def pointer_scores(
-    model: Any,
+def element_scores(
+    model: LanguageModel,
+    head: ElementHead | None,
     prompts: list[list[int]],
     actions: list[list[str]],
     states: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor] | None:
-    """Acting: per prompt, the pointer term of each of its candidate actions (no grad); None for a
-    policy without the pointer.  ``states``: the prompts' last-layer states, as
+    """Acting: per prompt, the element head's term of each of its candidate actions (no grad); None for a
+    policy without the element head.  ``states``: the prompts' last-layer states, as
     ``models.lm.backbone.score_continuations`` reads them from its own passes; without them, one
     forward over the prompts (``prompt_states``)."""
-    if not has_pointer(model) or not prompts:
+    if head is None or not prompts:
         return None
-    ptr = model.policy_pointer
     with torch.no_grad():
         if states is None:
             states = prompt_states(model, prompts)
         return [
-            ptr.terms(h, p, a).float().cpu()
+            head.terms(h, p, a).float().cpu()
             for h, p, a in zip(states, prompts, actions, strict=True)
         ]
 
 
 def row_terms(
-    model: Any, rows: list[tuple[list[int], list[int]]], hidden: dict[int, torch.Tensor]
+    head: ElementHead, rows: list[tuple[list[int], list[int]]], hidden: dict[int, torch.Tensor]
 ) -> list[torch.Tensor]:
-    """The learner: the pointer term of each (prompt, continuation ids) row, with grad, from the
+    """The learner: the element head's term of each (prompt, continuation ids) row, with grad, from the
     prompt states ``action_logprobs(hidden=...)`` collected (rows of one prompt share them)."""
-    ptr = model.policy_pointer
+    ptr = head
     groups: dict[tuple, list[int]] = {}
     for i, (p, _) in enumerate(rows):
         groups.setdefault(tuple(p), []).append(i)

@@ -68,7 +68,8 @@ from models.policy.candidates import (
     candidates_hash,
     policy_candidates,
 )
-from models.policy.element_head import has_pointer, row_terms
+from models.policy.element_head import row_terms
+from models.policy.model import Policy
 
 
 def _pack(
@@ -121,7 +122,7 @@ def _trie_row(
 
 
 def action_logprobs(
-    model: Any,
+    model: Policy,
     tokenizer: Any,
     rows: list[tuple[list[int], list[int]]],
     rows_per_forward: int = 16,
@@ -442,16 +443,19 @@ def _plan_chunk(
 
 
 def _decision_logprobs(
-    model: Any, tokenizer: Any, rows: _Rows, plan: list[list[tuple]]
+    model: Policy, tokenizer: Any, rows: _Rows, plan: list[list[tuple]]
 ) -> list[torch.Tensor]:
     """Per item, ``log pi_T(a|s)`` of each decision (with grad): ``candidate_logprobs`` of the
     candidates' summed token log-probs, or, for an expert action outside C(s), the mean token
     log-likelihood of its text + eos."""
-    hidden: dict[int, torch.Tensor] | None = {} if has_pointer(model) else None
+    hidden: dict[int, torch.Tensor] | None = {} if model.element_head is not None else None
     lps = action_logprobs(model, tokenizer, rows.rows, hidden=hidden)
     seq = [lp.sum() for lp in lps]
     if hidden is not None:  # the element pointer's term, as acting adds it
-        seq = [a + b for a, b in zip(seq, row_terms(model, rows.rows, hidden), strict=True)]
+        seq = [
+            a + b
+            for a, b in zip(seq, row_terms(model.element_head, rows.rows, hidden), strict=True)
+        ]
     per_traj = []
     for steps_plan in plan:
         vals = []
@@ -547,7 +551,7 @@ def _policy_metrics(
 
 
 def policy_batch_loss(
-    model: Any,
+    model: Policy,
     tokenizer: Any,
     trajectories: list,
     cfg: TrainerConfig,

@@ -1,15 +1,10 @@
-"""The policy: a Hugging Face causal LM with decoding constrained to valid actions.
-
-``make_policy(model_cfg)`` builds GPT-Neo from ``ModelConfig`` (layers, d_model,
-heads, max_positions; all dropout 0 so behaviour and training log-probs agree)
-with the ``model_cfg.tokenizer`` tokenizer (``models.lm.tokenizer``: the project's BPE by
-default, or bytes), or loads ``model_cfg.policy_path`` (a local HF dir).
+"""Acting: the policy (``models.policy.model.Policy``) with decoding constrained to valid actions.
 
 The policy is a distribution over the page's valid actions ``C(s) =
 policy_candidates(tokenizer, obs, prompt_ids, max_positions, max_candidates)``
 (``models.policy.candidates``: what is enumerated, and why the same function serves acting and
 learning); the score of a candidate is the summed token log-prob of its text + eos given the
-prompt, plus, for a policy with the element pointer (``models.policy.element_head``), a read-out of the
+prompt, plus, for a policy with the element head (``models.policy.element_head``), a read-out of the
 page line of the element it names, and
 
     pi_T(a|s) = softmax_{c in C(s)}(score(c) / T)[a].
@@ -33,13 +28,7 @@ import torch
 
 from core.config.runtime import ModelConfig
 from core.spaces import Action, Observation
-from models.lm.backbone import (
-    load_causal_lm,
-    make_causal_lm,
-    restore_submodules,
-    score_continuations,
-)
-from models.lm.match import attach_match_feature
+from models.lm.backbone import score_continuations
 from models.lm.prompts import policy_prompt_ids
 from models.lm.tokenizer import pad_id
 from models.policy.candidates import (
@@ -49,39 +38,8 @@ from models.policy.candidates import (
     policy_candidates,
     record_temperature,
 )
-from models.policy.element_head import attach_pointer, has_pointer, pointer_scores
-
-
-def make_policy(model_cfg: ModelConfig) -> tuple[Any, Any]:
-    """(model, tokenizer) from ``model_cfg.policy_path`` (``load_policy``) or from config, with
-    the exact-match feature when ``model_cfg.policy_match_feature``."""
-    if model_cfg.policy_path:
-        return load_policy(model_cfg.policy_path)
-    model, tok = make_causal_lm(model_cfg)
-    model.config.policy_match_feature = False
-    model.config.policy_pointer = False
-    if model_cfg.policy_match_feature:
-        attach_match_feature(model, tok, policy=True)
-    if model_cfg.policy_pointer:
-        attach_pointer(model, tok)
-    return model, tok
-
-
-def load_policy(path: str) -> tuple[Any, Any]:
-    """A saved policy (``save_pretrained`` of model and tokenizer in one directory); one saved
-    with the exact-match feature (``policy_match_feature`` in its config.json) gets it back with
-    its saved vector."""
-    model, tok = load_causal_lm(path, own=("wm_match", "policy_pointer"))
-    if getattr(model.config, "policy_match_feature", False):
-        attach_match_feature(model, tok, policy=True)
-        restore_submodules(model, path, ("wm_match",))
-    if getattr(model.config, "policy_pointer", False):
-        attach_pointer(model, tok)
-        restore_submodules(model, path, ("policy_pointer",))
-    return model, tok
-
-
-# --- batched scoring ---------------------------------------------------------------
+from models.policy.element_head import element_scores
+from models.policy.model import Policy
 
 
 def sampler_generator(run_id: str, producer_id: str, counter: int = 0) -> torch.Generator:
@@ -104,7 +62,7 @@ class PolicyRunner:
 
     def __init__(
         self,
-        model: Any,
+        model: Policy,
         tokenizer: Any,
         cfg: ModelConfig,
         max_candidates: int = MAX_CANDIDATES,
@@ -177,7 +135,7 @@ class PolicyRunner:
                 cands.append(acts)
                 cand_ids.append(ids)
             which.append(keys[key])
-        states = [None] * len(prompts) if has_pointer(self.model) else None
+        states = [None] * len(prompts) if self.model.element_head is not None else None
         scores = score_continuations(
             self.model,
             prompts,
@@ -188,8 +146,8 @@ class PolicyRunner:
             states=states,
         )
         texts = [[a.to_text() for a in acts] for acts in cands]
-        ptr = pointer_scores(self.model, prompts, texts, states=states)
-        if ptr is not None:  # the element pointer's term (models/policy/element_head.py)
+        ptr = element_scores(self.model, self.model.element_head, prompts, texts, states=states)
+        if ptr is not None:  # the element head's term (models/policy/element_head.py)
             scores = [s + t for s, t in zip(scores, ptr, strict=True)]
         logps = [candidate_logprobs(s, t_rec) for s in scores]
         hashes = [candidates_hash(t) for t in texts]

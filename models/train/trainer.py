@@ -43,6 +43,7 @@ from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
 from models.checkpoints.writer import CheckpointWriter
 from models.component import close_component
 from models.dream.gate import FidelityWindow
+from models.lm.base import META
 from models.train.engine import current_lr, trainer_engine
 from models.train.prepare import BatchPreparer
 from streams import records
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 
 
 def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | None = None) -> dict:
-    from models.policy.runner import load_policy, make_policy
+    from models.policy.model import load_policy, make_policy
     from models.world_model.model import load_world_model, make_world_model
 
     pol = load_policy(str(policy_dir)) if policy_dir else make_policy(cfg.model)
@@ -146,7 +147,8 @@ class Trainer:
             for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
                 state = dirs.get(kind, Path("/nonexistent")) / "state"
                 if state.exists():
-                    engine.load_checkpoint(str(state), tag="ds", load_module_strict=True)
+                    strict = (dirs[kind] / "hf" / META).exists()  # legacy: weights from hf/
+                    engine.load_checkpoint(str(state), tag="ds", load_module_strict=strict)
             extra = manifest.get("extra", {})
             self.policy_steps = int(extra.get("policy_steps", 0))
             self.wm_steps = int(extra.get("wm_steps", 0))
@@ -424,7 +426,7 @@ class Trainer:
     def report_fidelity(self) -> None:
         if not self.eval_window:
             return
-        from models.world_model.model import WorldModelRunner
+        from models.world_model.runner import WorldModelRunner
         from models.world_model.scores import fidelity
 
         sample = list(self.eval_window)[-8:]

@@ -30,8 +30,9 @@ import torch
 from core.waiting import Aborted
 from models.lm.backbone import prefix_groups
 from models.lm.lean_decode import LeanStep, SharedPrefixCache
-from models.lm.match import given_flags, left_padded, prompt_flags
+from models.lm.match import left_padded
 from models.world_model.lines import RowLines, line_positions
+from models.world_model.model import WorldModel
 
 
 class PreallocatedLayer:
@@ -150,7 +151,7 @@ def _layout(prompts: list[list[int]], new: int, max_positions: int) -> _Layout:
 
 
 def _prefill_prefixes(
-    model: Any,
+    model: WorldModel,
     prompts: list[list[int]],
     lay: _Layout,
     cache: Any,
@@ -175,15 +176,15 @@ def _prefill_prefixes(
     causal = torch.ones(Pp, Pp, dtype=torch.bool).tril()
     allowed = (causal[None] & kp[:, None, :]) | torch.eye(Pp, dtype=torch.bool)[None]
     given = None if flags is None else left_padded([flags[m[0]][:L] for L, m in lay.groups], Pp)
-    with given_flags(model, given):
-        pre = model(
-            input_ids=ids.to(dev),
-            attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-            position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
-            past_key_values=cache,
-            use_cache=True,
-            output_hidden_states=return_hidden,
-        )
+    pre = model(
+        match_flags=given,
+        input_ids=ids.to(dev),
+        attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+        position_ids=((kp.long().cumsum(-1) - 1).clamp(min=0)).to(dev),
+        past_key_values=cache,
+        use_cache=True,
+        output_hidden_states=return_hidden,
+    )
     once = [(layer.keys, layer.values) for layer in cache.layers]  # kept by the copy below
     cache.batch_select_indices(lay.gi.to(dev))  # one copy: prefix group -> its members' rows
     keep[:, :Pp] = kp[lay.gi]
@@ -225,7 +226,7 @@ def _head_hidden(
     hp: torch.Tensor | None,
     ht: torch.Tensor,
     positions: list[list[int]],
-    model: Any = None,
+    model: WorldModel | None = None,
     lines: list[RowLines] | None = None,
 ) -> torch.Tensor:
     """(B, d): row b's mean last-layer hidden state over prompt positions ``positions[b]``; a
@@ -250,11 +251,11 @@ def _head_hidden(
     mean = torch.stack([at(b, pos).mean(0) for b, pos in enumerate(positions)])
     if lines is None:
         return mean
-    return mean + model.match_lines(at, lines, mean)
+    return mean + model.lines(at, lines, mean)
 
 
 def _prefill_tails(
-    model: Any,
+    model: WorldModel,
     lay: _Layout,
     cache: Any,
     keep: torch.Tensor,
@@ -279,15 +280,15 @@ def _prefill_tails(
     given = None
     if flags is not None:
         given = left_padded([flags[b][int(lay.plen_b[b]) :] for b in range(B)], S)
-    with given_flags(model, given):
-        return model(
-            input_ids=ids.to(dev),
-            attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
-            position_ids=pos.to(dev),
-            past_key_values=cache,
-            use_cache=True,
-            output_hidden_states=return_hidden,
-        )
+    return model(
+        match_flags=given,
+        input_ids=ids.to(dev),
+        attention_mask=torch.where(allowed, 0.0, neg)[:, None].to(dev),
+        position_ids=pos.to(dev),
+        past_key_values=cache,
+        use_cache=True,
+        output_hidden_states=return_hidden,
+    )
 
 
 ABORT_EVERY = 8  # tokens between two calls of ``abort`` in the decode loop
@@ -302,7 +303,7 @@ def _next_tokens(logits: torch.Tensor, sample: bool, temperature: float) -> torc
 
 
 def _decode_loop(
-    model: Any,
+    model: WorldModel,
     logits: torch.Tensor,
     cache: Any,
     keep: torch.Tensor,
@@ -396,7 +397,7 @@ PHASES = _Phases()
 
 
 def generate_tokens(
-    model: Any,
+    model: WorldModel,
     prompts: list[list[int]],
     new: int,
     pad: int,
@@ -422,17 +423,17 @@ def generate_tokens(
     cache = preallocated_cache(lay.Pp + lay.S + new)
     keep = torch.zeros(len(prompts), lay.Pp + lay.S + new, dtype=torch.bool)
     hp, once = None, []  # the prefix pass's last hidden layer, its keys and values
-    flags = prompt_flags(model, prompts)  # the world model's match feature (None: none)
+    flags = model.prompt_flags(prompts)  # the world model's match feature (None: none)
     if lay.Pp:
         hp, once = _prefill_prefixes(model, prompts, lay, cache, keep, pad, return_hidden, flags)
     out = _prefill_tails(model, lay, cache, keep, pad, return_hidden, flags)
     last_hidden = None
     if return_hidden:
         positions = hidden_positions or [[len(p) - 1] for p in prompts]
-        lines = line_positions(model, prompts) if hidden_positions is not None else None
+        lines = line_positions(model.lines, prompts) if hidden_positions is not None else None
         last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions, model, lines)
     plen = torch.tensor([len(p) for p in prompts])
-    step = LeanStep(model) if lean and LeanStep.supports(model) else None
+    step = LeanStep(model.lm) if lean and LeanStep.supports(model.lm) else None
     P = lay.Pp + lay.S
     G = len(lay.groups)
     if step is not None and once and G < len(prompts) and G <= MAX_SHARED_GROUPS:

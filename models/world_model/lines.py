@@ -4,7 +4,7 @@ What it is: ``model.match_lines``, a linear layer (d_model -> d_model, zero at i
 the last layer's hidden states over every page line that holds a word of the instruction
 (``models.lm.match.match_line_positions``: the whole line, so its state words, ``checked``,
 ``selected``, a ``value``, are in it).  The reward, done and change heads read the mean over the
-acted element's line and the action (``models.world_model.model.head_positions``) *plus* this.
+acted element's line and the action (``models.world_model.runner.head_positions``) *plus* this.
 
 Why: on the steps that decide a task by a click on "Submit", the acted element's line says
 nothing about what was asked: whether the asked option is the selected one (choose-list), whether
@@ -46,11 +46,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from models.lm.match import named_positions, page_lines, token_pieces
+from models.lm.match import named_positions, page_lines
 
 # the line sums are divided by this (pages hold 3-40 lines; a mean's scale at about 8)
 COUNT_SCALE = 8.0
@@ -141,29 +140,10 @@ class MatchLines(torch.nn.Module):
         return torch.stack([per[named].sum(0), per[~named].sum(0)])
 
 
-def attach_match_lines(
-    model: Any, tokenizer: Any, counts: bool = False, acted: bool = False
-) -> Any:
-    """Give ``model`` the layer (idempotent; with the counts when ``counts``, the acted line's
-    maximum when ``acted``) and mark ``model.config.wm_head_lines``, ``wm_head_counts`` and
-    ``wm_head_acted``."""
-    if getattr(model, "match_lines", None) is None:
-        feat = getattr(model, "wm_match", None)
-        pieces = feat.pieces if feat is not None else token_pieces(tokenizer)
-        dev = next(model.parameters()).device
-        dim = int(model.config.hidden_size)
-        model.match_lines = MatchLines(dim, pieces, counts, acted).to(dev)
-    model.config.wm_head_lines = True
-    model.config.wm_head_counts = bool(model.match_lines.counts)
-    model.config.wm_head_acted = bool(model.match_lines.acted)
-    return model
-
-
-def line_positions(model: Any, prompts: list[list[int]]) -> list[RowLines] | None:
+def line_positions(ml: MatchLines | None, prompts: list[list[int]]) -> list[RowLines] | None:
     """Each prompt's ``RowLines`` (the named lines' positions, ``match_line_positions``; for a
     layer with counts the lines themselves, ``page_line_positions``; for one with ``acted`` the
-    acted element's line); None for a model without the layer."""
-    ml = getattr(model, "match_lines", None)
+    acted element's line); None without the layer (``ml`` None)."""
     if ml is None:
         return None
     out = []

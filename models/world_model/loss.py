@@ -6,7 +6,7 @@
 frozen MiniLM embedding of the real next page, other distinct pages of the batch
 as negatives) + ``wm_head_weight`` * (class-balanced CE of ``reward_head`` on task
 success + the same of ``done_head`` on done), both heads on the mean hidden state
-over the acted element's page line and the action (``models.world_model.model.head_positions``).
+over the acted element's page line and the action (``models.world_model.runner.head_positions``).
 Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
 With ``backward=True`` a batch larger than ``chunk_rows`` runs in micro-batches
 (``_wm_loss_chunked``: GradCache for the InfoNCE term), with the whole batch's gradient.
@@ -31,15 +31,9 @@ from models.losses import (
     task_success_reward,
 )
 from models.world_model.lines import line_positions
-from models.world_model.model import (
-    HEADS,
-    change_target,
-    head_input,
-    head_positions,
-    mark_heads_trained,
-    try_parse_action,
-)
+from models.world_model.model import HEADS, WorldModel
 from models.world_model.proposals import change_label
+from models.world_model.runner import change_target, head_input, head_positions, try_parse_action
 
 INFONCE_TEMPERATURE = 0.1
 
@@ -70,10 +64,10 @@ def _wm_rows(
 
 
 def _wm_forward(
-    model: Any, tokenizer: Any, rows: list, hidden: bool, heads: bool = False
+    model: WorldModel, tokenizer: Any, rows: list, hidden: bool, heads: bool = False
 ) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:
     """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None,
-    the reward/done heads' input | None (``heads``: ``models.world_model.model.head_input``))."""
+    the reward/done heads' input | None (``heads``: ``models.world_model.runner.head_input``))."""
     was_training = model.training
     model.train()
     try:
@@ -98,13 +92,13 @@ def _wm_forward(
     last = None
     if heads:  # the heads' input, as WorldModelRunner's prefill reads it
         pos = [head_positions(tokenizer, p) for p, _ in rows]
-        lines = line_positions(model, [p for p, _ in rows])
+        lines = line_positions(model.lines, [p for p, _ in rows])
         last = head_input(out.hidden_states[-1], pos, model, lines)
     return out, labels, mask, pooled, last
 
 
 def _wm_head_targets(
-    transitions: list, dev: Any, model: Any = None
+    transitions: list, dev: Any, model: WorldModel | None = None
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """head name -> (labels, whole-batch weights): reward_head = task success
     (``task_success_reward(raw) > 0``), done_head = done, class-balanced; change_head (when the
@@ -117,7 +111,7 @@ def _wm_head_targets(
     out = {
         name: (y, class_balanced_weights(y, 2)) for name, y in zip(HEADS, (succ, done), strict=True)
     }
-    if getattr(model, "change_head", None) is not None:  # plain CE: a uniform mean over the batch
+    if model is not None:  # the change head: plain CE, a uniform mean over the batch
         kinds = torch.tensor(
             [
                 change_label(
@@ -135,14 +129,14 @@ def _wm_head_targets(
 
 
 def _wm_head_loss(
-    model: Any, last: torch.Tensor, targets: dict, idx: list[int]
+    model: WorldModel, last: torch.Tensor, targets: dict, idx: list[int]
 ) -> tuple[torch.Tensor, dict]:
     """Sum over the heads of their class-balanced CE on rows ``idx`` (weights of the whole batch, so
     micro-batches add up to the whole batch's loss) -> (loss, {name: (loss, weighted correct)})."""
     sel = torch.tensor(idx, device=last.device)
     total, parts = last.new_zeros((), dtype=torch.float32), {}
     for name, (y, w) in targets.items():
-        loss, st = balanced_cross_entropy(getattr(model, name)(last), y[sel], w[sel])
+        loss, st = balanced_cross_entropy(model.parts()[name](last), y[sel], w[sel])
         total = total + loss
         parts[name] = (float(loss.detach()), st["acc"])
     return total, parts
@@ -179,7 +173,7 @@ def wm_chunks(rows: list, chunk_rows: int) -> list[list[int]]:
 
 
 def world_model_batch_loss(
-    model: Any,
+    model: WorldModel,
     tokenizer: Any,
     transitions: list,
     cfg: TrainerConfig,
@@ -217,21 +211,16 @@ def world_model_batch_loss(
     """
     max_pos = int(model.config.max_position_embeddings)
     rows, next_trees, n_page = _wm_rows(tokenizer, transitions, max_pos, max_change_tokens)
-    head = getattr(model, "page_head", None)
-    use_nce = embedder is not None and head is not None and cfg.infonce_weight > 0
+    use_nce = embedder is not None and cfg.infonce_weight > 0
     keep = _distinct(next_trees) if use_nce else []
     use_nce = use_nce and len(keep) >= 2
     head_w = float(cfg.wm_head_weight)
     dev = next(model.parameters()).device
-    targets = (
-        _wm_head_targets(transitions, dev, model)
-        if head_w > 0 and all(getattr(model, n, None) is not None for n in HEADS)
-        else {}
-    )
+    targets = _wm_head_targets(transitions, dev, model) if head_w > 0 else {}
     if targets and torch.is_grad_enabled():
-        mark_heads_trained(model)
+        model.mark_heads_trained()
         if "change_head" in targets:
-            model.config.wm_change_head_trained = True
+            model.state.change_head_trained = True
     if backward and len(rows) > max(1, int(chunk_rows)):
         return _wm_loss_chunked(
             model,
@@ -261,7 +250,7 @@ def world_model_batch_loss(
         "page_fraction": n_page / max(1, len(rows)),
     }
     if use_nce:
-        pred = head(pooled[keep])
+        pred = model.page_head(pooled[keep])
         target = embedder.embed([next_trees[i] for i in keep]).to(dev)
         loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
         loss = loss + cfg.infonce_weight * loss_nce
@@ -291,7 +280,7 @@ def _set_rng_state(state: tuple) -> None:
 
 
 def _wm_loss_chunked(
-    model: Any,
+    model: WorldModel,
     tokenizer: Any,
     rows: list,
     next_trees: list,

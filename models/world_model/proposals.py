@@ -9,7 +9,7 @@ selected`` and the others ``collapsed`` (``tab``), for a drag the item moved (``
 ``models.world_model.mouse``).  ``candidate_trees`` is their deduplicated pages (``decode="rerank"``).
 
 The **change head** (``change_head``: d_model -> ``len(KINDS)``, on the same input as the
-reward/done heads, ``models.world_model.model.head_input``) is a classifier over these kinds plus
+reward/done heads, ``models.world_model.runner.head_input``) is a classifier over these kinds plus
 ``other`` (no proposal is the real next page).  Its training label (``change_label``) is the first
 kind, in ``KINDS`` order, whose page equals the real next page; it is trained with plain
 cross-entropy (``models.world_model.loss``).  To predict (``choose``), the most likely kind among those
@@ -22,7 +22,6 @@ token by token (measured: 1.8 % of changed pages exactly right, greedy, after 5,
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import torch
 
@@ -125,31 +124,13 @@ def change_label(obs: Observation, action: Action | None, real_next_tree: str) -
     return OTHER
 
 
-def attach_change_head(model: Any) -> Any:
-    """``change_head`` (d_model -> len(KINDS), seeded init); an existing head is kept."""
-    if getattr(model, "change_head", None) is None:
-        g = torch.Generator().manual_seed(4329)
-        head = torch.nn.Linear(model.config.hidden_size, len(KINDS))
-        with torch.no_grad():
-            head.weight.copy_(torch.randn(head.weight.shape, generator=g) * 0.02)
-            head.bias.zero_()
-        model.change_head = head.to(next(model.parameters()).device)
-    return model
-
-
-def change_head_trained(model: Any) -> bool:
-    return bool(getattr(model.config, "wm_change_head_trained", False)) and (
-        getattr(model, "change_head", None) is not None
-    )
-
-
 def choose(
-    model: Any, hidden: torch.Tensor, obs_list: list[Observation], actions: list
+    head: torch.nn.Linear, hidden: torch.Tensor, obs_list: list[Observation], actions: list
 ) -> list[str | None]:
     """Per row, the page of the most likely kind the row offers, or None for ``other`` (the text
-    decides).  ``hidden``: the heads' input (B, d)."""
+    decides).  ``head``: the world model's ``change_head``; ``hidden``: the heads' input (B, d)."""
     with torch.no_grad():
-        logits = model.change_head(hidden.to(model.change_head.weight.dtype)).float()
+        logits = head(hidden.to(head.weight.dtype)).float()
     out: list[str | None] = []
     for b, (obs, act) in enumerate(zip(obs_list, actions, strict=True)):
         offered = dict(proposals(obs, act if isinstance(act, Action) else None))

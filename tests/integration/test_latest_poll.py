@@ -10,19 +10,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import make_client
 from core.waiting import wait_until
 from models import metrics as M
 from models.checkpoints.store import CheckpointStore
 from streams.kafka import ensure_topics, read_until_sentinel
-from tests.integration.test_trainer_generator import small
+from tests.factories import small_trainer
 
 POLL_S = 1.0
 
 
 def _write_policy(cfg: Config, store: CheckpointStore, version: int, tmp: Path) -> None:
-    from models.policy.runner import make_policy
+    from models.policy.model import make_policy
 
     cfg.model.seed = version
     model, tok = make_policy(cfg.model)
@@ -38,7 +38,7 @@ def test_latest_policy_reloads_from_latest_without_any_announcement(
 ) -> None:
     from collectors.policy_agent import LatestPolicyAgent
 
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     cfg.s3.latest_poll_s = POLL_S
     topics = ensure_topics(cfg)
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
@@ -75,7 +75,7 @@ def test_an_announced_policy_is_prefetched_while_the_old_one_acts_then_installed
     from collectors.policy_agent import LatestPolicyAgent
     from models.checkpoints.store import announce
 
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     cfg.s3.latest_poll_s = 600.0  # no poll during the test: only the announcement can bring v1
     ensure_topics(cfg)  # as every component does at start: the watcher reads an existing topic
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)

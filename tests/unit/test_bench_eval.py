@@ -142,7 +142,7 @@ def _transitions(n_eps: int = 4) -> list[Transition]:
 
 
 def test_eval_world_model_json(tmp_path, capsys):
-    from core.config.runtime import ModelConfig
+    from core.config import ModelConfig
     from models.world_model.model import make_world_model
 
     model, tok = make_world_model(ModelConfig(layers=1, d_model=32, heads=2, max_positions=384))

@@ -8,7 +8,7 @@ import argparse
 import pytest
 import torch
 
-from core.config.runtime import Config, ModelConfig, TrainerConfig
+from core.config import Config, ModelConfig, TrainerConfig
 from evaluation.bench.wm_decode import bench_wm_decode, main
 from evaluation.eval.sources import read_jsonl
 from evaluation.studies.sample_efficiency.wm import corpus_path
@@ -27,7 +27,7 @@ def test_head_first_and_text_then_head_predict_the_same_pages(tmp_path):
             0
         ].backward()
         opt.step()
-    assert model.config.wm_change_head_trained
+    assert model.state.change_head_trained
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     cfg = Config()

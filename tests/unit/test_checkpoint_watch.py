@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from kafka import TopicPartition
 
-from core.config.runtime import KafkaConfig
+from core.config import KafkaConfig
 from streams import checkpoints as sc
 from streams import records
 from streams.kafka import sentinel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from core.config.runtime import load_config
+from core.config import load_config
 from streams import records
 from streams.kafka import DeadLetters
 from streams.state import StreamState

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from collectors import demos
-from core.config.runtime import Config
+from core.config import Config
 from streams.records import Transition
 
 

@@ -1,5 +1,5 @@
 """infra/deploy: the Compose file parses and names every service; the configuration it passes
-is the embedded stack's (DYNAWEB_<SECTION>__<FIELD>, accepted by core.config.runtime.load_config);
+is the embedded stack's (DYNAWEB_<SECTION>__<FIELD>, accepted by core.config.load_config);
 the images and mounts it refers to exist in the repository."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from core.config.runtime import load_config
+from core.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "infra" / "deploy"

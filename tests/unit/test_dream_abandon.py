@@ -4,49 +4,28 @@
 from __future__ import annotations
 
 import dataclasses
-import random
 import threading
 import time
-from collections import deque
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from core.config.runtime import ModelConfig, load_config
-from core.spaces import Observation, parse_action
+from core.config import ModelConfig
 from core.waiting import Aborted
 from models import metrics as M
-from models.dream.dreamer import Dreamer, StartState
+from models.dream.dreamer import StartState
 from models.dream.env import dream_rollouts
 from models.world_model.decoding import ABORT_EVERY
-from models.world_model.model import Prediction, WorldModelRunner, make_world_model
-
-PAGE = Observation(
-    instruction="Click OK",
-    url="http://127.0.0.1/t",
-    tree='[1] button "OK"\n[2] button "No"',
-    next_id=3,
-)
-
-
-class _Policy:
-    def __init__(self):
-        self.calls = 0
-
-    def act(self, obs_b, hist, temperature=1.0, greedy=False):
-        self.calls += 1
-        return [(parse_action("click(2)"), -0.7, 3) for _ in obs_b]
-
-
-class _SamePage:
-    def predict(self, obs_list, actions, sample=False, abort=None):
-        return [Prediction(o, 0.0, False, True, "", "") for o in obs_list]
+from models.world_model.model import make_world_model
+from models.world_model.runner import WorldModelRunner
+from tests.factories import DREAM_PAGE as PAGE
+from tests.factories import FixedPolicy, SamePage, dreamer
 
 
 def test_rollouts_are_given_up_when_abort_says_so_after_the_first_step():
-    pol = _Policy()
-    full = dream_rollouts(pol, _SamePage(), [PAGE], group_size=2, horizon=4, abort=lambda: False)
+    pol = FixedPolicy()
+    full = dream_rollouts(pol, SamePage(), [PAGE], group_size=2, horizon=4, abort=lambda: False)
     assert len(full) == 2 and all(len(r) == 4 for r in full)
     asked = []
 
@@ -55,7 +34,7 @@ def test_rollouts_are_given_up_when_abort_says_so_after_the_first_step():
         return len(asked) >= 2  # a checkpoint arrives during the second step
 
     pol.calls = 0
-    assert dream_rollouts(pol, _SamePage(), [PAGE], group_size=2, horizon=4, abort=abort) == []
+    assert dream_rollouts(pol, SamePage(), [PAGE], group_size=2, horizon=4, abort=abort) == []
     assert asked == [1, 2] and pol.calls == 2  # asked before steps 2 and 3; step 3 never ran
 
 
@@ -99,37 +78,19 @@ def test_a_round_is_given_up_inside_the_world_model_call_when_a_checkpoint_is_an
 
     wr.predict = counted
     told = threading.Event()
-    ros = dream_rollouts(_Policy(), wr, [LIVE_PAGE], group_size=2, horizon=3, abort=told.is_set)
+    ros = dream_rollouts(FixedPolicy(), wr, [LIVE_PAGE], group_size=2, horizon=3, abort=told.is_set)
     assert len(ros) == 2 and all(len(r) == 3 for r in ros) and calls[0] is not None
     told.set()  # announced before the round: its first step's world-model call stops at once
     calls.clear()
     assert (
-        dream_rollouts(_Policy(), wr, [LIVE_PAGE], group_size=2, horizon=3, abort=told.is_set) == []
+        dream_rollouts(FixedPolicy(), wr, [LIVE_PAGE], group_size=2, horizon=3, abort=told.is_set)
+        == []
     )
     assert len(calls) == 1  # the first step's call was given up; no later step ran
 
 
-def _dreamer() -> Dreamer:
-    cfg = load_config(env={"DYNAWEB_RUN_ID": "abandon"})
-    d = object.__new__(Dreamer)  # no Kafka, no S3: the round's bookkeeping only
-    d.cfg, d.run, d.stop = cfg, cfg.run_id, threading.Event()
-    d.rng, d.producer_id, d.rate_factor, d.steps_published = random.Random(0), "p", 1.0, 0
-    d.starts = deque([StartState(PAGE, "miniwob/click-test", 1)])
-    d.slots = {"policy": SimpleNamespace(version=3), "world_model": SimpleNamespace(version=3)}
-    d.runners = lambda: (_Policy(), _SamePage())
-    d.sent = []
-    d.pub = SimpleNamespace(send=lambda topic, rec, key=None: d.sent.append(rec))
-    d.topics = SimpleNamespace(dream="dream")
-    d.reload_clock = SimpleNamespace(used=lambda v, at=None: None)
-    d._announced, d.abandoned_last, d.first_round = threading.Event(), False, False
-    d._prefetched = threading.Event()
-    d._round_done, d._awaited_policy = threading.Event(), -1
-    d.iteration_t0 = d._factor_logged = 0.0
-    return d
-
-
 def test_a_round_is_abandoned_for_an_announcement_but_never_two_in_a_row():
-    d = _dreamer()
+    d = dreamer()
     given_up = M.DREAM_ABANDONED.labels(d.run)
     before = given_up._value.get()
     assert d.dream_once() > 0 and not d.abandoned_last  # nothing announced: the round completes
@@ -142,7 +103,7 @@ def test_a_round_is_abandoned_for_an_announcement_but_never_two_in_a_row():
 
 
 def test_pacing_ends_at_an_announcement():
-    d = _dreamer()
+    d = dreamer()
     t0 = time.time()
     threading.Timer(0.2, d._announced.set).start()
     d._pace(time.time() + 30)
@@ -154,7 +115,7 @@ def test_pacing_ends_at_an_announcement():
 
 
 def test_back_pressure_stretches_the_whole_iteration_not_only_the_round():
-    d = _dreamer()
+    d = dreamer()
     waits = []
     d._pace = lambda until: waits.append(until - time.time())
     d.set_rate_factor(0.25, lag=32)
@@ -172,7 +133,7 @@ def test_back_pressure_stretches_the_whole_iteration_not_only_the_round():
 
 
 def test_the_first_round_with_new_weights_dreams_one_group():
-    d = _dreamer()
+    d = dreamer()
     d.starts.append(StartState(PAGE, "miniwob/click-test", 2))
     G, full = d.cfg.dream.group_size, d.cfg.dream.batch // d.cfg.dream.group_size
     assert full >= 2
@@ -185,7 +146,7 @@ def test_the_first_round_with_new_weights_dreams_one_group():
     assert len({r.group_id for r in d.sent}) == full and n1 > 0 and G > 1
 
 
-class _SlowPolicy(_Policy):
+class _SlowPolicy(FixedPolicy):
     def act(self, obs_b, hist, temperature=1.0, greedy=False):
         time.sleep(0.02)
         return super().act(obs_b, hist, temperature, greedy)
@@ -195,8 +156,8 @@ def test_a_dreamed_transition_is_stamped_when_its_step_was_dreamed():
     """``created_at`` of a dream record is when its step was dreamed, not when the round's records
     were sent; the reload clock times the version at the round's first step (as a collector's
     is timed at its first action)."""
-    d = _dreamer()
-    d.runners = lambda: (_SlowPolicy(), _SamePage())
+    d = dreamer()
+    d.runners = lambda: (_SlowPolicy(), SamePage())
     timed = []
     d.reload_clock = SimpleNamespace(used=lambda v, at=None: timed.append((v, at)))
     t0 = time.time()
@@ -227,7 +188,7 @@ def _transition(step: int) -> bytes:
 
 def test_dreams_start_from_any_real_step_or_only_the_first():
     for start_from, expected in (("any", [0, 2]), ("first", [0])):
-        d = _dreamer()
+        d = dreamer()
         d.cfg.dream.start_from = start_from
         d.starts.clear()
         msgs = [SimpleNamespace(value=_transition(s)) for s in (0, 2)]
@@ -245,7 +206,7 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
     from models.checkpoints.reader import ModelSlot, Prefetcher
     from streams import records
 
-    d = _dreamer()
+    d = dreamer()
     d.reload_clock = SimpleNamespace(announced=lambda v: None)
     d.slots = {k: object.__new__(ModelSlot) for k in ("policy", "world_model")}
     for s in d.slots.values():
@@ -273,7 +234,7 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
 def test_a_new_policys_first_round_holds_the_world_models_load_back(monkeypatch):
     import models.dream.dreamer as dreamer_mod
 
-    d = _dreamer()
+    d = dreamer()
     d.reload_clock = SimpleNamespace(used=lambda v, at=None: None, announced=lambda v: None)
     d.slots = {"policy": SimpleNamespace(version=3, known=lambda v: v == 3),
                "world_model": SimpleNamespace(version=3, known=lambda v: v == 3)}  # fmt: skip

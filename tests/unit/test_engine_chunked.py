@@ -7,13 +7,14 @@ import copy
 
 import torch
 
-from core.config.runtime import TrainerConfig
-from models.policy.runner import PolicyRunner, make_policy
+from core.config import TrainerConfig
+from models.policy.model import make_policy
+from models.policy.runner import PolicyRunner
 from models.train.engine import chunked_backward_ok, make_engine
 from models.train.learner import policy_update, world_model_update
-from tests.unit.test_policy import CFG, OBS, _rollout, _traj
-from tests.unit.test_wm_chunked_loss import FakeEmbedder, _batch
-from tests.unit.test_wm_chunked_loss import _model as _wm_model
+from tests.factories import POLICY_CFG as CFG
+from tests.factories import POLICY_OBS as OBS
+from tests.factories import FakeEmbedder, policy_rollout, policy_trajectory, wm_batch, wm_model
 
 
 def _same(a: torch.nn.Module, b: torch.nn.Module) -> float:
@@ -31,9 +32,11 @@ def test_policy_update_in_micro_batches_gives_the_same_step():
     for k in range(
         4
     ):  # a GSPO group of dreams (logprobs of the policy that made them) and one expert
-        steps, lps = _rollout(r, OBS[k % 3], 2)
-        trajs.append(_traj(steps, "dream", "g", float(k % 2), lps))
-    trajs.append(_traj([(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0))
+        steps, lps = policy_rollout(r, OBS[k % 3], 2)
+        trajs.append(policy_trajectory(steps, "dream", "g", float(k % 2), lps))
+    trajs.append(
+        policy_trajectory([(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0)
+    )
     twin = copy.deepcopy(model)
     e_whole, e_chunk = make_engine(model, 1e-3), make_engine(twin, 1e-3)
     assert chunked_backward_ok(e_chunk, 0) and not chunked_backward_ok(e_chunk, 2)
@@ -45,15 +48,15 @@ def test_policy_update_in_micro_batches_gives_the_same_step():
 
 def test_world_model_update_in_micro_batches_gives_the_same_step():
     torch.manual_seed(0)
-    model = _wm_model()
+    model = wm_model()
     twin = copy.deepcopy(model)
     e_whole, e_chunk = make_engine(model, 1e-3), make_engine(twin, 1e-3)
     cfg = dict(infonce_weight=0.5)
     l1, s1, g1 = world_model_update(
-        e_whole, model._tok, _batch(), TrainerConfig(wm_chunk_rows=0, **cfg), FakeEmbedder(), 64
+        e_whole, model._tok, wm_batch(), TrainerConfig(wm_chunk_rows=0, **cfg), FakeEmbedder(), 64
     )
     l2, s2, g2 = world_model_update(
-        e_chunk, model._tok, _batch(), TrainerConfig(wm_chunk_rows=2, **cfg), FakeEmbedder(), 64
+        e_chunk, model._tok, wm_batch(), TrainerConfig(wm_chunk_rows=2, **cfg), FakeEmbedder(), 64
     )
     assert s2.get("chunks", 1) > 1 and "chunks" not in s1
     assert abs(float(l1.detach()) - float(l2)) < 1e-4 and abs(g1 - g2) < 1e-3 * max(1.0, g1)

@@ -12,7 +12,7 @@ import pytest
 
 from collectors.schedule import _Pacer, _Schedule
 from collectors.tasks import resolve_tasks
-from core.config.runtime import Config
+from core.config import Config
 from evaluation.studies.sample_efficiency.arms import (
     QUICK,
     cell_config,
@@ -23,6 +23,7 @@ from evaluation.studies.sample_efficiency.arms import (
     pick_versions,
     resolve_experiment,
 )
+from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
 from evaluation.studies.sample_efficiency.diagnostics import parse_scrape
 from evaluation.studies.sample_efficiency.report import (
     ARMS,
@@ -185,7 +186,7 @@ def test_pick_versions_never_exceeds_the_budget():
 
 
 def test_cell_configs_differ_only_where_the_arms_do():
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = resolve_experiment(cfg, quick=False)
     cells = {a: cell_config(cfg, ex, f"r-{a}", a, 1, init_from="imit:1") for a in ARMS}
     for c in cells.values():  # same model, tokenizer, optimiser, seeds, sampling temperature
@@ -224,7 +225,7 @@ def test_cell_configs_differ_only_where_the_arms_do():
 
 
 def test_experiment_id_and_validation():
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     assert experiment_id(resolve_experiment(cfg, True)) != experiment_id(
         resolve_experiment(cfg, False)
     )
@@ -238,7 +239,7 @@ def test_experiment_id_and_validation():
 
 
 def test_bc_temperature_decouples_what_imitation_fits_from_what_is_sampled():
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = resolve_experiment(cfg, False)
     for arm in ("imitation", "real_only"):
         c = cell_config(cfg, ex, f"r-{arm}", arm, 0, init_from="imit:1")
@@ -390,7 +391,7 @@ def _experts_per_batch(c, groups: int) -> list[int]:
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_imitation_matched_has_the_online_arms_steps_init_and_expert_samples(quick):
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = resolve_experiment(cfg, quick=quick)
     cells = {a: cell_config(cfg, ex, f"r-{a}", a, 0, init_from="seX-imitation-s0:1") for a in ARMS}
     m = cells["imitation_matched"]
@@ -423,7 +424,7 @@ def test_imitation_matched_has_the_online_arms_steps_init_and_expert_samples(qui
 
 
 def test_frozen_defaults_and_quick_keeps_scaled_down_values():
-    ex = resolve_experiment(Config(), quick=False)
+    ex = resolve_experiment(SampleEfficiencyConfig(), quick=False)
     assert ex.arms == [
         "imitation",
         "imitation_matched",
@@ -438,13 +439,13 @@ def test_frozen_defaults_and_quick_keeps_scaled_down_values():
         "miniwob/click-button",
         "miniwob/click-tab",
     ]
-    q = resolve_experiment(Config(), quick=True)
+    q = resolve_experiment(SampleEfficiencyConfig(), quick=True)
     assert (
         q.arms == ex.arms
         and q.online_policy_steps < ex.online_policy_steps
         and q.group_size < ex.group_size
     )
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     cfg.experiment.expert_fraction = 1.0
     with pytest.raises(ValueError, match="expert_fraction"):
         resolve_experiment(cfg, False)
@@ -751,7 +752,7 @@ def test_a_study_extended_by_seeds_or_arms_keeps_its_id_and_its_cells(tmp_path):
 
     from evaluation.studies.sample_efficiency.study import SampleEfficiency
 
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = resolve_experiment(cfg, False)
     cfg.experiment.seeds = [0, 1, 2, 3, 4]
     cfg.experiment.arms = ["imitation", "imitation_matched", "real_only"]
@@ -777,7 +778,7 @@ def test_two_live_groups_per_step_keep_the_matched_expert_samples():
     gets 8 demonstrations per step."""
     from evaluation.studies.sample_efficiency.arms import live_groups_per_step
 
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = resolve_experiment(cfg, quick=False)
     assert live_groups_per_step(ex) == 1  # the frozen study: one group per step, as before
     base_cells = {a: cell_config(cfg, ex, f"r-{a}", a, 0, init_from="i:1") for a in ARMS}
@@ -804,7 +805,7 @@ def test_two_live_groups_per_step_keep_the_matched_expert_samples():
 def test_policy_lr_reaches_every_arm_and_the_id_only_when_set():
     from evaluation.studies.sample_efficiency.arms import experiment_id
 
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = resolve_experiment(cfg, quick=False)
     assert ex.policy_lr == 0.0
     ex2 = dataclasses.replace(ex, policy_lr=1e-3)

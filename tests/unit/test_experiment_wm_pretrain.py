@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from evaluation.studies.sample_efficiency.arms import cell_config, experiment_id, resolve_experiment
+from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
 from evaluation.studies.sample_efficiency.report import (
     aggregate,
     arm_summary,
@@ -22,13 +23,14 @@ from evaluation.studies.sample_efficiency.report import (
 )
 from evaluation.studies.sample_efficiency.wm import corpus_files, corpus_path, load_corpus, pretrain
 from models.checkpoints.store import wm_init_dir
-from models.world_model.model import WorldModelRunner, load_world_model
+from models.world_model.model import load_world_model
+from models.world_model.runner import WorldModelRunner
 
 CORPUS = "docs/results/world-model/transitions.jsonl.gz"
 
 
 def test_the_id_of_a_study_without_a_corpus_is_unchanged_and_a_corpus_changes_it():
-    ex = resolve_experiment(Config(), quick=False)
+    ex = resolve_experiment(SampleEfficiencyConfig(), quick=False)
     base = experiment_id(ex)
     ex.wm_pretrain_steps = 17  # no corpus: the setting is not used, the id stays
     assert experiment_id(ex) == base
@@ -40,7 +42,7 @@ def test_the_id_of_a_study_without_a_corpus_is_unchanged_and_a_corpus_changes_it
 
 
 def test_only_the_dynaweb_arms_start_their_world_model_from_the_pretrained_one():
-    ex = resolve_experiment(Config(), quick=False)
+    ex = resolve_experiment(SampleEfficiencyConfig(), quick=False)
     for arm in ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only"):
         c = cell_config(Config(), ex, "r", arm, 0, init_from="imit:3", wm_init="/x/world_model")
         want = "/x/world_model" if arm.startswith("dynaweb") else ""
@@ -61,7 +63,7 @@ def test_a_corpus_of_several_files_trains_on_all_of_them(tmp_path):
     assert corpus_files(f"{CORPUS}, {more}") == [corpus_path(CORPUS), corpus_path(more)]
     with pytest.raises(FileNotFoundError, match="no/such"):
         corpus_files(f"{CORPUS},no/such.jsonl")
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = cfg.experiment
     ex.tasks = ["miniwob/click-checkboxes"]
     ex.layers, ex.d_model, ex.heads = 1, 32, 2
@@ -76,7 +78,7 @@ def test_a_corpus_of_several_files_trains_on_all_of_them(tmp_path):
 
 
 def test_pretrain_trains_on_the_studys_tasks_saves_a_loadable_model_and_is_reused(tmp_path):
-    cfg = Config()
+    cfg = SampleEfficiencyConfig()
     ex = cfg.experiment
     ex.tasks = ["miniwob/click-tab"]
     ex.layers, ex.d_model, ex.heads = 1, 32, 2
@@ -92,7 +94,7 @@ def test_pretrain_trains_on_the_studys_tasks_saves_a_loadable_model_and_is_reuse
     d = wm_init_dir(rec["dir"])
     model, tok = load_world_model(str(d))
     assert model.config.num_layers == 1 and model.config.hidden_size == 32
-    assert model.config.wm_heads_trained and model.config.wm_change_head_trained
+    assert model.state.heads_trained and model.state.change_head_trained
     assert any("pretraining" in m for m in said)
     # a rerun with the same --out reuses it (nothing is trained again)
     said.clear()

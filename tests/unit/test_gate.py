@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.config.runtime import load_config
+from core.config import load_config
 from evaluation.gate import Gate, decide, probe_seeds, probe_tasks
 
 M = {"world_model": 0.05, "policy": 0.25}

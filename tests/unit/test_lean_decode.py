@@ -3,7 +3,7 @@ the logits of the model's own forward, and decoding with it writes the same toke
 
 import torch
 
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from models.lm.lean_decode import LeanStep
 from models.world_model.decoding import generate_tokens, preallocated_cache
 from models.world_model.model import make_world_model
@@ -17,7 +17,7 @@ def _model(**kw):
 
 def test_step_logits_equal_the_full_forward_over_several_tokens():
     model, _ = _model(layers=3, d_model=64, heads=4)
-    step = LeanStep(model)
+    step = LeanStep(model.lm)
     B, P = 3, 12
     ids = torch.randint(3, 200, (B, P))
     keep = torch.ones(B, P + 6, dtype=torch.bool)
@@ -72,15 +72,15 @@ def test_greedy_decoding_writes_the_same_tokens_with_and_without_the_lean_step()
 
 def test_supports_only_what_it_computes_exactly():
     model, _ = _model(layers=2, d_model=32, heads=2)
-    assert LeanStep.supports(model)
+    assert LeanStep.supports(model.lm)
     model.train()
-    assert not LeanStep.supports(model)  # dropout may be in use
+    assert not LeanStep.supports(model.lm)  # dropout may be in use
     model.eval()
     model.config.attention_layers = ["global", "local"]  # a local window is not implemented
-    assert not LeanStep.supports(model)
+    assert not LeanStep.supports(model.lm)
     model.config.attention_layers = ["global", "global"]
-    model.transformer.h[1].attn.attention.q_proj.bias = torch.nn.Parameter(torch.zeros(32))
-    assert not LeanStep.supports(model)
+    model.lm.transformer.h[1].attn.attention.q_proj.bias = torch.nn.Parameter(torch.zeros(32))
+    assert not LeanStep.supports(model.lm)
 
 
 def test_shared_prefix_attention_equals_attention_over_per_row_copies():

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from core.config.runtime import TrainerConfig
+from core.config import TrainerConfig
 from models.train.engine import current_lr, engine_step, lr_factor, make_engine, trainer_engine
 
 

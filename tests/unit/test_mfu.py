@@ -3,7 +3,7 @@
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from evaluation.bench.mfu import (
     FlopMeter,
     attended_pairs,
@@ -12,7 +12,7 @@ from evaluation.bench.mfu import (
     mfu,
     sgemm_peak,
 )
-from models.policy.runner import make_policy
+from models.policy.model import make_policy
 
 
 def _model():

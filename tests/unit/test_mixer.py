@@ -6,54 +6,14 @@ import random
 
 import pytest
 
-from streams.mixer import HybridMixer
-from streams.records import Trajectory, Transition
-
-_n = 0
-
-
-def mk(source: str, pv: int = 0, group: str = "", ep: str | None = None) -> Trajectory:
-    global _n
-    _n += 1
-    obs = {"instruction": "click", "tree": "page"}
-    t = Transition(
-        run_id="r",
-        episode_id=ep or f"{source}-{_n}",
-        step=0,
-        task="t",
-        seed=_n,
-        source=source,
-        policy_version=pv,
-        world_model_version=0,
-        obs=obs,
-        action="stop",
-        next_obs=obs,
-        reward=1.0,
-        done=True,
-        group_id=group,
-    )
-    return Trajectory.from_transitions([t])
+from streams.records import Trajectory
+from tests.factories import make_mixer as mixer
+from tests.factories import mixer_trajectory as mk
 
 
 def group(g: int, pv: int = 0) -> list[Trajectory]:
     gid = f"g{random.random()}"
     return [mk("dream", pv, gid) for _ in range(g)]
-
-
-def mixer(**kw) -> HybridMixer:
-    base = dict(
-        run_id="r",
-        worker_id="w",
-        expert_fraction=0.5,
-        batch_trajectories=16,
-        max_staleness=2,
-        samples_per_insert=0,
-        expert_pool_size=100,
-        cold_start_batch_s=2.0,
-        seed=1,
-    )
-    base.update(kw)
-    return HybridMixer(**base)
 
 
 def counts(b) -> tuple[int, int]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.unit.test_mixer import mixer, mk
+from tests.factories import make_mixer as mixer
+from tests.factories import mixer_trajectory as mk
 
 
 def test_least_used_first_and_ties_at_random() -> None:

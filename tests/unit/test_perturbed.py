@@ -9,7 +9,7 @@ import pytest
 
 from collectors.agents import default_agent_factory
 from collectors.perturbed import PerturbedExpertAgent, mistype, perturb
-from core.config.runtime import load_config
+from core.config import load_config
 from core.spaces import Action, Observation
 
 PAGE = Observation(

@@ -3,25 +3,18 @@ import math
 import pytest
 import torch
 
-from core.config.runtime import ModelConfig, TrainerConfig
+from core.config import TrainerConfig
 from core.spaces import Action, Observation, parse_action
 from models.lm.backbone import score_continuations
 from models.lm.prompts import action_ids, fit_tree, policy_prompt_ids
 from models.lm.tokenizer import build_tokenizer, decode, encode
 from models.policy.candidates import candidate_actions, instruction_texts
 from models.policy.loss import action_logprobs, policy_batch_loss
-from models.policy.runner import PolicyRunner, make_policy
-from streams.records import Trajectory, Transition
-
-CFG = ModelConfig(layers=2, d_model=32, heads=2, max_positions=256)
-TREE = '[1] textbox "Name"\n[2] button "Submit"\n  [3] text "hi"\n[4] combobox "Color"\n  [5] option "Red"\n  [6] option "Blue"'
-OBS = [
-    Observation('Enter "Kiera" into the text field and press Submit.', "u", TREE, focused=1),
-    Observation("Click the button.", "u", '[4] button "OK"'),
-    Observation(
-        "Type hello in the box", "u", '[7] searchbox ""\n[8] link "More"', last_action_error="boom"
-    ),
-]
+from models.policy.model import make_policy
+from models.policy.runner import PolicyRunner
+from tests.factories import POLICY_CFG as CFG
+from tests.factories import POLICY_OBS as OBS
+from tests.factories import policy_rollout, policy_trajectory
 
 
 @pytest.fixture(scope="module")
@@ -140,50 +133,18 @@ def test_act_batched(policy):
     assert r.act([], []) == []
 
 
-def _traj(steps, source, group, reward, lps=None):
-    ts = []
-    for i, (obs, act) in enumerate(steps):
-        ts.append(
-            Transition(
-                run_id="r",
-                episode_id=f"{group}-{reward}-{id(steps)}",
-                step=i,
-                task="t",
-                seed=0,
-                source=source,
-                policy_version=0,
-                world_model_version=0,
-                obs=obs.to_dict(),
-                action=act,
-                next_obs=obs.to_dict(),
-                reward=reward if i == len(steps) - 1 else 0.0,
-                done=i == len(steps) - 1,
-                group_id=group,
-                behaviour_logprob=None if lps is None else lps[i],
-            )
-        )
-    return Trajectory.from_transitions(ts)
-
-
-def _rollout(runner, obs, n):
-    hist, steps, lps = [], [], []
-    for _ in range(n):
-        a, lp, _ = runner.act([obs], [hist])[0]
-        steps.append((obs, a.to_text()))
-        lps.append(lp)
-        hist = hist + [a.to_text()]
-    return steps, lps
-
-
 def test_ratio_one_for_unchanged_model_and_gradient(policy):
     model, tok = policy
     r = PolicyRunner(model, tok, CFG, seed=3)
     trajs = []
     for k in range(4):
-        steps, lps = _rollout(r, OBS[k % 3], 2)
-        trajs.append(_traj(steps, "dream", "g", float(k % 2), lps))
-    trajs.append(_traj([(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0))
-    trajs.append(_traj([(OBS[1], "click(4)")], "real", "", 0.0))  # no logprobs -> skipped
+        steps, lps = policy_rollout(r, OBS[k % 3], 2)
+        trajs.append(policy_trajectory(steps, "dream", "g", float(k % 2), lps))
+    trajs.append(
+        policy_trajectory([(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0)
+    )
+    # no logprobs -> skipped
+    trajs.append(policy_trajectory([(OBS[1], "click(4)")], "real", "", 0.0))
     tc = TrainerConfig()
     model.zero_grad()
     loss, m = policy_batch_loss(model, tok, trajs, tc, CFG)
@@ -208,7 +169,9 @@ def test_ratio_one_for_unchanged_model_and_gradient(policy):
 
 def test_bc_step_raises_expert_likelihood():
     model, tok = make_policy(CFG)
-    traj = _traj([(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0)
+    traj = policy_trajectory(
+        [(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0
+    )
     rows = [(policy_prompt_ids(tok, OBS[0], [], 256), action_ids(tok, 'type(1, "Kiera")'))]
     before = float(action_logprobs(model, tok, rows)[0].sum().detach())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)

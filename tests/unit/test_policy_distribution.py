@@ -10,135 +10,26 @@ import pytest
 import torch
 
 from collectors.agents import _norm
-from core.config.runtime import TrainerConfig
+from core.config import TrainerConfig
 from core.spaces import Action, Observation
-from models.dream.env import dream_rollouts
 from models.lm.backbone import score_continuations
 from models.lm.prompts import action_ids, policy_prompt_ids
 from models.policy.candidates import candidate_logprobs, candidates_hash, policy_candidates
 from models.policy.loss import action_logprobs, policy_batch_loss, trajectory_decisions
-from models.policy.runner import PolicyRunner, make_policy
-from models.world_model.model import Prediction
+from models.policy.model import make_policy
+from models.policy.runner import PolicyRunner
 from streams import records
 from streams.records import Trajectory, Transition
-from tests.unit.test_policy import CFG, OBS
-
-PAGE = Observation(
-    'Type "ab" in the box and press OK.',
-    "u",
-    '[4] button "OK"\n[5] link "Help"\n[6] textbox "Name"\n[7] combobox "Size"\n  [8] option "S"\n'
-    '  [9] option "M"',
-    focused=6,
-)
-STARTS = [OBS[0], OBS[2], PAGE]
+from tests.factories import POLICY_CFG as CFG
+from tests.factories import POLICY_OBS as OBS
+from tests.factories import POLICY_PAGE as PAGE
+from tests.factories import collect_trajectories, dream_trajectories, wire_transition
 
 
 @pytest.fixture(scope="module")
 def policy():
     torch.manual_seed(0)
     return make_policy(CFG)
-
-
-def _rec(obs, action, step, last, gid, ep, reward, lp, nt, info, source="real") -> Transition:
-    """A transition built as ``run_collector`` builds it, then through the wire format."""
-    rec = Transition(
-        run_id="r",
-        episode_id=ep,
-        step=step,
-        task="t",
-        seed=0,
-        source=source,
-        policy_version=0,
-        world_model_version=0,
-        obs=obs.to_dict(),
-        action=action,
-        next_obs=obs.to_dict(),
-        reward=reward if last else 0.0,
-        done=last,
-        group_id=gid,
-        behaviour_logprob=lp,
-        action_tokens=nt,
-        candidates_hash=str(info.get("candidates_hash") or ""),
-    )
-    if info.get("temperature") is not None:
-        rec.info["temperature"] = float(info["temperature"])
-    return records.decode(records.encode(rec), expect="transition")
-
-
-def _collect(runner, G=3, H=2, T=0.7, greedy=False) -> list[Trajectory]:
-    trajs = []
-    for s, obs in enumerate(STARTS):
-        for g in range(G):
-            hist, ts = [], []
-            for i in range(H):
-                a, lp, nt, info = runner.act_info([obs], [hist], temperature=T, greedy=greedy)[0]
-                ts.append(
-                    _rec(
-                        obs,
-                        a.to_text(),
-                        i,
-                        i == H - 1,
-                        f"g{s}-{T}",
-                        f"e{s}-{g}-{T}",
-                        float(g % 2),
-                        lp,
-                        nt,
-                        info,
-                    )
-                )
-                hist = hist + [a.to_text()]
-            trajs.append(Trajectory.from_transitions(ts))
-    return trajs
-
-
-class _SamePage:
-    """A world model that changes nothing (reward 1 for the second rollout of a group, at its end)."""
-
-    def predict(self, obs_list, actions, sample=False):
-        return [Prediction(o, 0.0, False, True, "", "") for o in obs_list]
-
-
-def _dream(runner, T=1.3) -> list[Trajectory]:
-    """``dream_rollouts`` (batched acting) and the dreamer's record fields (``Dreamer.dream_once``)."""
-    out = []
-    for ro in dream_rollouts(runner, _SamePage(), STARTS, group_size=3, horizon=2, temperature=T):
-        ep = f"d{ro.group_id}-{len(out)}"
-        ts = []
-        for i, st in enumerate(ro.steps):
-            last = i == len(ro.steps) - 1
-            info = {"candidates_hash": st["candidates_hash"], "temperature": st["temperature"]}
-            ts.append(
-                _rec(
-                    st["obs"],
-                    st["action"],
-                    i,
-                    last,
-                    ro.group_id,
-                    ep,
-                    float(len(out) % 2),
-                    st["logprob"],
-                    st["ntokens"],
-                    info,
-                    source="dream",
-                )
-            )
-        out.append(Trajectory.from_transitions(ts))
-    return out
-
-
-def on_policy_loss(model, tok, cfg):
-    """The real runner acts (collector-style at T = 0.7, batched dream-style at T = 1.3) and the
-    real learner scores what it did, gradients zeroed first: the loss, after checking that every
-    trajectory reached GSPO, every per-decision log ratio is 0, every rebuilt candidate set is the
-    one acted on and some advantage is nonzero."""
-    r = PolicyRunner(model, tok, cfg, seed=11)
-    trajs = _collect(r, T=0.7) + _dream(r, T=1.3)
-    model.zero_grad()
-    loss, m = policy_batch_loss(model, tok, trajs, TrainerConfig(), cfg)
-    assert m["n_gspo"] == len(trajs)
-    assert max(abs(x) for x in m["log_ratios"]) < 1e-4, m["log_ratios"]
-    assert m["cand_mismatch"] == 0 and m["adv_abs"] > 0
-    return loss
 
 
 def test_candidate_set_is_one_function_and_hashed(policy):
@@ -199,7 +90,11 @@ def test_on_policy_log_ratio_is_zero_through_the_learner(policy):
     every trajectory's per-decision log ratio is 0 (the learner uses each record's own T)."""
     model, tok = policy
     r = PolicyRunner(model, tok, CFG, seed=11)
-    trajs = _collect(r, T=0.7) + _collect(r, T=0.0, greedy=True, G=2) + _dream(r, T=1.3)
+    trajs = (
+        collect_trajectories(r, T=0.7)
+        + collect_trajectories(r, T=0.0, greedy=True, G=2)
+        + dream_trajectories(r, T=1.3)
+    )
     tc = TrainerConfig()
     model.zero_grad()
     loss, m = policy_batch_loss(model, tok, trajs, tc, CFG)
@@ -222,7 +117,7 @@ def test_on_policy_log_ratio_is_zero_through_the_learner(policy):
         assert torch.allclose(g, p.grad, atol=1e-5)
     model.zero_grad()
     # a record without T is read at trainer.policy_temperature: right only if that is the T it was drawn with
-    hot = _collect(r, T=3.0, G=2)
+    hot = collect_trajectories(r, T=3.0, G=2)
     for t in hot:
         for d in t.transitions:
             d["info"].pop("temperature", None)
@@ -235,7 +130,7 @@ def test_on_policy_log_ratio_is_zero_through_the_learner(policy):
 def test_changed_candidate_set_is_counted_and_still_trained(policy):
     model, tok = policy
     r = PolicyRunner(model, tok, CFG, seed=2)
-    trajs = _collect(r, G=2, H=2, T=1.0)[:2]
+    trajs = collect_trajectories(r, G=2, H=2, T=1.0)[:2]
     trajs[0].transitions[0]["candidates_hash"] = "0" * 16  # acted on another set
     trajs[1].transitions[1]["action"] = (
         'type(1, "not a candidate")'  # and an action outside the set
@@ -256,7 +151,7 @@ def test_bc_is_cross_entropy_over_the_candidates(policy):
         (OBS[0], 'type(1, "nope")'),
     ]  # the second is no candidate
     ts = [
-        _rec(o, a, i, i == 1, "", "x", 1.0, None, 0, {}, source="expert")
+        wire_transition(o, a, i, i == 1, "", "x", 1.0, None, 0, {}, source="expert")
         for i, (o, a) in enumerate(steps)
     ]
     traj = Trajectory.from_transitions(ts)
@@ -274,8 +169,10 @@ def test_bc_is_cross_entropy_over_the_candidates(policy):
 def test_bc_raises_pi_of_the_expert_action():
     model, tok = make_policy(CFG)
     ts = [
-        _rec(PAGE, 'type(6, "ab")', 0, False, "", "x", 0.0, None, 0, {}, source="expert"),
-        _rec(PAGE, "click(4)", 1, True, "", "x", 1.0, None, 0, {}, source="expert"),
+        wire_transition(
+            PAGE, 'type(6, "ab")', 0, False, "", "x", 0.0, None, 0, {}, source="expert"
+        ),
+        wire_transition(PAGE, "click(4)", 1, True, "", "x", 1.0, None, 0, {}, source="expert"),
     ]
     traj = Trajectory.from_transitions(ts)
     d = trajectory_decisions(tok, traj.steps(), CFG.max_positions)

@@ -11,12 +11,13 @@ import dataclasses
 import torch
 
 from models.lm.backbone import score_continuations
-from models.lm.match import END, match_flags, prompt_flags, token_pieces
+from models.lm.match import END, match_flags, token_pieces
 from models.lm.prompts import action_ids, policy_prompt_ids
 from models.lm.tokenizer import decode
-from models.policy.runner import load_policy, make_policy
-from tests.unit.test_policy import CFG
-from tests.unit.test_policy_distribution import PAGE, on_policy_loss
+from models.policy.model import load_policy, make_policy
+from tests.factories import POLICY_CFG as CFG
+from tests.factories import POLICY_PAGE as PAGE
+from tests.factories import on_policy_loss
 
 FEAT = dataclasses.replace(CFG, policy_match_feature=True)
 
@@ -27,14 +28,14 @@ def _featured(seed: int = 0):
     model, tok = make_policy(FEAT)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        model.wm_match.weight.copy_(torch.randn(model.wm_match.weight.shape, generator=g))
+        model.match.weight.copy_(torch.randn(model.match.weight.shape, generator=g))
     return model, tok
 
 
 def test_page_words_are_flagged_up_to_the_action_line_never_the_action():
     model, tok = _featured()
     ids = policy_prompt_ids(tok, PAGE, ['type(6, "ab")'], CFG.max_positions)
-    flags = prompt_flags(model, [ids])[0]
+    flags = model.prompt_flags([ids])[0]
     flagged = "".join(decode(tok, [i]) for i, f in zip(ids, flags, strict=True) if f)
     assert "OK" in flagged and "ab" in flagged  # the page's button, the history's typed text
     assert "Name" not in flagged and "Help" not in flagged  # not words of the instruction
@@ -43,9 +44,9 @@ def test_page_words_are_flagged_up_to_the_action_line_never_the_action():
     # the action scored after the prompt is never flagged (it would be by the world model's rule)
     seq = ids + action_ids(tok, 'type(6, "ab")')
     pieces = token_pieces(tok)
-    assert not any(model.wm_match.flags(torch.tensor([seq]))[0, len(ids) :].tolist())
+    assert not any(model.match.flags(torch.tensor([seq]))[0, len(ids) :].tolist())
     assert any(match_flags(seq, pieces, END)[len(ids) :])
-    assert model.config.policy_match_feature and not make_policy(CFG)[0].config.policy_match_feature
+    assert model.spec.match_feature and not make_policy(CFG)[0].spec.match_feature
 
 
 def test_the_feature_moves_the_scores_and_is_saved_and_restored(tmp_path):
@@ -54,15 +55,15 @@ def test_the_feature_moves_the_scores_and_is_saved_and_restored(tmp_path):
     conts = [action_ids(tok, t) for t in ("click(4)", "click(5)", 'type(6, "ab")')]
     with torch.no_grad():
         s = score_continuations(model, [p], [conts], CFG.max_positions, 0)[0]
-        w = model.wm_match.weight.clone()
-        model.wm_match.weight.zero_()
+        w = model.match.weight.clone()
+        model.match.weight.zero_()
         plain = score_continuations(model, [p], [conts], CFG.max_positions, 0)[0]
-        model.wm_match.weight.copy_(w)
+        model.match.weight.copy_(w)
     assert not torch.allclose(s, plain, atol=1e-3)
     model.save_pretrained(tmp_path / "p")
     tok.save_pretrained(tmp_path / "p")
     again, atok = load_policy(str(tmp_path / "p"))
-    assert torch.equal(again.wm_match.weight, w) and again.config.policy_match_feature
+    assert torch.equal(again.match.weight, w) and again.spec.match_feature
     with torch.no_grad():
         s2 = score_continuations(again, [p], [conts], CFG.max_positions, 0)[0]
     assert torch.allclose(s, s2, atol=1e-5)
@@ -71,10 +72,10 @@ def test_the_feature_moves_the_scores_and_is_saved_and_restored(tmp_path):
     old.save_pretrained(tmp_path / "old")
     otok.save_pretrained(tmp_path / "old")
     loaded, _ = load_policy(str(tmp_path / "old"))
-    assert getattr(loaded, "wm_match", None) is None
+    assert loaded.match is None
     # make_policy from a directory restores it too
     from_dir, _ = make_policy(dataclasses.replace(CFG, policy_path=str(tmp_path / "p")))
-    assert torch.equal(from_dir.wm_match.weight, w)
+    assert torch.equal(from_dir.match.weight, w)
 
 
 def test_on_policy_log_ratio_is_zero_through_the_learner_with_the_feature():
@@ -84,19 +85,20 @@ def test_on_policy_log_ratio_is_zero_through_the_learner_with_the_feature():
     model, tok = _featured(seed=3)
     loss = on_policy_loss(model, tok, FEAT)
     loss.backward()
-    g = model.wm_match.weight.grad
+    g = model.match.weight.grad
     assert g is not None and float(g.abs().sum()) > 0
 
 
 def test_the_study_setting_reaches_every_arms_policy_and_only_an_on_setting_changes_the_id():
-    from core.config.runtime import Config
+    from core.config import Config
     from evaluation.studies.sample_efficiency.arms import (
         cell_config,
         experiment_id,
         resolve_experiment,
     )
+    from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
 
-    ex = resolve_experiment(Config(), quick=False)
+    ex = resolve_experiment(SampleEfficiencyConfig(), quick=False)
     frozen = experiment_id(ex)
     assert not cell_config(Config(), ex, "r", "real_only", 0).model.policy_match_feature
     ex.policy_match_feature = True

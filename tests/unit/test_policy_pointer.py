@@ -18,12 +18,14 @@ from models.policy.element_head import (
     NAMED_GAIN,
     acted_element,
     element_lines,
-    pointer_scores,
+    element_scores,
     prompt_states,
 )
-from models.policy.runner import PolicyRunner, load_policy, make_policy
-from tests.unit.test_policy import CFG
-from tests.unit.test_policy_distribution import PAGE, on_policy_loss
+from models.policy.model import load_policy, make_policy
+from models.policy.runner import PolicyRunner
+from tests.factories import POLICY_CFG as CFG
+from tests.factories import POLICY_PAGE as PAGE
+from tests.factories import on_policy_loss
 
 PTR = dataclasses.replace(CFG, policy_pointer=True)
 PLAIN = dataclasses.replace(CFG, policy_pointer=False)
@@ -35,10 +37,10 @@ def _pointed(cfg=PTR, seed: int = 0):
     torch.manual_seed(seed)
     model, tok = make_policy(cfg)
     g = torch.Generator().manual_seed(seed)
-    w = model.policy_pointer.proj.weight
+    w = model.element_head.proj.weight
     with torch.no_grad():
         w.copy_(torch.randn(w.shape, generator=g))
-        model.policy_pointer.named.fill_(1.5 / NAMED_GAIN)
+        model.element_head.named.fill_(1.5 / NAMED_GAIN)
     return model, tok
 
 
@@ -61,17 +63,17 @@ def test_an_action_points_at_the_line_of_the_element_it_names():
 def test_the_pointer_starts_at_zero_moves_only_element_actions_and_is_saved(tmp_path):
     model, tok = make_policy(PTR)
     assert (
-        float(model.policy_pointer.proj.weight.detach().abs().sum()) == 0.0
+        float(model.element_head.proj.weight.detach().abs().sum()) == 0.0
     )  # a new pointer: no change
     acts = ["click(4)", "click(5)", 'type(6, "ab")', "stop", "click(99)"]
     p = policy_prompt_ids(tok, PAGE, [], CFG.max_positions)
-    assert pointer_scores(model, [p], [acts])[0].abs().sum() == 0
+    assert element_scores(model, model.element_head, [p], [acts])[0].abs().sum() == 0
     model, tok = _pointed()
-    t = pointer_scores(model, [p], [acts])[0]
+    t = element_scores(model, model.element_head, [p], [acts])[0]
     assert (t[:3] != 0).all() and t[3] == 0 and t[4] == 0  # stop, an element not on the page: 0
     # the term is w . the max of the line's states, from a plain forward of the prompt
     h = prompt_states(model, [p])[0]
-    ptr = model.policy_pointer
+    ptr = model.element_head
     for k, n in (("4", 0), ("5", 1)):  # line 4 holds "OK", a word of the instruction
         named, q = element_lines(p, token_pieces(tok))[k]
         want = float(h[q].max(0).values @ ptr.proj.weight[0]) + named * NAMED_GAIN * float(
@@ -80,23 +82,24 @@ def test_the_pointer_starts_at_zero_moves_only_element_actions_and_is_saved(tmp_
         assert abs(float(t[n]) - want) < 1e-5
     with torch.no_grad():
         ptr.named.add_(3.0 / NAMED_GAIN)
-    t3 = pointer_scores(model, [p], [acts])[0]
+    t3 = element_scores(model, model.element_head, [p], [acts])[0]
     assert abs(float(t3[0] - t[0]) - 3.0) < 1e-5 and torch.allclose(t3[1:], t[1:])
     model.save_pretrained(tmp_path / "p")
     tok.save_pretrained(tmp_path / "p")
     again, _ = load_policy(str(tmp_path / "p"))
-    assert again.config.policy_pointer
-    assert torch.allclose(pointer_scores(again, [p], [acts])[0], t3, atol=1e-5)
+    assert again.spec.element_head
+    assert torch.allclose(element_scores(again, again.element_head, [p], [acts])[0], t3, atol=1e-5)
     plain, ptok = make_policy(PLAIN)
-    assert pointer_scores(plain, [p], [acts]) is None and not plain.config.policy_pointer
+    assert element_scores(plain, plain.element_head, [p], [acts]) is None and not plain.spec.element_head
     plain.save_pretrained(tmp_path / "old")
     ptok.save_pretrained(tmp_path / "old")
-    assert getattr(load_policy(str(tmp_path / "old"))[0], "policy_pointer", None) is None
+    assert load_policy(str(tmp_path / "old"))[0].element_head is None
 
 
 def test_loading_reports_only_the_weights_nobody_restores(tmp_path):
-    """Hugging Face's loader does not know the pointer's weights; ``load_policy`` restores them
-    itself, so they are not reported as unexpected.  A weight nothing restores still is."""
+    """The element head's weights are the policy's own (``parts.safetensors``), so Hugging Face's
+    loader of the backbone does not report them as unexpected.  A weight nothing restores, inside
+    the backbone's file, still is."""
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
@@ -107,15 +110,15 @@ def test_loading_reports_only_the_weights_nobody_restores(tmp_path):
         model.save_pretrained(tmp_path / "p")
         tok.save_pretrained(tmp_path / "p")
         again, _ = load_policy(str(tmp_path / "p"))
-        assert type(again).__name__ == type(model).__name__ and again.config.policy_pointer
+        assert type(again).__name__ == type(model).__name__ and again.spec.element_head
         assert not [m for m in records if "LOAD REPORT" in m], records
-        model.stray = torch.nn.Linear(2, 1)  # a module no loader restores
+        model.lm.stray = torch.nn.Linear(2, 1)  # a module no loader restores
         model.save_pretrained(tmp_path / "s")
         tok.save_pretrained(tmp_path / "s")
         load_policy(str(tmp_path / "s"))
         reports = [m for m in records if "LOAD REPORT" in m]
         assert len(reports) == 1 and "stray.weight" in reports[0]
-        assert "policy_pointer" not in reports[0]
+        assert "element_head" not in reports[0]
     finally:
         hf.removeHandler(handler)
 
@@ -146,10 +149,10 @@ def test_acting_reads_the_prompt_states_from_its_scoring_passes():
     runner = PolicyRunner(model, tok, PTR, seed=0)
     runner.act_info([PAGE] * 3, hists, temperature=1.0)
     with_ptr = len(calls)
-    ptr, model.policy_pointer = model.policy_pointer, None
+    ptr, model.element_head = model.element_head, None
     calls.clear()
     runner.act_info([PAGE] * 3, hists, temperature=1.0)
-    model.policy_pointer = ptr
+    model.element_head = ptr
     hook.remove()
     assert with_ptr == len(calls) > 0
 
@@ -162,7 +165,7 @@ def test_acting_samples_what_the_pointer_says():
     q5 = element_lines(p, token_pieces(tok))["5"][1]
     direction = h[q5].max(0).values - h.mean(0)
     with torch.no_grad():
-        model.policy_pointer.proj.weight.copy_(50 * direction / direction.norm())
+        model.element_head.proj.weight.copy_(50 * direction / direction.norm())
     r = PolicyRunner(model, tok, PTR, seed=0)
     a, lp, _, _ = r.act_info([PAGE], [[]], temperature=0.0)[0]
     assert a.to_text() == "click(5)" and lp > -1.0
@@ -176,22 +179,23 @@ def test_on_policy_log_ratio_is_zero_through_the_learner_with_the_pointer():
         model, tok = _pointed(cfg, seed=3)
         loss = on_policy_loss(model, tok, cfg)
         loss.backward()
-        g = model.policy_pointer.proj.weight.grad
+        g = model.element_head.proj.weight.grad
         assert g is not None and float(g.abs().sum()) > 0
-        assert float(model.policy_pointer.named.grad.abs().sum()) > 0
+        assert float(model.element_head.named.grad.abs().sum()) > 0
         if cfg.policy_match_feature:
-            assert float(model.wm_match.weight.grad.abs().sum()) > 0
+            assert float(model.match.weight.grad.abs().sum()) > 0
 
 
 def test_the_study_setting_reaches_every_arms_policy_and_only_an_on_setting_changes_the_id():
-    from core.config.runtime import Config
+    from core.config import Config
     from evaluation.studies.sample_efficiency.arms import (
         cell_config,
         experiment_id,
         resolve_experiment,
     )
+    from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
 
-    ex = resolve_experiment(Config(), quick=False)
+    ex = resolve_experiment(SampleEfficiencyConfig(), quick=False)
     frozen = experiment_id(ex)
     assert Config().model.policy_pointer  # the product's policy has it (zero at init)...
     assert not cell_config(

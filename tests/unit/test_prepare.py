@@ -6,12 +6,12 @@ import threading
 
 import torch
 
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Observation
 from evaluation.bench.synthetic import synthetic_batch
-from models.policy.loss import policy_batch_loss, prepare_decisions
 from models.policy import loss as policy_loss
-from models.policy.runner import make_policy
+from models.policy.loss import policy_batch_loss, prepare_decisions
+from models.policy.model import make_policy
 from models.train.prepare import BatchPreparer
 from streams import records
 

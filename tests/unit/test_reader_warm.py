@@ -21,7 +21,7 @@ def test_a_slot_warms_the_imports_its_first_load_needs() -> None:
         R.ModelSlot(store=None, kind="policy", work=Path("."), run="r")
         assert R._WARM.wait(120), "the warm-up did not finish"
         for m in ("transformers.models.gpt_neo.modeling_gpt_neo", "models.policy.runner",
-                  "models.world_model.model"):
+                  "models.world_model.runner"):
             assert m in sys.modules, m
         R.ModelSlot(store=None, kind="world_model", work=Path("."), run="r")
         assert R._WARM_STARTED.locked()  # started once per process, by the first slot

@@ -10,10 +10,10 @@ import random
 
 import torch
 
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Observation
 from evaluation.bench.synthetic import synthetic_batch
-from models.policy.runner import make_policy
+from models.policy.model import make_policy
 from models.train.engine import trainer_engine
 from models.train.learner import policy_update, world_model_update
 from models.world_model.model import make_world_model

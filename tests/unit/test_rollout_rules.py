@@ -8,7 +8,7 @@ from collectors.agents import ExpertAgent, RandomAgent
 from collectors.perturbed import PerturbedExpertAgent
 from collectors.schedule import _Schedule, collector_group_size
 from collectors.tasks import resolve_tasks
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Action, Observation, precheck_error
 from models.dream.env import DreamEnv, dream_outcome, dream_rollouts
 from models.policy.runner import sampler_generator
@@ -129,7 +129,7 @@ class HeadWorldModel:
     """Heads as ``WorldModelRunner.predict`` applies them: [1] p(success) 0.9, [2] 0.2; always done."""
 
     def predict(self, obs, acts, sample=False):
-        from models.world_model.model import Prediction
+        from models.world_model.runner import Prediction
 
         ps = [0.9 if a.element == 1 else 0.2 for a in acts]
         return [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from infra.chaos import FAULTS, ChaosError, bad_record, run
 from infra.soak import MB, PAGE, Watch, render, slope_per_h, stable_id, tree_rss
 

@@ -7,7 +7,7 @@ import asyncio
 from collections import defaultdict, namedtuple
 from types import SimpleNamespace
 
-from core.config.runtime import load_config
+from core.config import load_config
 from streams import records
 from streams.agents import Runner
 from streams.bulk import BulkConsumer

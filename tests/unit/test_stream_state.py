@@ -3,7 +3,7 @@ rebalance, per-worker / per-run lag."""
 
 from __future__ import annotations
 
-from core.config.runtime import load_config
+from core.config import load_config
 from streams import records
 from streams.records import Control, Transition
 from streams.state import StreamState

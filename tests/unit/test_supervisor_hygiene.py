@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config, load_config
+from core.config import Config, load_config
 from core.metrics import remove_dead_targets, remove_targets, run_targets, scrape_targets
 from core.supervise import Child, Supervisor
 from infra import up as up_mod

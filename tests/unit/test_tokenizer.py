@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from core.spaces import Action, Observation, parse_action
 from models import tokenizer_train as tt
 from models.lm.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
@@ -197,14 +197,14 @@ def test_checkpoint_round_trip(kind: str, tmp_path) -> None:
     ``load_policy`` / ``load_world_model`` (the dream generator's ``ModelSlot``, eval, gate)."""
     import torch
 
-    from models.policy.runner import load_policy, make_policy
+    from models.policy.model import load_policy, make_policy
     from models.world_model.model import load_world_model, make_world_model
 
     mc = ModelConfig(layers=1, d_model=32, heads=2, max_positions=512, tokenizer=kind)
     for make, load in ((make_policy, load_policy), (make_world_model, load_world_model)):
         model, tok = make(mc)
         assert (
-            model.get_input_embeddings().weight.shape[0]
+            model.lm.get_input_embeddings().weight.shape[0]
             == len(tok)
             == (tt.VOCAB_SIZE if kind == "bpe" else 384)
         )

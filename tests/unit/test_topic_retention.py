@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import streams.kafka as sk
-from core.config.runtime import Config
+from core.config import Config
 from streams.topics import Topics
 
 
@@ -53,7 +53,7 @@ def test_retention_time_and_size_reach_every_created_topic(admin):
 
 
 def test_retention_from_the_environment(admin):
-    from core.config.runtime import load_config
+    from core.config import load_config
 
     cfg = load_config(env={"DYNAWEB_KAFKA__RETENTION_MS": "60000", "DYNAWEB_RUN_ID": "r1"})
     sk.ensure_topics(cfg)

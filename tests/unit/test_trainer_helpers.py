@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from core.bounded import BoundedSet
-from core.config.runtime import Config
+from core.config import Config
 from models import metrics as M
 from models.losses import group_advantages, source_stats, task_success_reward
 from models.train.trainer import Trainer, export_source_stats

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from kafka import TopicPartition
 
 from core.bounded import BoundedSet
-from core.config.runtime import load_config
+from core.config import load_config
 from models.train.trainer import PENDING_BATCHES, Trainer
 from streams import records
 from streams.topics import Topics

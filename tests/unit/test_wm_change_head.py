@@ -8,11 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from core.config.runtime import DreamConfig, ModelConfig, TrainerConfig
+from core.config import DreamConfig, ModelConfig, TrainerConfig
 from core.spaces import Observation, parse_action
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import WorldModelRunner, load_world_model, make_world_model
+from models.world_model.model import load_world_model, make_world_model
 from models.world_model.proposals import KINDS, OTHER, change_label, choose, proposals
+from models.world_model.runner import WorldModelRunner
 from streams.records import Transition
 
 PAGE = Observation(
@@ -57,11 +58,14 @@ def test_choose_picks_the_best_kind_the_row_offers_or_other():
     scores[KINDS.index("checked")] = 3.0
     h = torch.zeros(2, 1)
     picks = choose(
-        _Head(scores), h, [PAGE, PAGE], [parse_action("click(1)"), parse_action('type(2, "z")')]
+        _Head(scores).change_head,
+        h,
+        [PAGE, PAGE],
+        [parse_action("click(1)"), parse_action('type(2, "z")')],
     )
     assert picks[0] == TICKED and picks[1] == PAGE.tree.replace('value="x"', 'value="z"')
     scores[OTHER] = 9.0
-    assert choose(_Head(scores), h[:1], [PAGE], [parse_action("click(1)")]) == [None]
+    assert choose(_Head(scores).change_head, h[:1], [PAGE], [parse_action("click(1)")]) == [None]
 
 
 def _tr(act: str, nxt: str, i: int) -> Transition:
@@ -106,7 +110,7 @@ def test_a_trained_change_head_makes_the_edit_the_text_could_not(tmp_path):
     ``decode="head"`` then predicts the exact page, saved and loaded with the model; the text
     decoder of the same barely trained model does not produce those edits."""
     model, tok, m = _trained_on_four_edits()
-    assert m["change_head_acc"] == 1.0 and model.config.wm_change_head_trained
+    assert m["change_head_acc"] == 1.0 and model.state.change_head_trained
     head = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="head"))
     preds = head.predict([PAGE] * 4, ACTS)
     assert [p.next_obs.tree for p in preds] == NXTS and all(p.ok for p in preds)
@@ -115,7 +119,7 @@ def test_a_trained_change_head_makes_the_edit_the_text_could_not(tmp_path):
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     m2, t2 = load_world_model(str(tmp_path))
-    assert m2.config.wm_change_head_trained
+    assert m2.state.change_head_trained
     assert torch.equal(m2.change_head.weight, model.change_head.weight)
     again = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=8, wm_decode="head"))
     assert [p.next_obs.tree for p in again.predict([PAGE] * 4, ACTS)] == NXTS

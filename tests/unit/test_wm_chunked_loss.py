@@ -2,49 +2,16 @@
 
 import torch
 
-from core.config.runtime import TrainerConfig
-from core.spaces import Observation
+from core.config import TrainerConfig
 from models.world_model.loss import wm_chunks, world_model_batch_loss
-from models.world_model.model import make_world_model
-from tests.unit.test_world_model import A2, B2, CFG, A, B, _tr  # the same small model and pages
-
-C = Observation(
-    "Tick the boxes.", "u", '[1] checkbox "a"\n[2] checkbox "b"\n[3] button "Submit"', next_id=4
-)
-C2 = Observation(
-    C.instruction, "u", '[1] checkbox "a" checked\n[2] checkbox "b"\n[3] button "Submit"', next_id=4
-)
-
-
-class FakeEmbedder:
-    dim = 384
-
-    def embed(self, texts):
-        return torch.stack(
-            [
-                torch.randn(
-                    384, generator=torch.Generator().manual_seed(len(t) * 7919 + ord(t[-1]))
-                )
-                for t in texts
-            ]
-        )
-
-
-def _batch():
-    return [
-        _tr(A, 'type(1, "Kiera")', B, 0.0, False, 0),
-        _tr(A2, "click(4)", B2, 1.0, True, 1),
-        _tr(C, "click(1)", C2, 0.0, False, 2),
-        _tr(A, "click(2)", A, -1.0, True, 3),
-        _tr(C, 'scroll("down")', C, 0.0, False, 4),
-    ]
+from tests.factories import FakeEmbedder, wm_batch, wm_model
 
 
 def _grads(model, chunked: bool, chunk_rows: int, embedder):
     model.zero_grad(set_to_none=True)
     cfg = TrainerConfig(infonce_weight=0.5)
     loss, m = world_model_batch_loss(
-        model, model._tok, _batch(), cfg, embedder, 64, backward=chunked, chunk_rows=chunk_rows
+        model, model._tok, wm_batch(), cfg, embedder, 64, backward=chunked, chunk_rows=chunk_rows
     )
     if not chunked:
         loss.backward()
@@ -55,14 +22,8 @@ def _grads(model, chunked: bool, chunk_rows: int, embedder):
     )
 
 
-def _model():
-    model, tok = make_world_model(CFG)
-    model._tok = tok
-    return model
-
-
 def test_chunked_gradients_match_the_whole_batch_with_infonce():
-    model = _model()
+    model = wm_model()
     g_full, l_full, m_full = _grads(model, False, 0, FakeEmbedder())
     for rows in (1, 2, 3, 8):
         g, loss, m = _grads(model, True, rows, FakeEmbedder())
@@ -86,13 +47,13 @@ def test_chunked_gradients_match_the_whole_batch_with_infonce():
 
 def test_chunked_gradients_match_for_the_heads_alone():
     """Class weights from the whole batch: chunks of one class still add up to the balanced loss."""
-    model = _model()
+    model = wm_model()
     cfg = TrainerConfig(infonce_weight=0.0, wm_head_weight=3.0)
     grads = []
     for chunked, rows in ((False, 0), (True, 1), (True, 2)):
         model.zero_grad(set_to_none=True)
         loss, m = world_model_batch_loss(
-            model, model._tok, _batch(), cfg, None, 64, backward=chunked, chunk_rows=rows
+            model, model._tok, wm_batch(), cfg, None, 64, backward=chunked, chunk_rows=rows
         )
         if not chunked:
             loss.backward()
@@ -118,7 +79,7 @@ def test_chunked_gradients_match_for_the_heads_alone():
 
 
 def test_chunked_gradients_match_without_infonce():
-    model = _model()
+    model = wm_model()
     g_full, l_full, _ = _grads(model, False, 0, None)
     g, loss, m = _grads(model, True, 2, None)
     assert abs(loss - l_full) < 1e-5 and m["infonce"] == 0.0
@@ -128,7 +89,7 @@ def test_chunked_gradients_match_without_infonce():
 
 
 def test_chunked_with_dropout_is_deterministic_and_finite():
-    model = _model()
+    model = wm_model()
     for mod in model.modules():
         if isinstance(mod, torch.nn.Dropout):
             mod.p = 0.3
@@ -141,7 +102,7 @@ def test_chunked_with_dropout_is_deterministic_and_finite():
 
 
 def test_backward_fn_gets_one_call_per_chunk():
-    model = _model()
+    model = wm_model()
     calls = []
 
     def bw(x):
@@ -151,7 +112,7 @@ def test_backward_fn_gets_one_call_per_chunk():
     _, m = world_model_batch_loss(
         model,
         model._tok,
-        _batch(),
+        wm_batch(),
         TrainerConfig(),
         FakeEmbedder(),
         64,

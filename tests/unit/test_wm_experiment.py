@@ -145,7 +145,7 @@ def test_format_result_prints_every_metric_side_by_side():
 
 
 def test_data_files_are_concatenated_in_order_and_an_episode_in_two_is_refused(tmp_path):
-    from core.config.runtime import load_config
+    from core.config import load_config
     from evaluation.eval.sources import read_jsonl
     from evaluation.studies.world_model.study import load_or_collect, write_jsonl
 

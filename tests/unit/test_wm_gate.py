@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from models.dream.gate import FidelityWindow, gate_decision
-from tests.unit.test_dream_abandon import _dreamer
+from tests.factories import dreamer
 
 
 def _pred(obs_tree: str, next_tree: str):
@@ -33,7 +33,7 @@ def test_gate_decision():
 
 
 def test_the_dream_generator_waits_for_a_world_model_worth_dreaming_in():
-    d = _dreamer()
+    d = dreamer()
     d.gate_reason = ""
     d.slots = {
         "policy": SimpleNamespace(version=3, extra={}),

@@ -6,18 +6,14 @@ import json
 import pytest
 import torch
 
-from core.config.runtime import Config, DreamConfig, TrainerConfig, describe, load_config
+from core.config import Config, DreamConfig, TrainerConfig, describe, load_config
 from core.spaces import Observation
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import (
-    HEADS,
-    WorldModelRunner,
-    heads_trained,
-    load_world_model,
-    make_world_model,
-)
+from models.world_model.model import HEADS, load_world_model, make_world_model
+from models.world_model.runner import WorldModelRunner
 from models.world_model.scores import fidelity
-from tests.unit.test_world_model import CFG, _tr  # the same small model
+from tests.factories import WM_CFG as CFG  # the world model's small model
+from tests.factories import save_legacy, wm_transition
 
 # one page, two actions: clicking [1] succeeds, clicking [2] fails (MiniWoB raw reward -1, done)
 P = Observation(
@@ -29,10 +25,10 @@ Q = Observation(
     "Type hi.", "u", '[1] textbox "Name"\n[2] button "Go"', next_id=3, element_ids=[1, 2]
 )
 BATCH = [
-    _tr(P, "click(1)", YES, 1.0, True, 0),
-    _tr(P, "click(2)", NO, -1.0, True, 1),
-    _tr(Q, "click(1)", Q, 0.0, False, 2),
-    _tr(Q, "click(2)", Q, 0.0, False, 3),
+    wm_transition(P, "click(1)", YES, 1.0, True, 0),
+    wm_transition(P, "click(2)", NO, -1.0, True, 1),
+    wm_transition(Q, "click(1)", Q, 0.0, False, 2),
+    wm_transition(Q, "click(2)", Q, 0.0, False, 3),
 ]
 
 
@@ -41,7 +37,7 @@ def trained():
     """A small world model trained with the trainer's loss until both heads fit the batch."""
     torch.manual_seed(0)
     model, tok = make_world_model(CFG)
-    assert not heads_trained(model) and all(getattr(model, h) is not None for h in HEADS)
+    assert not model.heads_trained() and all(getattr(model, h) is not None for h in HEADS)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     tc = TrainerConfig(infonce_weight=0.0)
     for _ in range(300):
@@ -53,7 +49,7 @@ def trained():
             break
     assert m["reward_head_acc"] == 1.0 and m["done_head_acc"] == 1.0, m
     assert m["reward_positive_share"] == 0.25 and m["done_positive_share"] == 0.5
-    assert heads_trained(model)  # set by the training step
+    assert model.heads_trained()  # set by the training step
     model.eval()
     return model, tok
 
@@ -79,9 +75,9 @@ def test_heads_survive_save_and_load(trained, tmp_path):
     model, tok = trained
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["wm_heads_trained"] is True
+    assert json.loads((tmp_path / "dynaweb.json").read_text())["state"]["heads_trained"] is True
     m2, t2 = load_world_model(str(tmp_path))
-    assert heads_trained(m2)
+    assert m2.heads_trained()
     for h in ("page_head", *HEADS):
         assert torch.equal(getattr(m2, h).weight, getattr(model, h).weight), h
     preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict(
@@ -126,20 +122,11 @@ def test_eval_world_model_cli_measures_the_heads(trained, tmp_path, capsys):
 
 
 def test_a_file_without_heads_loads_and_falls_back_to_the_text(trained, tmp_path):
-    from safetensors.torch import load_file, save_file
-
     model, tok = trained
-    model.save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
-    st = tmp_path / "model.safetensors"
-    sd = {
-        k: v
-        for k, v in load_file(str(st)).items()
-        if not k.startswith(("reward_head.", "done_head."))
-    }
-    save_file(sd, str(st), metadata={"format": "pt"})  # as saved before the heads existed
+    # as saved before the heads existed: the legacy layout without them
+    save_legacy(model, tok, tmp_path, drop=("reward_head", "done_head"))
     m2, t2 = load_world_model(str(tmp_path))
-    assert not heads_trained(m2) and m2.reward_head is not None  # fresh heads, flag off
+    assert not m2.heads_trained() and m2.reward_head is not None  # fresh heads, flag off
     assert torch.equal(m2.page_head.weight, model.page_head.weight)
     preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict(
         [P, Q], ["click(1)", "click(1)"]
@@ -160,10 +147,10 @@ def test_untrained_model_uses_the_text_and_head_weight_zero_leaves_heads_untrain
     loss, m = world_model_batch_loss(
         model, tok, BATCH, TrainerConfig(infonce_weight=0.0, wm_head_weight=0.0)
     )
-    assert "reward_head_loss" not in m and not heads_trained(model)
+    assert "reward_head_loss" not in m and not model.heads_trained()
     with torch.no_grad():  # an evaluation pass does not mark the heads trained either
         _, m = world_model_batch_loss(model, tok, BATCH, TrainerConfig(infonce_weight=0.0))
-    assert "reward_head_acc" in m and not heads_trained(model)
+    assert "reward_head_acc" in m and not model.heads_trained()
 
 
 def test_wm_decode_is_a_config_field_read_by_the_runner():
@@ -187,7 +174,7 @@ def test_heads_read_the_acted_element_line_and_the_action():
     tail alone for an action without an element; the last token without an ``Action:`` marker."""
     from models.lm.prompts import world_model_prompt_ids
     from models.lm.tokenizer import decode, encode
-    from models.world_model.model import head_positions
+    from models.world_model.runner import head_positions
 
     _, tok = make_world_model(CFG)
     page = Observation('Click on "No".', "u", '[1] list\n  [12] button "No"\n[2] text "[12] No"', next_id=13,
@@ -224,11 +211,11 @@ def test_runner_heads_read_what_the_loss_trained_with_shared_prefixes(trained):
     """The runner's head input (prefix pass + tail pass, rows of a page sharing its prefix) is the
     learner's (one forward per row): same p(success)."""
     from models.world_model.loss import _wm_forward, _wm_rows
-    from models.world_model.model import head_probs
+    from models.world_model.runner import head_probs
 
     model, tok = trained
     acts = ["click(1)", "click(2)", 'scroll("up")', "click(1)"]
-    trs = [_tr(P, a, P, 0.0, False, k) for k, a in enumerate(acts)]
+    trs = [wm_transition(P, a, P, 0.0, False, k) for k, a in enumerate(acts)]
     r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=24))
     got = [p.p_success for p in r.predict([P] * 4, acts, sample=True)]  # no dedupe: every row runs
     rows, _, _ = _wm_rows(tok, trs, CFG.max_positions, 24)
@@ -249,11 +236,11 @@ def test_heads_trained_on_another_input_count_as_untrained(trained, tmp_path):
     model, tok = trained
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    cfg = json.loads((tmp_path / "config.json").read_text())
-    assert cfg["wm_head_feature"] == HEAD_FEATURE
-    del cfg["wm_head_feature"]
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    meta = json.loads((tmp_path / "dynaweb.json").read_text())
+    assert meta["state"]["head_feature"] == HEAD_FEATURE
+    meta["state"]["head_feature"] = None
+    (tmp_path / "dynaweb.json").write_text(json.dumps(meta))
     m2, t2 = load_world_model(str(tmp_path))
-    assert not heads_trained(m2)
+    assert not m2.heads_trained()
     world_model_batch_loss(m2, t2, BATCH, TrainerConfig(infonce_weight=0.0))[0].backward()
-    assert heads_trained(m2)
+    assert m2.heads_trained()

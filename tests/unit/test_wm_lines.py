@@ -1,18 +1,18 @@
-"""The heads' line counts (``ModelConfig.wm_head_counts``, ``models.world_model.lines``): the page lines,
+"""The heads' line counts (``WorldModelSpec.head_counts``, ``models.world_model.lines``): the page lines,
 named or not, each line's mean summed, saved and restored, and a model saved before them; and the
-acted line's maximum (``ModelConfig.wm_head_acted``)."""
+acted line's maximum (``WorldModelSpec.head_acted``)."""
 
 from __future__ import annotations
 
 import torch
 
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from core.spaces import Observation
 from models.lm.match import page_line_positions, page_lines, token_pieces
 from models.lm.prompts import world_model_prompt_ids
 from models.lm.tokenizer import decode
 from models.world_model.lines import COUNT_SCALE, MatchLines, RowLines, line_positions
-from models.world_model.model import load_world_model, make_world_model
+from models.world_model.model import WorldModelSpec, load_world_model, make_world_model
 
 BOXES = Observation(
     "Select zUGdbj, Dej2xU and click Submit.",
@@ -98,18 +98,18 @@ def test_a_line_counts_by_its_strongest_token_not_its_length():
 
 def test_counts_are_built_saved_restored_and_absent_from_a_model_saved_without(tmp_path):
     model, tok = make_world_model(_cfg())
-    assert model.match_lines.counts and model.config.wm_head_counts
+    assert model.lines.counts and model.spec.head_counts
     with torch.no_grad():
-        model.match_lines.other_count.weight.normal_()
+        model.lines.other_count.weight.normal_()
     again = _saved_and_loaded(model, tok, tmp_path / "with")
-    assert torch.equal(again.match_lines.other_count.weight, model.match_lines.other_count.weight)
+    assert torch.equal(again.lines.other_count.weight, model.lines.other_count.weight)
     ids = world_model_prompt_ids(tok, BOXES, "click(5)", 320, 32)
-    assert line_positions(again, [ids])[0].page is not None
-    old, otok = make_world_model(_cfg(wm_head_counts=False))
+    assert line_positions(again.lines, [ids])[0].page is not None
+    old, otok = make_world_model(_cfg(), WorldModelSpec(head_counts=False))
     loaded = _saved_and_loaded(old, otok, tmp_path / "old")
-    assert loaded.match_lines is not None and not loaded.match_lines.counts
-    assert not hasattr(loaded.match_lines, "other_count") and not loaded.config.wm_head_counts
-    assert line_positions(loaded, [ids])[0].page is None
+    assert loaded.lines is not None and not loaded.lines.counts
+    assert not hasattr(loaded.lines, "other_count") and not loaded.spec.head_counts
+    assert line_positions(loaded.lines, [ids])[0].page is None
     assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
 
 
@@ -152,16 +152,16 @@ def test_the_acted_line_is_read_by_its_strongest_token():
 
 def test_the_acted_line_is_built_saved_restored_and_absent_from_a_model_saved_without(tmp_path):
     model, tok = make_world_model(_cfg())
-    assert model.match_lines.acted and model.config.wm_head_acted
+    assert model.lines.acted and model.spec.head_acted
     with torch.no_grad():
-        model.match_lines.acted_max.weight.normal_()
+        model.lines.acted_max.weight.normal_()
     again = _saved_and_loaded(model, tok, tmp_path / "with")
-    assert torch.equal(again.match_lines.acted_max.weight, model.match_lines.acted_max.weight)
+    assert torch.equal(again.lines.acted_max.weight, model.lines.acted_max.weight)
     ids = world_model_prompt_ids(tok, BOXES, "click(3)", 320, 32)
-    got = line_positions(again, [ids])[0].acted
+    got = line_positions(again.lines, [ids])[0].acted
     assert decode(tok, [ids[i] for i in got]).strip() == '[3] checkbox "zUGdbj" checked'
-    old, otok = make_world_model(_cfg(wm_head_acted=False))
+    old, otok = make_world_model(_cfg(), WorldModelSpec(head_acted=False))
     loaded = _saved_and_loaded(old, otok, tmp_path / "old")
-    assert loaded.match_lines.counts and not loaded.match_lines.acted
-    assert not loaded.config.wm_head_acted and line_positions(loaded, [ids])[0].acted is None
+    assert loaded.lines.counts and not loaded.lines.acted
+    assert not loaded.spec.head_acted and line_positions(loaded.lines, [ids])[0].acted is None
     assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from core.spaces import Observation, parse_action
 from models.lm.backbone import score_continuations
 from models.lm.match import match_flags, match_line_positions, token_pieces
@@ -18,12 +18,8 @@ from models.lm.prompts import world_model_prompt_ids
 from models.lm.tokenizer import decode, encode, eos_id, pad_id
 from models.world_model.decoding import generate_tokens
 from models.world_model.lines import line_positions
-from models.world_model.model import (
-    head_input,
-    head_positions,
-    load_world_model,
-    make_world_model,
-)
+from models.world_model.model import WorldModelSpec, load_world_model, make_world_model
+from models.world_model.runner import head_input, head_positions
 
 PAGE = Observation(
     'Enter "Emile" into the text field and press Submit.',
@@ -44,20 +40,14 @@ CFG = ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
 
 def _model(feature: bool = True, seed: int = 3):
     model, tok = make_world_model(
-        ModelConfig(
-            layers=1,
-            d_model=64,
-            heads=2,
-            max_positions=320,
-            wm_match_feature=feature,
-            wm_head_lines=feature,
-        )
+        ModelConfig(layers=1, d_model=64, heads=2, max_positions=320),
+        WorldModelSpec(match_feature=feature, head_lines=feature),
     )
     if feature:
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():  # trained-looking weights: big enough to move every output
-            model.wm_match.weight.copy_(torch.randn(model.wm_match.weight.shape, generator=g))
-            ml = model.match_lines
+            model.match.weight.copy_(torch.randn(model.match.weight.shape, generator=g))
+            ml = model.lines
             for w in (ml.proj.weight, ml.named_count.weight, ml.other_count.weight):
                 w.copy_(torch.randn(w.shape, generator=g) * 0.3)
             ml.acted_max.weight.copy_(torch.randn(ml.acted_max.weight.shape, generator=g) * 0.3)
@@ -88,11 +78,12 @@ def test_the_feature_is_zero_at_init_so_a_fresh_model_is_unchanged():
     with_f, tok = make_world_model(CFG)
     torch.manual_seed(0)
     without, _ = make_world_model(
-        ModelConfig(layers=1, d_model=64, heads=2, max_positions=320, wm_match_feature=False)
+        ModelConfig(layers=1, d_model=64, heads=2, max_positions=320),
+        WorldModelSpec(match_feature=False),
     )
     ids = torch.tensor([world_model_prompt_ids(tok, PAGE, "click(2)", 320, 32)])
-    assert with_f.config.wm_match_feature and not without.config.wm_match_feature
-    assert torch.equal(with_f.wm_match.weight, torch.zeros_like(with_f.wm_match.weight))
+    assert with_f.spec.match_feature and not without.spec.match_feature
+    assert torch.equal(with_f.match.weight, torch.zeros_like(with_f.match.weight))
     with torch.no_grad():
         assert torch.allclose(with_f(input_ids=ids).logits, without(input_ids=ids).logits)
 
@@ -130,7 +121,7 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
     with torch.no_grad():
         for p, pos in zip(prompts, positions, strict=True):
             out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
-            lines = line_positions(model, [p])
+            lines = line_positions(model.lines, [p])
             ref_h.append(head_input(out.hidden_states[-1], [pos], model, lines)[0])
             ref_tok.append(int(out.logits[0, -1].argmax()))
             mean.append(head_input(out.hidden_states[-1], [pos])[0])
@@ -140,7 +131,7 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
     assert not torch.allclose(hid, torch.stack(mean), atol=1e-3)
     # and the match feature matters: without it the heads' input differs
     with torch.no_grad():
-        model.wm_match.weight.zero_()
+        model.match.weight.zero_()
     _, plain = generated()
     assert not torch.allclose(hid, plain, atol=1e-3)
 
@@ -165,8 +156,8 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     model.save_pretrained(tmp_path / "with")
     tok.save_pretrained(tmp_path / "with")
     again, _ = load_world_model(str(tmp_path / "with"))
-    assert torch.equal(again.wm_match.weight, model.wm_match.weight)
-    assert torch.equal(again.match_lines.proj.weight, model.match_lines.proj.weight)
+    assert torch.equal(again.match.weight, model.match.weight)
+    assert torch.equal(again.lines.proj.weight, model.lines.proj.weight)
     # the same parameters in the same order: a resumed optimizer's state lands on the right ones
     assert [(n, tuple(p.shape)) for n, p in again.named_parameters()] == [
         (n, tuple(p.shape)) for n, p in model.named_parameters()
@@ -178,13 +169,13 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     old.save_pretrained(tmp_path / "old")
     otok.save_pretrained(tmp_path / "old")
     loaded, _ = load_world_model(str(tmp_path / "old"))
-    assert getattr(loaded, "wm_match", None) is None and not loaded.config.wm_match_feature
-    assert getattr(loaded, "match_lines", None) is None and not loaded.config.wm_head_lines
+    assert loaded.match is None and not loaded.spec.match_feature
+    assert loaded.lines is None and not loaded.spec.head_lines
     assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
 
 
 def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
-    from core.config.runtime import TrainerConfig
+    from core.config import TrainerConfig
     from models.world_model.loss import world_model_batch_loss
     from streams.records import Transition
 
@@ -206,9 +197,9 @@ def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
     )
     loss, _ = world_model_batch_loss(model, tok, [t], TrainerConfig(infonce_weight=0.0))
     loss.backward()
-    ml = model.match_lines
+    ml = model.lines
     layers = (ml.proj, ml.named_count, ml.other_count, ml.acted_max)
-    for w in (model.wm_match.weight, *(lay.weight for lay in layers)):
+    for w in (model.match.weight, *(lay.weight for lay in layers)):
         assert w.grad is not None and float(w.grad.abs().sum()) > 0
     assert parse_action("click(2)").element == 2
 

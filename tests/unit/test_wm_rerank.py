@@ -1,15 +1,10 @@
 """The reranking decoder of the world model: proposals and scoring."""
 
-from core.config.runtime import DreamConfig, ModelConfig
+from core.config import DreamConfig, ModelConfig
 from core.spaces import Observation, parse_action
 from models.world_model.change import apply_change, parse_model_output
-from models.world_model.model import (
-    TRAILERS,
-    WorldModelRunner,
-    candidate_outputs,
-    candidate_trees,
-    make_world_model,
-)
+from models.world_model.model import make_world_model
+from models.world_model.runner import TRAILERS, WorldModelRunner, candidate_outputs, candidate_trees
 
 PAGE = Observation(
     "Tick a, type hi, pick B.",

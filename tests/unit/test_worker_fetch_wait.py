@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from core.config.runtime import load_config
+from core.config import load_config
 
 
 def test_the_worker_consumer_takes_the_configured_fetch_wait() -> None:

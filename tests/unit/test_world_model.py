@@ -1,59 +1,21 @@
 import torch
 
-from core.config.runtime import DreamConfig, ModelConfig, TrainerConfig
-from core.spaces import Action, Observation
+from core.config import DreamConfig, ModelConfig, TrainerConfig
+from core.spaces import Action
 from models.dream.env import DreamEnv, dream_rollouts
-from models.policy.runner import PolicyRunner, make_policy
+from models.policy.model import make_policy
+from models.policy.runner import PolicyRunner
 from models.world_model.change import apply_change
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import (
-    Prediction,
-    WorldModelRunner,
-    change_target,
-    load_world_model,
-    make_world_model,
-)
+from models.world_model.model import load_world_model, make_world_model
+from models.world_model.runner import Prediction, WorldModelRunner, change_target
 from models.world_model.scores import balanced_accuracy, fidelity
-from streams.records import Transition
-
-CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
-# element_ids as the env fills them (dreams refuse actions on ids that are not on the page, as WebEnv does)
-A = Observation(
-    'Enter "Kiera" and press Submit.',
-    "u",
-    '[1] textbox "Name"\n[2] button "Submit"',
-    next_id=3,
-    element_ids=[1, 2],
-)
-A2 = Observation(
-    "Click OK.", "u", '[4] button "OK"\n[5] link "Help"', next_id=6, element_ids=[4, 5]
-)
-B = Observation(
-    A.instruction,
-    "u",
-    '[1] textbox "Name" value "Kiera"\n[2] button "Submit"',
-    next_id=3,
-    element_ids=[1, 2],
-)
-B2 = Observation(A2.instruction, "u", '[6] heading "Done"', next_id=7, element_ids=[6])
-
-
-def _tr(obs, act, nxt, reward, done, i=0):
-    return Transition(
-        run_id="r",
-        episode_id=f"e{i}",
-        step=0,
-        task="t",
-        seed=0,
-        source="real",
-        policy_version=0,
-        world_model_version=0,
-        obs=obs.to_dict(),
-        action=act,
-        next_obs=nxt.to_dict(),
-        reward=reward,
-        done=done,
-    )
+from tests.factories import WM_A as A
+from tests.factories import WM_A2 as A2
+from tests.factories import WM_B as B
+from tests.factories import WM_B2 as B2
+from tests.factories import WM_CFG as CFG
+from tests.factories import wm_transition
 
 
 class FakeEmbedder:
@@ -96,7 +58,10 @@ def test_untrained_predict_is_safe_and_batched():
 def test_overfit_two_transitions_then_exact_match(tmp_path):
     torch.manual_seed(0)
     model, tok = make_world_model(CFG)
-    batch = [_tr(A, 'type(1, "Kiera")', B, 0.0, False, 0), _tr(A2, "click(4)", B2, 1.0, True, 1)]
+    batch = [
+        wm_transition(A, 'type(1, "Kiera")', B, 0.0, False, 0),
+        wm_transition(A2, "click(4)", B2, 1.0, True, 1),
+    ]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     tc = TrainerConfig(infonce_weight=0.1)
     for _ in range(120):
@@ -177,7 +142,7 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
     att = torch.zeros(3, P, dtype=torch.long)
     for b, p in enumerate(prompts):
         ids[b, P - len(p) :], att[b, P - len(p) :] = torch.tensor(p), 1
-    out = model.generate(
+    out = model.lm.generate(
         input_ids=ids,
         attention_mask=att,
         max_new_tokens=40,
@@ -212,7 +177,7 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
 
 def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
     import models.world_model.decoding as D
-    import models.world_model.model as W
+    import models.world_model.runner as W
 
     model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
     r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
@@ -222,7 +187,7 @@ def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
         for n in torch.randint(20, 90, (8,), generator=g)
     ]
     ids = [
-        model.generate(
+        model.lm.generate(
             input_ids=torch.tensor([p]),
             max_new_tokens=25,
             do_sample=False,

@@ -17,11 +17,12 @@ import time
 
 import torch
 
-from core.config.runtime import ModelConfig, TrainerConfig
+from core.config import ModelConfig, TrainerConfig
 from core.spaces import Observation
 from evaluation.eval.sources import read_jsonl
 from models.policy.loss import policy_batch_loss
-from models.policy.runner import PolicyRunner, make_policy
+from models.policy.model import make_policy
+from models.policy.runner import PolicyRunner
 from streams.records import Trajectory
 
 TASKS = [

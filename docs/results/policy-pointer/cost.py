@@ -19,10 +19,11 @@ import torch
 sys.path.insert(0, "docs/results/policy-pointer")
 from bc_scale import TASKS, episodes, study_policy  # noqa: E402
 
-from core.config.runtime import TrainerConfig  # noqa: E402
+from core.config import TrainerConfig  # noqa: E402
 from core.spaces import Observation  # noqa: E402
 from models.policy.loss import policy_batch_loss  # noqa: E402
-from models.policy.runner import PolicyRunner, make_policy  # noqa: E402
+from models.policy.model import make_policy
+from models.policy.runner import PolicyRunner  # noqa: E402
 from streams.records import Trajectory  # noqa: E402
 
 

@@ -1,0 +1,92 @@
+"""The policy as one module: ``Policy`` declares every part in its constructor.
+
+- ``lm``: the causal-LM backbone (``models.lm.base.LanguageModel``; GPT-Neo from
+  ``ModelConfig`` or a local Hugging Face directory, ``model.policy_path``);
+- ``match``: the instruction-match input feature, flagged up to the prompt's ``Action:`` line
+  (``PolicySpec.match_feature``; ``models.lm.match``);
+- ``element_head``: the read-out of the page line of the element a candidate names
+  (``PolicySpec.element_head``; ``models.policy.element_head``).
+
+``PolicySpec`` is saved beside the weights (``dynaweb.json``); ``Policy.save_pretrained(dir)``
+and ``load_policy(dir)`` write and read the whole policy in one call, a directory in the legacy
+layout through ``models.lm.base.migrate_legacy``.  Acting is ``models.policy.runner``, the loss
+``models.policy.loss``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from core.config.model import ModelConfig
+from models.lm.backbone import load_causal_lm, make_causal_lm
+from models.lm.base import LanguageModel, legacy_names, save_parts, saved_parts
+from models.lm.match import POLICY_END, MatchFeature, token_pieces
+from models.policy.element_head import ElementHead
+
+KIND = "policy"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What a policy is made of beside its backbone (saved in ``dynaweb.json``)."""
+
+    match_feature: bool = False  # the instruction-match input feature (``models.lm.match``)
+    element_head: bool = False  # the element head (``models.policy.element_head``)
+
+    @staticmethod
+    def of(model_cfg: ModelConfig) -> PolicySpec:
+        """The spec a policy built from ``model_cfg`` gets."""
+        return PolicySpec(
+            match_feature=bool(model_cfg.policy_match_feature),
+            element_head=bool(model_cfg.policy_pointer),
+        )
+
+
+class Policy(LanguageModel):
+    """The backbone, the match feature and the element head (the last two None when the spec
+    leaves them out); ``tokenizer`` is needed for the parts' token texts."""
+
+    def __init__(self, lm: Any, tokenizer: Any, spec: PolicySpec) -> None:
+        dim = int(lm.get_input_embeddings().weight.shape[1])
+        dev = lm.get_input_embeddings().weight.device
+        pieces = token_pieces(tokenizer) if (spec.match_feature or spec.element_head) else []
+        match = MatchFeature(dim, pieces, POLICY_END).to(dev) if spec.match_feature else None
+        super().__init__(lm, match)
+        self.spec = spec
+        self.element_head = ElementHead(dim, pieces).to(dev) if spec.element_head else None
+
+    def parts(self) -> dict[str, Any]:
+        """The modules saved in ``parts.safetensors``."""
+        return {"match": self.match, "element_head": self.element_head}
+
+    def save_pretrained(self, path: str) -> None:
+        """The backbone as a Hugging Face directory plus the parts and the spec (the tokenizer is
+        saved by its own ``save_pretrained``)."""
+        save_parts(self, path, KIND, dataclasses.asdict(self.spec), {}, self.parts())
+
+
+def make_policy(model_cfg: ModelConfig) -> tuple[Policy, Any]:
+    """(policy, tokenizer) from ``model_cfg.policy_path`` (``load_policy``) or from config (the
+    spec of ``PolicySpec.of``; new parts start at zero)."""
+    if model_cfg.policy_path:
+        return load_policy(model_cfg.policy_path)
+    lm, tok = make_causal_lm(model_cfg)
+    return Policy(lm, tok, PolicySpec.of(model_cfg)).eval(), tok
+
+
+def load_policy(path: str) -> tuple[Policy, Any]:
+    """A saved policy (``Policy.save_pretrained`` and the tokenizer in one directory; or the
+    legacy layout), with its spec and its parts' saved weights."""
+    meta, parts = saved_parts(path, KIND)
+    legacy = int(meta.get("format", 1)) < 2
+    lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
+    spec = PolicySpec(**meta["spec"])
+    policy = Policy(lm, tok, spec)
+    for name, module in policy.parts().items():
+        if module is not None and name in parts:
+            module.load_state_dict(parts[name])
+        elif module is not None and not legacy:
+            raise ValueError(f"{path}: the policy's spec has {name!r} but its weights are missing")
+    return policy.eval(), tok

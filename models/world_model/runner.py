@@ -1,0 +1,489 @@
+"""The web world model: (instruction, page, action) -> executable change.
+
+Architecture: a decoder-only causal LM (GPT-Neo from ``ModelConfig`` by default,
+or any local HF causal-LM directory via ``ModelConfig.world_model_path``).  Why
+decoder-only rather than an encoder-decoder: the input (page) and the output
+(change) share one vocabulary and one format, so a single stack with a KV cache
+is the cheapest to train and to sample (per the stack notes GPT-Neo trains about
+2-4x faster per step than T5/BART of the same size on CPU), the same code path
+serves the policy, and any pretrained causal LM a user plugs in works unchanged.
+
+The model writes ``models.world_model.change.format_output(...)`` text after the prompt of
+``models.lm.prompts.world_model_prompt_ids``: a ``why:`` line, the edit script, then
+``reward`` and ``done``.  The runner parses it (repairing or rejecting, see
+``models.world_model.change.parse_model_output``) and *applies* it to the current page, so
+the predicted next page is exactly checkable against the real one.
+
+A linear ``page_head`` (d_model -> 384) is attached to the model for the InfoNCE
+term (mean hidden state over the change tokens vs. the frozen MiniLM embedding
+of the real next page); it is saved in the same state dict and restored by
+``make_world_model`` when loading a directory.
+
+**Reward and done heads.**  Two linear classifiers (d_model -> 2) on the model's
+representation of (page, action): the mean of the last layer's hidden states over
+the line of the element the action names and the prompt's ``Action: ...`` tail
+(``head_positions``, ``head_input``; before, the last prompt token alone, which did
+not tell a page's actions apart after tens of steps).
+``reward_head``: task success (raw reward > 0, ``models.losses.task_success_reward``,
+the reward RL trains on) vs not; ``done_head``: done vs not.  Trained with the
+change text by ``models.world_model.loss.world_model_batch_loss`` (class-balanced
+cross-entropy, ``trainer.wm_head_weight``), whether or not the text parses.
+``WorldModelRunner.predict`` takes reward (1.0 if p(success) > 0.5 else 0.0) and
+done (p(done) > 0.5) from the heads, whatever the text's ``reward``/``done`` lines
+say (those stay on ``Prediction.text_reward``/``text_done``); the hidden states
+come from the prefill passes of ``generate_texts`` (no extra forward).  Heads are
+attached, saved and restored like ``page_head`` (``attach_heads``,
+``save_pretrained``, ``load_world_model``).
+
+**Exact-match feature** (``ModelConfig.wm_match_feature``, on by default; ``models.lm.match``):
+a learned vector added to the input embedding of every page and action token whose word is
+also a word of the instruction.  The heads then read "the clicked link is the asked one", "the
+typed value is the asked text" off the acted element's line instead of matching strings across
+the prompt by attention (terminal reward balanced accuracy 0.935 / 0.943 over two seeds against
+0.847 / 0.836 without it; docs/algorithm.md, "Stage 1").
+
+**The lines the instruction names** (``ModelConfig.wm_head_lines``, on by default;
+``models.world_model.lines``): the heads' input also gets a linear layer (zero at init) on the mean over
+the page lines that hold an instruction word, where a click on "Submit" is decided (choose-list
+0.96-1.00 with it, 0.54-0.65 without), with line counts and the acted line's maximum (``PARTS``).
+``attach_parts`` attaches every part in one order, when made and when loaded, so a resumed
+optimizer's saved state lands on the right parameters.
+
+Fallback flag: ``model.config.wm_heads_trained`` (``heads_trained(model)``), set
+by the first training step that trains the heads (``mark_heads_trained``) and
+saved with the config by ``save_pretrained``.  A model saved before the heads
+existed (no head weights in the file) or never trained since (a fresh model, a
+checkpoint written before any world-model step) loads with fresh heads and the
+flag off, and ``predict`` then reads reward and done from the text as before; so
+does one whose heads were trained on another input (``config.wm_head_feature`` !=
+``HEAD_FEATURE``) until a training step retrains them.
+
+Decoding (``DreamConfig.wm_decode``, read by ``WorldModelRunner``): ``greedy`` (the
+generated text), ``rerank`` (the generated text and the proposals of
+``candidate_outputs`` scored by the model, the most likely kept; always parses) or ``head``
+(the change head picks the kind of proposal, ``models.world_model.proposals``; its ``other`` keeps the
+generated text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.config.runtime import Config, DreamConfig
+from core.spaces import Action, Observation, ids_in_tree, parse_action
+from models.lm.prompts import world_model_prompt_ids
+from models.lm.tokenizer import decode, encode, eos_id, pad_id
+from models.world_model.change import (
+    apply_change,
+    diff_to_change,
+    format_output,
+    parse_model_output,
+)
+from models.world_model.decoding import generate_tokens
+from models.world_model.lines import RowLines, line_positions
+from models.world_model.model import WorldModel
+from models.world_model.proposals import (
+    candidate_trees,
+    choose,
+)
+
+
+def head_positions(tokenizer: Any, prompt: list[int]) -> list[int]:
+    """Positions of ``prompt`` (world-model prompt ids) whose last-layer hidden states the reward/done
+    heads average: the line of the element the action names (``[k] ...`` up to its newline, its first
+    occurrence at a line start, when the page shows it) and the action tail (``Action: ...`` up to the
+    last prompt token).  Only the last prompt token when there is no ``Action:`` marker.
+
+    Why not the last prompt token alone: its hidden state has to gather the action from a few tokens
+    among the whole page by attention, which a fresh model had not learned after 60 steps (p(success)
+    within 0.01 across every action of a page), while the action's own tokens and the acted element's
+    line (its role, its label, the instruction it can attend to) carry it from the first step."""
+    n = len(prompt)
+    mark = encode(tokenizer, "Action:")
+    m = len(mark)
+    start = next((i for i in range(n - m, -1, -1) if prompt[i : i + m] == mark), None)
+    if start is None or not m:
+        return [n - 1]
+    tail = list(range(start, n))
+    act = try_parse_action(decode(tokenizer, prompt[start + m :]).split("\n", 1)[0].strip())
+    if act is None or act.element is None:
+        return tail
+    digits = encode(tokenizer, f"{act.element}]")
+    k = len(digits)
+    for j in range(start - k):
+        if (
+            prompt[j + 1 : j + 1 + k] == digits
+            and decode(tokenizer, [prompt[j]]).strip() == "["
+            and (j == 0 or not decode(tokenizer, [prompt[j - 1]]).strip())
+        ):
+            end = j + 1 + k
+            while end < start and "\n" not in decode(tokenizer, [prompt[end]]):
+                end += 1
+            return list(range(j, end)) + tail
+    return tail
+
+
+def head_input(
+    hidden: torch.Tensor,
+    positions: list[list[int]],
+    model: WorldModel | None = None,
+    lines: list[RowLines] | None = None,
+) -> torch.Tensor:
+    """(B, d): row b's mean of ``hidden[b, positions[b]]`` (hidden: (B, T, d), positions in its
+    columns), plus, for a ``model`` with the named lines' layer (``models.world_model.lines``), that layer
+    on the rows' ``lines`` (``models.world_model.lines.line_positions``)."""
+    mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
+    if lines is None:  # line_positions gives None for a model without the layer
+        return mean
+    return mean + model.lines(lambda b, q: hidden[b, q], lines, mean)
+
+
+def head_probs(model: WorldModel, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p(success), p(done)) per row of ``hidden`` (B, d): the heads' input (``head_input``)."""
+    h = hidden.to(model.reward_head.weight.dtype)
+    return (
+        torch.softmax(model.reward_head(h).float(), -1)[:, 1],
+        torch.softmax(model.done_head(h).float(), -1)[:, 1],
+    )
+
+
+def change_target(obs: Observation, next_obs: Observation, reward: float, done: bool) -> str:
+    """Training target text for a real transition."""
+    return format_output(diff_to_change(obs.tree, next_obs.tree, next_id=obs.next_id), reward, done)
+
+
+@dataclass
+class Prediction:
+    next_obs: Observation
+    reward: float
+    done: bool
+    ok: bool
+    reason: str
+    text: str
+    obs_tree: str = ""  # the page the change was applied to (for fidelity)
+    # diagnostics: the text's own reward/done lines (0 / not done when rejected), and the heads'
+    # probabilities (None when the heads are not trained: reward and done are then the text's)
+    text_reward: float = 0.0
+    text_done: bool = False
+    p_success: float | None = None
+    p_done: float | None = None
+
+
+def next_observation(obs: Observation, tree: str, action: Action | None) -> Observation:
+    """The predicted next observation around a predicted tree."""
+    ids = ids_in_tree(tree)
+    focused = obs.focused if obs.focused in ids else None
+    if action is not None and action.kind in ("click", "type", "select") and action.element in ids:
+        focused = action.element
+    return Observation(
+        instruction=obs.instruction,
+        url=obs.url,
+        tree=tree,
+        focused=focused,
+        last_action_error="",
+        next_id=max([obs.next_id] + [i + 1 for i in ids]),
+        element_ids=ids,
+    )
+
+
+def try_parse_action(text: str) -> Action | None:
+    try:
+        return parse_action(text)
+    except ValueError:
+        return None
+
+
+TRAILERS = ((0.0, False), (1.0, True), (-1.0, True))  # (reward, done): step, success, failure
+
+
+def candidate_outputs(
+    obs: Observation, action: Action | None, generated: str | None = None
+) -> list[str]:
+    """Full world-model outputs to score: every candidate tree's change x every trailer,
+    plus the freely generated text (if it parses) and its change with every trailer."""
+    changes = [
+        diff_to_change(obs.tree, t, next_id=obs.next_id) for t in candidate_trees(obs, action)
+    ]
+    out = []
+    if (
+        generated is not None
+    ):  # kept when it parses (a rejected text would only mean "unchanged, reward 0")
+        change, _r, _d, ok, _why = parse_model_output(generated, tree=obs.tree, next_id=obs.next_id)
+        if ok:
+            out.append(generated)
+            changes.append(change)
+    for c in dict.fromkeys(changes):
+        out += [format_output(c, r, d) for r, d in TRAILERS]
+    return list(dict.fromkeys(out))
+
+
+DECODES = ("greedy", "rerank", "head")
+
+
+def _distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """(the distinct prompts in first-seen order, each prompt's index among them): deterministic
+    work on identical inputs is done once."""
+    where: dict[tuple, int] = {}
+    idx = [where.setdefault(tuple(p), len(where)) for p in prompts]
+    return [list(u) for u in where], idx
+
+
+class WorldModelRunner:
+    """Batched prediction with KV-cached generation (left padded)."""
+
+    def __init__(
+        self,
+        model: WorldModel,
+        tokenizer: Any,
+        cfg: Config | DreamConfig | None = None,
+        max_positions: int | None = None,
+        max_change_tokens: int | None = None,
+        world_model_version: int = 0,
+    ):
+        if isinstance(cfg, Config):  # a whole Config (the gate, eval)
+            dream, cfg_positions = cfg.dream, cfg.model.max_positions
+        else:  # a DreamConfig (the dream generator, the trainer), or None: its defaults
+            dream, cfg_positions = (cfg if cfg is not None else DreamConfig()), 0
+        self.model = model
+        self.tokenizer = tokenizer
+        own = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        want = int(max_positions or cfg_positions or own)
+        # never past the model's own position table (a world model trained offline with fewer
+        # positions than the run's model.max_positions: trainer.wm_init_from)
+        self.max_positions = min(want, own) if own > 0 else want
+        self.max_change_tokens = int(max_change_tokens or dream.max_change_tokens)
+        self.world_model_version = world_model_version
+        self.ignore_eos = False  # benchmarks only: always generate max_change_tokens
+        # decode "head": the change head picks first and only rows it leaves to the text generate
+        # any (False: every row's text first, the pick after; `dynaweb bench wm-decode` compares)
+        self.head_first = True
+        # "greedy": the generated text; "rerank": the generated text and the proposals of
+        # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept.
+        # From ``DreamConfig.wm_decode`` (cfg: a DreamConfig or a whole Config); settable afterwards.
+        self.decode = str(dream.wm_decode or "greedy")
+        if self.decode not in DECODES:
+            raise ValueError(f"dream.wm_decode must be one of {DECODES}, got {self.decode!r}")
+
+    def prompt_ids(self, obs: Observation, action_text: str) -> list[int]:
+        return world_model_prompt_ids(
+            self.tokenizer, obs, action_text, self.max_positions, self.max_change_tokens
+        )
+
+    @torch.no_grad()
+    def generate_texts(
+        self,
+        prompts: list[list[int]],
+        sample: bool = False,
+        temperature: float = 1.0,
+        return_hidden: bool = False,
+        abort: Callable[[], bool] | None = None,
+    ) -> list[str] | tuple[list[str], torch.Tensor]:
+        """Greedy (or sampled, top_k = 0) continuation of each prompt up to eos.
+
+        ``return_hidden``: also the input of the reward/done heads, (B, d): each row's mean of the
+        last layer's hidden states at ``head_positions`` of its prompt, read from the prefill's passes
+        (``output_hidden_states`` on them, no extra forward; positions inside a shared prefix from the
+        prefix pass, the others from the row's tail pass).
+
+        Decoding: ``models.world_model.decoding.generate_tokens`` (preallocated KV cache, shared prefixes
+        prefilled once, finished rows dropped); same model, same argmax as ``model.generate``.
+        ``abort``: asked every few tokens; ``core.waiting.Aborted`` when it says so.
+        """
+        self.model.eval()
+        pad, eos = pad_id(self.tokenizer), eos_id(self.tokenizer)
+        new = max(1, min(self.max_change_tokens, self.max_positions - max(len(p) for p in prompts)))
+        gen, last_hidden = generate_tokens(
+            self.model,
+            prompts,
+            new,
+            pad,
+            eos,
+            self.max_positions,
+            sample=sample,
+            temperature=temperature,
+            return_hidden=return_hidden,
+            ignore_eos=self.ignore_eos,
+            hidden_positions=[head_positions(self.tokenizer, p) for p in prompts]
+            if return_hidden
+            else None,
+            abort=abort,
+        )
+        texts = []
+        for row in gen:
+            if eos in row and not self.ignore_eos:
+                row = row[: row.index(eos)]
+            texts.append(decode(self.tokenizer, row))
+        return (texts, last_hidden) if return_hidden else texts
+
+    def predict(
+        self,
+        obs_list: list[Observation],
+        actions: list,
+        sample: bool = False,
+        temperature: float = 1.0,
+        abort: Callable[[], bool] | None = None,
+    ) -> list[Prediction]:
+        """Predicted next observation, reward, done per (obs, action); rejected output -> page unchanged.
+        ``abort``: see ``generate_texts`` (``core.waiting.Aborted`` when it says so).
+
+        Reward and done come from the reward/done heads when they are trained (``heads_trained``):
+        reward 1.0 if p(success) > 0.5 else 0.0, done if p(done) > 0.5, whatever the text says or
+        whether it parses; otherwise from the text's lines (rejected text: reward 0, not done)."""
+        assert len(obs_list) == len(actions), (len(obs_list), len(actions))
+        if not obs_list:
+            return []
+        acts = [a if isinstance(a, Action) else try_parse_action(str(a)) for a in actions]
+        texts_in = [a.to_text() if isinstance(a, Action) else str(a) for a in actions]
+        prompts = [self.prompt_ids(o, a) for o, a in zip(obs_list, texts_in, strict=True)]
+        use_heads = self.model.heads_trained()
+        head = self.decode == "head" and use_heads and self.model.change_head_trained()
+        if head and self.head_first:
+            outs, hidden = self._head_first(obs_list, acts, prompts, sample, temperature, abort)
+        else:
+            outs, hidden = self._generate(prompts, sample, temperature, use_heads, abort)
+            if head:  # head_first off (benchmarks): every row's text generated, then the pick
+                outs = self._picked(obs_list, acts, hidden, outs)
+        p_succ = p_done = None
+        if hidden is not None:
+            with torch.no_grad():
+                ps, pd = head_probs(self.model, hidden)
+            p_succ, p_done = ps.cpu().tolist(), pd.cpu().tolist()
+        if self.decode == "rerank":
+            outs = self.rerank(obs_list, acts, prompts, outs)
+        preds = []
+        for b, (obs, act, text) in enumerate(zip(obs_list, acts, outs, strict=True)):
+            change, reward, done, ok, reason = parse_model_output(
+                text, tree=obs.tree, next_id=obs.next_id
+            )
+            tree = obs.tree
+            if ok:
+                try:
+                    tree = apply_change(obs.tree, change, next_id=obs.next_id)
+                except Exception as e:  # noqa: BLE001 - parse validated it; be safe anyway
+                    ok, reason, reward, done = False, f"apply failed: {e}", 0.0, False
+            text_reward, text_done = float(reward), bool(done)
+            if p_succ is not None and p_done is not None:
+                reward, done = (1.0 if p_succ[b] > 0.5 else 0.0), p_done[b] > 0.5
+            preds.append(
+                Prediction(
+                    next_observation(obs, tree, act),
+                    float(reward),
+                    bool(done),
+                    ok,
+                    reason,
+                    text,
+                    obs.tree,
+                    text_reward,
+                    text_done,
+                    None if p_succ is None else p_succ[b],
+                    None if p_done is None else p_done[b],
+                )
+            )
+        return preds
+
+    def _generate(
+        self, prompts: list, sample: bool, temperature: float, want_hidden: bool, abort: Any
+    ) -> tuple[list[str], torch.Tensor | None]:
+        """(texts, the heads' input or None) of every prompt; greedy generates identical prompts once."""
+        if sample:
+            res = self.generate_texts(
+                prompts,
+                sample=True,
+                temperature=temperature,
+                return_hidden=want_hidden,
+                abort=abort,
+            )
+            return res if want_hidden else (res, None)
+        uniq, idx = _distinct(prompts)
+        res = self.generate_texts(uniq, return_hidden=want_hidden, abort=abort)
+        texts_u, hid_u = res if want_hidden else (res, None)
+        hidden = None if hid_u is None else hid_u[torch.tensor(idx, device=hid_u.device)]
+        return [texts_u[i] for i in idx], hidden
+
+    def _head_first(
+        self,
+        obs_list: list,
+        acts: list,
+        prompts: list,
+        sample: bool,
+        temperature: float,
+        abort: Any,
+    ) -> tuple[list[str], torch.Tensor]:
+        """``decode="head"``: the heads' input from one forward pass over the distinct prompts, the
+        change head's pick per row, and text generated only for the rows it leaves to the text
+        (``other``): no token is decoded for a row whose page a proposal gives."""
+        uniq, idx = _distinct(prompts)
+        hid_u = self.prefill_head_input(uniq)
+        hidden = hid_u[torch.tensor(idx, device=hid_u.device)]
+        picks = choose(self.model.change_head, hidden, obs_list, acts)
+        need = [b for b, pick in enumerate(picks) if pick is None]
+        texts = (
+            self._generate([prompts[b] for b in need], sample, temperature, False, abort)[0]
+            if need
+            else []
+        )
+        got = dict(zip(need, texts, strict=True))
+        texts_all = [got.get(b, "") for b in range(len(picks))]
+        return self._picked(obs_list, acts, hidden, texts_all, picks), hidden
+
+    def _picked(
+        self, obs_list: list, acts: list, hidden: Any, texts: list[str], picks: list | None = None
+    ) -> list[str]:
+        """Per row: the change head's proposal as an edit script, or the row's text on ``other``."""
+        picks = choose(self.model.change_head, hidden, obs_list, acts) if picks is None else picks
+        return [
+            texts[b]
+            if pick is None
+            else format_output(diff_to_change(o.tree, pick, next_id=o.next_id), 0.0, False)
+            for b, (o, pick) in enumerate(zip(obs_list, picks, strict=True))
+        ]
+
+    @torch.no_grad()
+    def prefill_head_input(self, prompts: list[list[int]], chunk: int = 16) -> torch.Tensor:
+        """The heads' input (B, d) of each prompt (``head_input`` at ``head_positions`` of the last
+        layer, after the final norm, as the prefill of ``generate_texts`` reads it) from a forward
+        pass of the transformer alone (no language-model head, no decoding)."""
+        self.model.eval()
+        dev = next(self.model.parameters()).device
+        pad, out = pad_id(self.tokenizer), []
+        for i in range(0, len(prompts), chunk):
+            part = prompts[i : i + chunk]
+            T = max(len(p) for p in part)
+            ids = torch.full((len(part), T), pad, dtype=torch.long, device=dev)
+            att = torch.zeros((len(part), T), dtype=torch.long, device=dev)
+            for r, p in enumerate(part):
+                ids[r, : len(p)] = torch.tensor(p, device=dev)
+                att[r, : len(p)] = 1
+            h = self.model.base(ids, attention_mask=att).last_hidden_state
+            pos = [head_positions(self.tokenizer, p) for p in part]
+            out.append(head_input(h, pos, self.model, line_positions(self.model.lines, part)))
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def rerank(
+        self,
+        obs_list: list[Observation],
+        acts: list,
+        prompts: list[list[int]],
+        generated: list[str],
+    ) -> list[str]:
+        """Per row, the most likely of ``candidate_outputs`` (the generated text is one of them)."""
+        from models.lm.backbone import score_continuations
+
+        eos = eos_id(self.tokenizer)
+        cands = [
+            candidate_outputs(o, a, g) for o, a, g in zip(obs_list, acts, generated, strict=True)
+        ]
+        room = [max(1, self.max_positions - len(p)) for p in prompts]
+        conts = [
+            [(encode(self.tokenizer, c) + [eos])[: room[b]] for c in cs]
+            for b, cs in enumerate(cands)
+        ]
+        scores = score_continuations(
+            self.model, prompts, conts, self.max_positions, pad_id(self.tokenizer)
+        )
+        return [cs[int(torch.argmax(sc))] for cs, sc in zip(cands, scores, strict=True)]
