@@ -294,9 +294,9 @@ class FixedPolicy:
     def __init__(self):
         self.calls = 0
 
-    def act(self, obs_b, hist, temperature=1.0, greedy=False):
+    def act_info(self, obs_b, hist, temperature=1.0, greedy=False):
         self.calls += 1
-        return [(parse_action("click(2)"), -0.7, 3) for _ in obs_b]
+        return [(parse_action("click(2)"), -0.7, 3, {}) for _ in obs_b]
 
 
 def dreamer() -> Dreamer:

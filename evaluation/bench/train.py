@@ -141,24 +141,8 @@ def start_states(cfg: Config, path: str | None = None) -> list[dict]:
 # --- dream ---------------------------------------------------------------------
 
 
-class FixedLengthWM:
-    """A ``WorldModelRunner`` whose generation always runs ``n`` tokens (eos ignored)."""
-
-    def __init__(self, runner: Any, n: int):
-        self.runner, self.n = runner, n
-
-    def predict(self, obs_list, actions, sample=False, temperature=1.0, abort=None):
-        r = self.runner
-        old = r.max_change_tokens, r.ignore_eos
-        r.max_change_tokens, r.ignore_eos = self.n, True
-        try:
-            return r.predict(obs_list, actions, sample=sample, temperature=temperature, abort=abort)
-        finally:
-            r.max_change_tokens, r.ignore_eos = old
-
-
 class TimedPolicy:
-    """A ``PolicyRunner`` whose ``act`` time is added up (the dream's policy share)."""
+    """A ``PolicyRunner`` whose ``act_info`` time is added up (the dream's policy share)."""
 
     def __init__(self, runner: Any):
         self.runner, self.seconds = runner, 0.0
@@ -166,10 +150,10 @@ class TimedPolicy:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.runner, name)
 
-    def act(self, *a: Any, **k: Any) -> Any:
+    def act_info(self, *a: Any, **k: Any) -> Any:
         t0 = time.perf_counter()
         try:
-            return self.runner.act(*a, **k)
+            return self.runner.act_info(*a, **k)
         finally:
             self.seconds += time.perf_counter() - t0
 
@@ -202,7 +186,8 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
     from models.policy.runner import PolicyRunner
     from models.world_model.decoding import PHASES
     from models.world_model.model import make_world_model
-    from models.world_model.runner import WorldModelRunner
+
+    from .runners import FixedLengthRunner
 
     torch.set_num_threads(cfg.threads)
     torch.set_flush_denormal(True)  # as core.process does for the trainer component
@@ -211,7 +196,7 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
     wm, wtok = make_world_model(cfg.model)
     pr = PolicyRunner(pol, ptok, cfg.model, seed=0)
     timed = TimedPolicy(pr)
-    wr = FixedLengthWM(WorldModelRunner(wm, wtok, cfg), wm_tokens)
+    wr = FixedLengthRunner(wm, wtok, cfg, max_change_tokens=wm_tokens)
     G, H = cfg.dream.group_size, cfg.dream.horizon
     per_round = max(1, 16 // G)
     lens = [len(policy_prompt_ids(ptok, o, [], cfg.model.max_positions)) for o in obs]

@@ -9,7 +9,7 @@ run:
 - ``head_first``: ``decode="head"`` as dreams run it: the change head picks from one forward pass
   and text is generated only for the rows it leaves to the text (``other``);
 - ``text_then_head``: the same decode with every row's text generated first (before
-  ``head_first`` existed; ``WorldModelRunner.head_first = False``);
+  ``head_first`` existed; ``evaluation.bench.runners.TextThenHeadRunner``);
 - ``greedy``: the generated text alone.
 
 Figures: predictions per second of each, the speed-up of ``head_first`` over ``text_then_head``,
@@ -37,6 +37,8 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
     from models.world_model.proposals import choose
     from models.world_model.runner import WorldModelRunner, try_parse_action
 
+    from .runners import TextThenHeadRunner
+
     torch.set_num_threads(cfg.threads)
     model, tok = load_world_model(str(wm_init_dir(wm_dir)))
     if not model.change_head_trained():
@@ -44,11 +46,15 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
     rows = transitions[:n]
     obs = [Observation.from_dict(t.obs) for t in rows]
     acts = [t.action for t in rows]
-    runner = WorldModelRunner(model, tok, cfg)
+    runners = {
+        "head_first": WorldModelRunner(model, tok, cfg),
+        "text_then_head": TextThenHeadRunner(model, tok, cfg),
+        "greedy": WorldModelRunner(model, tok, cfg),
+    }
 
     def timed(mode: str) -> tuple[float, list[str]]:
+        runner = runners[mode]
         runner.decode = "greedy" if mode == "greedy" else "head"
-        runner.head_first = mode == "head_first"
         runner.predict(obs[:16], acts[:16])  # warm-up
         t0, trees = time.perf_counter(), []
         for i in range(0, len(rows), 16):
@@ -59,10 +65,13 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
     trees: dict[str, list[str]] = {}
     for mode in ("head_first", "text_then_head", "greedy"):
         res[f"{mode}_steps_per_s"], trees[mode] = timed(mode)
-    runner.decode = "head"
+    runner = runners["head_first"]
     prompts = [runner.prompt_ids(o, a) for o, a in zip(obs, acts, strict=True)]
     picks = choose(
-        model.change_head, runner.prefill_head_input(prompts), obs, [try_parse_action(a) for a in acts]
+        model.change_head,
+        runner.prefill_head_input(prompts),
+        obs,
+        [try_parse_action(a) for a in acts],
     )
     real = [t.next_obs["tree"] for t in rows]
     return {

@@ -161,13 +161,11 @@ def dream_rollouts(
         for c in range(0, len(active), cap):
             idx = active[c : c + cap]
             obs_b = [state[k][1] for k in idx]
-            acts = policy_runner.act(
+            decided = policy_runner.act_info(
                 obs_b, [state[k][2] for k in idx], temperature=temperature, greedy=greedy
             )
-            infos = (
-                getattr(policy_runner, "last_info", None) or []
-            )  # candidates_hash, temperature per decision
-            infos = infos if len(infos) == len(acts) else [{}] * len(acts)
+            acts = [d[:3] for d in decided]
+            infos = [d[3] for d in decided]  # candidates_hash, temperature per decision
             fixed = [dream_outcome(o, a) for o, (a, _, _) in zip(obs_b, acts, strict=True)]
             ask = [j for j, f in enumerate(fixed) if f is None]  # only these need the world model
             try:

@@ -77,9 +77,6 @@ class PolicyRunner:
         self.max_candidates = max_candidates
         self.policy_version = policy_version
         self.stats: dict = {"tokens": 0}  # tokens run through the model (prompts + candidate tries)
-        self.last_info: list[
-            dict
-        ] = []  # act(): per-decision extras of act_info (hash, temperature)
         # a long-lived sampler passes its own stream (``sampler_generator``), kept across hot reloads
         if generator is None:
             generator = torch.Generator()
@@ -95,13 +92,9 @@ class PolicyRunner:
     ) -> list[tuple[Action, float, int]]:
         """One action per observation: (Action, behaviour logprob ``log pi_T(a|s)``, action token count).
 
-        The per-decision extras of ``act_info`` (candidate-set hash, temperature) are
-        kept in ``self.last_info`` (one dict per observation) for callers of this
-        3-tuple form; concurrent callers should use ``act_info``.
+        The 3-tuple view of ``act_info`` (without the per-decision extras).
         """
-        out = self.act_info(observations, histories, temperature, greedy)
-        self.last_info = [x[3] for x in out]
-        return [x[:3] for x in out]
+        return [x[:3] for x in self.act_info(observations, histories, temperature, greedy)]
 
     def act_info(
         self,

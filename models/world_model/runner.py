@@ -250,17 +250,13 @@ class WorldModelRunner:
             dream, cfg_positions = (cfg if cfg is not None else DreamConfig()), 0
         self.model = model
         self.tokenizer = tokenizer
-        own = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        own = model.max_positions
         want = int(max_positions or cfg_positions or own)
         # never past the model's own position table (a world model trained offline with fewer
         # positions than the run's model.max_positions: trainer.wm_init_from)
         self.max_positions = min(want, own) if own > 0 else want
         self.max_change_tokens = int(max_change_tokens or dream.max_change_tokens)
         self.world_model_version = world_model_version
-        self.ignore_eos = False  # benchmarks only: always generate max_change_tokens
-        # decode "head": the change head picks first and only rows it leaves to the text generate
-        # any (False: every row's text first, the pick after; `dynaweb bench wm-decode` compares)
-        self.head_first = True
         # "greedy": the generated text; "rerank": the generated text and the proposals of
         # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept.
         # From ``DreamConfig.wm_decode`` (cfg: a DreamConfig or a whole Config); settable afterwards.
@@ -294,30 +290,44 @@ class WorldModelRunner:
         ``abort``: asked every few tokens; ``core.waiting.Aborted`` when it says so.
         """
         self.model.eval()
-        pad, eos = pad_id(self.tokenizer), eos_id(self.tokenizer)
+        eos = eos_id(self.tokenizer)
         new = max(1, min(self.max_change_tokens, self.max_positions - max(len(p) for p in prompts)))
-        gen, last_hidden = generate_tokens(
+        gen, last_hidden = self._tokens(prompts, new, sample, temperature, return_hidden, abort)
+        texts = [decode(self.tokenizer, self._until_eos(row, eos)) for row in gen]
+        return (texts, last_hidden) if return_hidden else texts
+
+    def _tokens(
+        self,
+        prompts: list[list[int]],
+        new: int,
+        sample: bool,
+        temperature: float,
+        return_hidden: bool,
+        abort: Callable[[], bool] | None,
+        ignore_eos: bool = False,
+    ) -> tuple[list[list[int]], torch.Tensor | None]:
+        """``generate_tokens`` on ``prompts``: up to ``new`` tokens per row (to eos, unless
+        ``ignore_eos``), and the heads' input when ``return_hidden``."""
+        return generate_tokens(
             self.model,
             prompts,
             new,
-            pad,
-            eos,
+            pad_id(self.tokenizer),
+            eos_id(self.tokenizer),
             self.max_positions,
             sample=sample,
             temperature=temperature,
             return_hidden=return_hidden,
-            ignore_eos=self.ignore_eos,
+            ignore_eos=ignore_eos,
             hidden_positions=[head_positions(self.tokenizer, p) for p in prompts]
             if return_hidden
             else None,
             abort=abort,
         )
-        texts = []
-        for row in gen:
-            if eos in row and not self.ignore_eos:
-                row = row[: row.index(eos)]
-            texts.append(decode(self.tokenizer, row))
-        return (texts, last_hidden) if return_hidden else texts
+
+    @staticmethod
+    def _until_eos(row: list[int], eos: int) -> list[int]:
+        return row[: row.index(eos)] if eos in row else row
 
     def predict(
         self,
@@ -341,12 +351,10 @@ class WorldModelRunner:
         prompts = [self.prompt_ids(o, a) for o, a in zip(obs_list, texts_in, strict=True)]
         use_heads = self.model.heads_trained()
         head = self.decode == "head" and use_heads and self.model.change_head_trained()
-        if head and self.head_first:
-            outs, hidden = self._head_first(obs_list, acts, prompts, sample, temperature, abort)
+        if head:
+            outs, hidden = self._head_outputs(obs_list, acts, prompts, sample, temperature, abort)
         else:
             outs, hidden = self._generate(prompts, sample, temperature, use_heads, abort)
-            if head:  # head_first off (benchmarks): every row's text generated, then the pick
-                outs = self._picked(obs_list, acts, hidden, outs)
         p_succ = p_done = None
         if hidden is not None:
             with torch.no_grad():
@@ -404,7 +412,7 @@ class WorldModelRunner:
         hidden = None if hid_u is None else hid_u[torch.tensor(idx, device=hid_u.device)]
         return [texts_u[i] for i in idx], hidden
 
-    def _head_first(
+    def _head_outputs(
         self,
         obs_list: list,
         acts: list,

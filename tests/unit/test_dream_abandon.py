@@ -13,6 +13,7 @@ import torch
 
 from core.config import ModelConfig
 from core.waiting import Aborted
+from evaluation.bench.runners import FixedLengthRunner
 from models import metrics as M
 from models.dream.dreamer import StartState
 from models.dream.env import dream_rollouts
@@ -44,9 +45,8 @@ LIVE_PAGE = dataclasses.replace(PAGE, element_ids=[1, 2])  # clicks on it need t
 def _tiny_world_model() -> WorldModelRunner:
     torch.manual_seed(0)
     model, tok = make_world_model(ModelConfig(layers=1, d_model=32, heads=2, max_positions=512))
-    wr = WorldModelRunner(model.eval(), tok, max_change_tokens=64)
-    wr.ignore_eos = True  # every call writes its whole budget, as fresh weights do
-    return wr
+    # every call writes its whole budget, as fresh weights do
+    return FixedLengthRunner(model.eval(), tok, max_change_tokens=64)
 
 
 def test_the_world_model_call_in_flight_stops_when_abort_says_so():
@@ -147,9 +147,9 @@ def test_the_first_round_with_new_weights_dreams_one_group():
 
 
 class _SlowPolicy(FixedPolicy):
-    def act(self, obs_b, hist, temperature=1.0, greedy=False):
+    def act_info(self, obs_b, hist, temperature=1.0, greedy=False):
         time.sleep(0.02)
-        return super().act(obs_b, hist, temperature, greedy)
+        return super().act_info(obs_b, hist, temperature, greedy)
 
 
 def test_a_dreamed_transition_is_stamped_when_its_step_was_dreamed():

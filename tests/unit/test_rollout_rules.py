@@ -53,8 +53,8 @@ def test_refused_action_carries_the_live_error_line_into_the_dream():
 
 
 class StopPolicy:
-    def act(self, obs, hists, temperature=1.0, greedy=False):
-        return [(Action.stop(""), -0.5, 2) for _ in obs]
+    def act_info(self, obs, hists, temperature=1.0, greedy=False):
+        return [(Action.stop(""), -0.5, 2, {}) for _ in obs]
 
 
 def test_dream_rollouts_end_on_stop_without_the_world_model():
@@ -121,8 +121,8 @@ def test_sampler_streams_differ_by_producer_and_are_reproducible():
 class ClickPolicy:
     """Clicks [1] in the first rollout of a group and [2] in the others."""
 
-    def act(self, obs, hists, temperature=1.0, greedy=False):
-        return [(Action.click(1 if k == 0 else 2), -0.5, 2) for k in range(len(obs))]
+    def act_info(self, obs, hists, temperature=1.0, greedy=False):
+        return [(Action.click(1 if k == 0 else 2), -0.5, 2, {}) for k in range(len(obs))]
 
 
 class HeadWorldModel:
