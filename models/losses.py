@@ -76,7 +76,7 @@ def gspo_loss(
     ``loss = -mean_i min(s_i A_i, clip(s_i, 1 - clip_low, 1 + clip_high) A_i)``.
     Defaults 0.2 / 0.28: with 1-6 decisions per trajectory ``s_i`` is close to a
     per-action PPO ratio, so PPO's range with DAPO's clip-higher
-    (``docs/algorithm.md``).
+    (``docs/method.md``, "Policy losses").
 
     Stats: ``clip_frac`` (share of sequences whose clipped term is the active
     one), ``ratio_mean/min/max``, ``kl`` (k3 estimate per unit of

@@ -278,7 +278,7 @@ def wm_model():
     return model
 
 
-# --- dream generator (tests/unit/test_dream_abandon.py, test_wm_gate.py) ------------------------
+# --- dream generator (tests/unit/test_dream_abandon.py, test_dream_gate.py) ------------------------
 
 DREAM_PAGE = Observation(
     instruction="Click OK",

@@ -397,10 +397,10 @@ class Dreamer:
         """Whether the loaded world model may be dreamed with (``models/dream/gate.py``)."""
         if not self.cfg.dream.wm_gate:
             return True
-        from models.dream.gate import gate_decision
+        from models.dream.gate import dream_gate_decision
 
         d = self.cfg.dream
-        ok, why = gate_decision(
+        ok, why = dream_gate_decision(
             self.slots["world_model"].extra.get("wm_gate"), d.wm_gate_margin, d.wm_gate_min_samples
         )
         if why != self.gate_reason:

@@ -1,4 +1,5 @@
-"""Dream only with a world model worth dreaming in (``dream.wm_gate``).
+"""The dream gate: dream only with a world model worth dreaming in (``dream.wm_gate``; the
+checkpoint gate is another thing, ``evaluation/gate.py``).
 
 The trainer scores its world model at every checkpoint on held-out real transitions (the
 stream worker's evaluation topic; ``Trainer.report_fidelity``) against "nothing changes" (the
@@ -6,7 +7,7 @@ unchanged page) and keeps the last ``WINDOW`` per-transition results.  Their sum
 (``FidelityWindow.summary``: exact next-page match of the model and of the baseline, their
 difference ``margin`` and the number of transitions) goes into the world model's checkpoint
 manifest (``extra.wm_gate``).  A dream generator with ``dream.wm_gate`` on dreams with a world
-model only when ``gate_decision`` says its margin is at least ``dream.wm_gate_margin`` over at
+model only when ``dream_gate_decision`` says its margin is at least ``dream.wm_gate_margin`` over at
 least ``dream.wm_gate_min_samples`` transitions; otherwise it waits for a better version, and
 says why (``dynaweb_dream_gate_open``, ``dynaweb_dream_seconds_total{state}``).
 """
@@ -41,7 +42,7 @@ class FidelityWindow:
         }
 
 
-def gate_decision(summary: Any, margin: float, min_samples: int) -> tuple[bool, str]:
+def dream_gate_decision(summary: Any, margin: float, min_samples: int) -> tuple[bool, str]:
     """(may dream with this world model, why)."""
     if not isinstance(summary, dict) or "margin" not in summary:
         return False, "no held-out score in the checkpoint yet"

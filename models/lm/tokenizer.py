@@ -22,7 +22,7 @@ change scripts (``why:`` line, edit ops, ``reward``/``done``).
   never becomes eos.  ``clean_up_tokenization_spaces`` is off.
 * 3.3x fewer tokens per transition than the byte tokenizer on the corpus's held-out
   episodes (209 against 693: ``dynaweb tokenizer stats``; the vocabulary size is the
-  one with the lowest model cost per transition, docs/algorithm.md "Tokenizer").
+  one with the lowest model cost per transition, docs/method.md "Tokenizer", docs/results/tokenizer/README.md).
 
 ``"byte"``: ``transformers.ByT5Tokenizer()`` -- no files at all (ids 0/1/2 =
 pad/eos/unk, 3..258 = the 256 UTF-8 bytes, then 125 unused ``<extra_id_n>``;

@@ -19,7 +19,7 @@ Why: choosing the element whose label is the asked word means, for the language-
 predicting the element's number, which the page writes *before* its label, from the action line:
 a two-hop copy across the prompt.  A 2-layer policy did not learn it from 40 demonstrations, nor
 from 800 (behaviour cloning on 200 expert episodes per task, 1,000 steps: click-link 25 %, 47 %
-with the exact-match feature; docs/algorithm.md).  The element head reads each element's own line
+with the exact-match feature; docs/results/policy-pointer/README.md).  The element head reads each element's own line
 instead, as element-ranking web agents score each candidate element's representation; with the
 exact-match feature (``policy_match_feature``) a flagged word on the line is one linear read-out
 away.  The maximum, not the mean, because the label is a few tokens of the line (as the world

@@ -40,7 +40,7 @@ a learned vector added to the input embedding of every page and action token who
 also a word of the instruction.  The heads then read "the clicked link is the asked one", "the
 typed value is the asked text" off the acted element's line instead of matching strings across
 the prompt by attention (terminal reward balanced accuracy 0.935 / 0.943 over two seeds against
-0.847 / 0.836 without it; docs/algorithm.md, "Stage 1").
+0.847 / 0.836 without it; docs/results/world-model/README.md).
 
 **The lines the instruction names** (``ModelConfig.wm_head_lines``, on by default;
 ``models.world_model.lines``): the heads' input also gets a linear layer (zero at init) on the mean over

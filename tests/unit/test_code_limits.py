@@ -39,3 +39,25 @@ def test_no_function_over_the_line_limit() -> None:
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_models_are_typed_as_the_project_declares_them() -> None:
+    """The network code takes its own module types (``Policy``, ``WorldModel``,
+    ``LanguageModel``), never an untyped ``model: Any``, and never probes a model for parts with
+    ``getattr(model, ...)``: every part is declared in the model's constructor."""
+    found = []
+    for p in sorted((ROOT / "models").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.arg) and node.arg == "model" and node.annotation is not None:
+                if ast.unparse(node.annotation) == "Any":
+                    found.append(f"{p.relative_to(ROOT)}:{node.lineno} model: Any")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and node.args
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id == "model"
+            ):
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.func.id}(model, ...)")
+    assert not found, found

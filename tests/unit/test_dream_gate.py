@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from models.dream.gate import FidelityWindow, gate_decision
+from models.dream.gate import FidelityWindow, dream_gate_decision
 from tests.factories import dreamer
 
 
@@ -24,12 +24,12 @@ def test_window_scores_the_model_against_nothing_changes():
 
 
 def test_gate_decision():
-    assert gate_decision(None, 0.0, 32)[0] is False
-    ok, why = gate_decision({"n": 10, "margin": 0.5}, 0.0, 32)
+    assert dream_gate_decision(None, 0.0, 32)[0] is False
+    ok, why = dream_gate_decision({"n": 10, "margin": 0.5}, 0.0, 32)
     assert not ok and "fewer than 32" in why
-    ok, why = gate_decision({"n": 64, "margin": -0.02}, 0.0, 32)
+    ok, why = dream_gate_decision({"n": 64, "margin": -0.02}, 0.0, 32)
     assert not ok and "below the margin" in why
-    assert gate_decision({"n": 64, "margin": 0.05}, 0.05, 32)[0] is True
+    assert dream_gate_decision({"n": 64, "margin": 0.05}, 0.05, 32)[0] is True
 
 
 def test_the_dream_generator_waits_for_a_world_model_worth_dreaming_in():
