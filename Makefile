@@ -1,6 +1,7 @@
 # Two commands for a new user on a fresh machine:
 #   make run    installs everything, then runs `dynaweb up` on the embedded default stack
 #   make test   installs everything, then runs the whole test suite on real services
+#   (make test-unit: the same install, then the unit tests alone, which start no services)
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
@@ -8,13 +9,16 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 UP_ARGS ?=
 
-.PHONY: run test install system-deps venv lint clean
+.PHONY: run test test-unit install system-deps venv lint clean
 
 run: install
 	$(VENV)/bin/dynaweb up $(UP_ARGS)
 
 test: install
 	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+
+test-unit: install
+	$(PY) -m pytest -q -m unit $(PYTEST_ARGS)
 
 install: system-deps $(VENV)/.installed
 

@@ -27,35 +27,13 @@ from models.checkpoints.store import CheckpointStore
 from streams import records
 from streams.kafka import read_until_sentinel
 from streams.topics import Topics
+from tests.factories import UP_SETTINGS
 from tests.listening import beyond_loopback, listening_sockets, process_tree
 from tests.support import env_for
 
 # 250 s (was 200): dream groups with differing rewards come once the live policy clicks (its failures teach
 # the reward head) and the world model has trained on that for a while, about 100 s in on a quiet machine
 DURATION = 250
-UP_SETTINGS = {
-    "DYNAWEB_TRAINER__CHECKPOINT_EVERY": "2",
-    "DYNAWEB_TRAINER__CHECKPOINT_EVERY_S": "40",
-    "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "8",
-    "DYNAWEB_DREAM__GROUP_SIZE": "4",
-    "DYNAWEB_DREAM__BATCH": "8",
-    "DYNAWEB_DREAM__HORIZON": "3",
-    "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "96",
-    "DYNAWEB_STREAM__GROUP_SIZE": "4",
-    "DYNAWEB_UP__EXPERT_CONTEXTS": "1",
-    "DYNAWEB_UP__PROGRESS_EVERY_S": "10",
-    # one task where an untrained policy succeeds often enough (it clicks one of a few buttons) for
-    # the G = 4 rollouts of a live group to differ in reward
-    "DYNAWEB_COLLECTOR__TASKS": "miniwob/click-button",
-    "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
-    # a checkpoint every 2 steps: 4 versions of staleness is the default's window in steps (2 x 5)
-    "DYNAWEB_STREAM__MAX_STALENESS": "4",
-    # 1 expert step/s (default 4) is still ~200 experts, several times what the policy batches use; the CPU
-    # goes to the trainer instead (about twice the world-model steps), and the world model's batches hold
-    # more of the live policy's transitions, whose failures (clicks on texts, wrong buttons, scrolls) teach
-    # the reward head which actions do not succeed (with experts only, every action looks like success)
-    "DYNAWEB_UP__EXPERT_STEPS_PER_S": "1",
-}
 
 
 def _scrape(cfg: Config, component: str) -> list[dict]:

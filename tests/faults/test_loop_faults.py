@@ -35,7 +35,7 @@ import pytest
 from core.config.runtime import Config
 from infra.chaos import PROGRESS, counter, progressing, target
 from infra.stack import Stack
-from tests.e2e.test_up import UP_SETTINGS
+from tests.factories import UP_SETTINGS
 from tests.faults.harness import OUTAGE_S, RECOVERY_S, report
 from tests.support import env_for, fresh_run
 

@@ -21,8 +21,8 @@ import pytest
 from core.config.runtime import Config
 from infra.chaos import bad_record
 from streams.kafka import ensure_topics, is_control, make_publisher, read_until_sentinel
+from tests.factories import transition
 from tests.faults.harness import RECOVERY_S, report
-from tests.integration.test_stream_worker import transition
 from tests.support import env_for, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(400)]

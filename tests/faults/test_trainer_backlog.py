@@ -20,9 +20,8 @@ from core.s3 import make_client
 from models.checkpoints.store import CheckpointStore
 from models.train.trainer import Trainer
 from streams.kafka import ensure_topics, make_publisher
+from tests.factories import training_batch, transition
 from tests.faults.harness import RECOVERY_S, report
-from tests.integration.test_stream_worker import transition
-from tests.integration.test_trainer_generator import _batch
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(420)]
 
@@ -49,7 +48,7 @@ def test_trainer_restart_with_a_backlog(run_cfg: Config) -> None:
         first.close()
     resumed = store.latest("policy")["version"]
     pub = make_publisher(cfg.kafka, client="fault-backlog", run=cfg.run_id)
-    base = _batch(cfg)
+    base = training_batch(cfg)
     for i in range(BACKLOG):
         pub.send(topics.policy_batches, dataclasses.replace(base, batch_id=f"backlog-{i}"))
     for i in range(200):

@@ -1,4 +1,5 @@
-"""Shared helpers for the collector integration tests (imported, not a conftest).
+"""Shared helpers for the collector integration tests (imported, not a conftest; the ``bl``
+fixture is in tests/integration/conftest.py).
 
 One task server and one Chromium per test session, driven from an asyncio
 loop in a background thread; tests call ``bl.run(coro)``.  Without Chromium the
@@ -69,8 +70,3 @@ def browser_loop_instance() -> BrowserLoop:
         _SINGLETON = BrowserLoop()
         atexit.register(_SINGLETON.close)
     return _SINGLETON
-
-
-@pytest.fixture
-def bl() -> BrowserLoop:
-    return browser_loop_instance()

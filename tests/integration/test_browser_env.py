@@ -11,7 +11,6 @@ from collectors.env import WebEnv
 from collectors.experts import EXPERTS
 from collectors.tasks import get_task, list_tasks
 from core.spaces import Action
-from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +27,7 @@ def test_task_registry_has_all_130_miniwob_tasks() -> None:
         assert get_task(name).has_expert
 
 
-def test_every_registered_task_loads_and_starts(bl) -> None:  # noqa: F811
+def test_every_registered_task_loads_and_starts(bl) -> None:
     tasks = list_tasks()
     problems: list = []
 
@@ -60,7 +59,7 @@ def test_every_registered_task_loads_and_starts(bl) -> None:  # noqa: F811
     assert time.time() - t0 < 180
 
 
-def test_click_button_expert_episode_gets_reward_one(bl) -> None:  # noqa: F811
+def test_click_button_expert_episode_gets_reward_one(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, info = await env.reset("miniwob/click-button", 0)
@@ -73,7 +72,7 @@ def test_click_button_expert_episode_gets_reward_one(bl) -> None:  # noqa: F811
     assert reward == 1.0 and terminated and not truncated and info["raw_reward"] == 1.0
 
 
-def test_same_seed_same_start_observation(bl) -> None:  # noqa: F811
+def test_same_seed_same_start_observation(bl) -> None:
     async def go():
         async with (
             WebEnv(bl.browser, bl.base_url, reload_each_episode=True) as fresh,
@@ -90,7 +89,7 @@ def test_same_seed_same_start_observation(bl) -> None:  # noqa: F811
     assert a.instruction != c.instruction or a.tree != c.tree
 
 
-def test_wrong_answer_gives_minus_one(bl) -> None:  # noqa: F811
+def test_wrong_answer_gives_minus_one(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, _ = await env.reset("miniwob/click-button", 0)
@@ -108,7 +107,7 @@ def test_wrong_answer_gives_minus_one(bl) -> None:  # noqa: F811
         assert terminated and reward in (-1.0, 1.0)
 
 
-def test_missing_element_becomes_last_action_error(bl) -> None:  # noqa: F811
+def test_missing_element_becomes_last_action_error(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, _ = await env.reset("miniwob/enter-text", 2)
@@ -126,7 +125,7 @@ def test_missing_element_becomes_last_action_error(bl) -> None:  # noqa: F811
     assert "Error:" in o1.render()
 
 
-def test_new_elements_take_the_next_free_id_and_refs_never_leak(bl) -> None:  # noqa: F811
+def test_new_elements_take_the_next_free_id_and_refs_never_leak(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, _ = await env.reset("miniwob/click-checkboxes", 4)
@@ -146,7 +145,7 @@ def test_new_elements_take_the_next_free_id_and_refs_never_leak(bl) -> None:  # 
     assert later.element_ids[1:] == first_ids and "ref" not in later.tree
 
 
-def test_checkbox_state_and_focus_in_observation(bl) -> None:  # noqa: F811
+def test_checkbox_state_and_focus_in_observation(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, _ = await env.reset("miniwob/enter-text", 5)
@@ -161,7 +160,7 @@ def test_checkbox_state_and_focus_in_observation(bl) -> None:  # noqa: F811
     assert o3.focused != bid
 
 
-def test_allowlist_blocks_other_origins(bl) -> None:  # noqa: F811
+def test_allowlist_blocks_other_origins(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             await env.reset("miniwob/click-button", 0)
@@ -198,7 +197,7 @@ def test_allowlist_blocks_other_origins(bl) -> None:  # noqa: F811
     assert pages == 1  # the popup was closed
 
 
-def test_time_limit_truncates_and_counts(bl) -> None:  # noqa: F811
+def test_time_limit_truncates_and_counts(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url, time_limit_ms=300) as env:
             await env.reset("miniwob/click-button", 0)
@@ -209,7 +208,7 @@ def test_time_limit_truncates_and_counts(bl) -> None:  # noqa: F811
     assert trunc and not term and info["timeout"] and reward == 0.0 and timeouts == 1
 
 
-def test_max_steps_truncates(bl) -> None:  # noqa: F811
+def test_max_steps_truncates(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url, max_steps=2) as env:
             await env.reset("miniwob/enter-text", 0)
@@ -221,7 +220,7 @@ def test_max_steps_truncates(bl) -> None:  # noqa: F811
     assert not r1[3] and r2[3] and r2[4].get("max_steps")
 
 
-def test_crashed_page_is_detected_and_restarted(bl) -> None:  # noqa: F811
+def test_crashed_page_is_detected_and_restarted(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             await env.reset("miniwob/click-button", 0)
@@ -267,7 +266,7 @@ def _id_of(tree: str, needle: str) -> int:
     return int(line.strip().split("]")[0][1:])
 
 
-def test_type_replaces_text_in_textarea_and_contenteditable_and_empty_clears(bl) -> None:  # noqa: F811
+def test_type_replaces_text_in_textarea_and_contenteditable_and_empty_clears(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             await env.reset("miniwob/click-button", 3)
@@ -302,7 +301,7 @@ def test_type_replaces_text_in_textarea_and_contenteditable_and_empty_clears(bl)
     )
 
 
-def test_settle_waits_for_deferred_effects_and_caps_busy_pages(bl) -> None:  # noqa: F811
+def test_settle_waits_for_deferred_effects_and_caps_busy_pages(bl) -> None:
     async def go():
         # a wide quiet window: page timers run late on a loaded machine
         async with WebEnv(bl.browser, bl.base_url, settle_ms=100, settle_max_ms=600) as env:
@@ -331,7 +330,7 @@ def test_settle_waits_for_deferred_effects_and_caps_busy_pages(bl) -> None:  # n
     assert 600 <= s2 < 700
 
 
-def test_settle_off_observes_at_once(bl) -> None:  # noqa: F811
+def test_settle_off_observes_at_once(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url, settle_ms=0) as env:
             obs, _ = await env.reset("miniwob/click-button", 5)

@@ -13,7 +13,7 @@ from core.s3 import make_client
 from models.checkpoints.store import CheckpointStore
 from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
-from tests.integration.test_trainer_generator import _batch, small
+from tests.factories import small_trainer, training_batch
 
 TEXT = 'Task: Click on the "OK" button.\nPage:\n[1] button "OK"\nHistory: none\nAction: click(1)'
 
@@ -28,10 +28,10 @@ def _logprobs(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
 def test_trainer_checkpoint_is_a_plain_hf_directory(run_cfg: Config, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     topics = ensure_topics(cfg)
     pub = Publisher(make_producer(cfg.kafka))
-    pub.send(topics.policy_batches, _batch(cfg))
+    pub.send(topics.policy_batches, training_batch(cfg))
     pub.flush()
     pub.close()
     tr = Trainer(cfg)

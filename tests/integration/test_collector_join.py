@@ -31,7 +31,7 @@ from core.config.runtime import Config
 from streams import records
 from streams.kafka import is_control, read_until_sentinel
 from streams.topics import Topics
-from tests.integration.conftest_collectors import bl, require_chromium  # noqa: F401 - fixture
+from tests.integration.conftest_collectors import require_chromium
 from tests.support import env_for, wait_for
 
 pytestmark = pytest.mark.integration
@@ -242,7 +242,7 @@ class KillingExpert(ExpertAgent):
         return out
 
 
-def test_killed_chromium_is_recovered_and_the_episode_is_truncated(bl) -> None:  # noqa: F811
+def test_killed_chromium_is_recovered_and_the_episode_is_truncated(bl) -> None:
     cfg = Config(run_id="t-kill")
     cfg.collector.contexts = 1
     cfg.collector.max_episodes = 5

@@ -10,14 +10,14 @@ from infra.cli import main
 from models.train.trainer import Trainer
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
+from tests.factories import small_trainer
 from tests.integration.conftest_collectors import require_chromium
-from tests.integration.test_trainer_generator import small
 from tests.support import env_for
 
 
 def test_eval_policy_live_with_dreams(run_cfg: Config, capsys, monkeypatch) -> None:
     require_chromium()
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     cfg.collector.max_steps = 3
     topics = ensure_topics(cfg)
     tr = Trainer(cfg)
@@ -80,7 +80,7 @@ def test_eval_policy_live_with_dreams(run_cfg: Config, capsys, monkeypatch) -> N
 
 
 def test_eval_world_model_on_the_eval_topic(run_cfg: Config, capsys, monkeypatch) -> None:
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     topics = ensure_topics(cfg)
     tr = Trainer(cfg)
     try:

@@ -16,7 +16,6 @@ from core.config.runtime import ModelConfig
 from models.lm.prompts import policy_prompt_ids
 from models.lm.tokenizer import build_tokenizer
 from models.policy.candidates import policy_candidates
-from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +33,7 @@ OFF_CANDIDATES = {
 }
 
 
-def test_every_expert_action_is_a_policy_candidate(bl) -> None:  # noqa: F811
+def test_every_expert_action_is_a_policy_candidate(bl) -> None:
     tok = build_tokenizer("byte")  # the most tokens per action: the strictest room filter
     max_pos = ModelConfig().max_positions
     jobs = [(t, 2000 + s) for t in sorted(EXPERTS) for s in range(SEEDS)]

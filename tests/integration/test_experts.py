@@ -18,7 +18,6 @@ from core.spaces import parse_action
 from evaluation.expert_table import run_episode
 from streams import records
 from streams.topics import Topics
-from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +31,7 @@ def test_required_experts_are_registered() -> None:
     assert len(EXPERTS) >= 20
 
 
-def test_expert_success_on_a_sample_of_seeds(bl) -> None:  # noqa: F811
+def test_expert_success_on_a_sample_of_seeds(bl) -> None:
     """Every registered expert on SEEDS seeds (from 1000 up: not the seeds the bar was measured on)."""
     tasks = sorted(EXPERTS)
     jobs = [(t, 1000 + s) for t in tasks for s in range(SEEDS)]
@@ -79,7 +78,7 @@ def _cfg(contexts: int, episodes: int, tasks: list[str], policy: str = "expert")
     return cfg
 
 
-def test_collector_publishes_valid_expert_transitions(bl) -> None:  # noqa: F811
+def test_collector_publishes_valid_expert_transitions(bl) -> None:
     cfg = _cfg(2, 8, list(REQUIRED))
     pub, topics, stats = _Pub(), Topics(cfg.run_id), CollectorStats()
 
@@ -124,7 +123,7 @@ def test_collector_publishes_valid_expert_transitions(bl) -> None:  # noqa: F811
     assert not [t for t, _, _ in pub.sent if t not in (topics.expert, topics.collectors)]
 
 
-def test_collector_random_policy_goes_to_real_topic_with_an_async_agent(bl) -> None:  # noqa: F811
+def test_collector_random_policy_goes_to_real_topic_with_an_async_agent(bl) -> None:
     cfg = _cfg(2, 6, ["miniwob/click-checkboxes", "miniwob/enter-text"], policy="random")
     cfg.collector.max_steps = 4
     pub, topics = _Pub(), Topics(cfg.run_id)
@@ -163,7 +162,7 @@ def test_collector_random_policy_goes_to_real_topic_with_an_async_agent(bl) -> N
     )
 
 
-def test_random_policy_draws_only_valid_actions(bl) -> None:  # noqa: F811
+def test_random_policy_draws_only_valid_actions(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, _ = await env.reset("miniwob/choose-list", 3)

@@ -30,7 +30,6 @@ from collectors.experts import EXPERTS, WAIT
 from collectors.page_actions import CLICK_BY_ID_JS
 from collectors.pointer_actions import DRAG_START_PX, DRAG_STEPS, _box, _grab_point
 from core.spaces import Action
-from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +82,7 @@ async def _events(env: WebEnv, a: Action) -> list[tuple]:
     raise AssertionError(f"no Farama counterpart for {a.to_text()}")
 
 
-def _ours(bl, task: str, seed: int) -> tuple[float, list[tuple]]:  # noqa: F811
+def _ours(bl, task: str, seed: int) -> tuple[float, list[tuple]]:
     async def go():
         ex = EXPERTS[f"miniwob/{task}"]
         async with WebEnv(bl.browser, bl.base_url) as env:
@@ -129,7 +128,7 @@ def _farama(task: str, seed: int, events: list[tuple]) -> float:
 
 
 @pytest.mark.parametrize("task,seed", CASES)
-def test_same_events_same_reward_in_farama_miniwob(bl, task: str, seed: int) -> None:  # noqa: F811
+def test_same_events_same_reward_in_farama_miniwob(bl, task: str, seed: int) -> None:
     _driver()
     ours, events = _ours(bl, task, seed)
     assert ours > 0, (task, seed, ours)

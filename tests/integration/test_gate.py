@@ -22,8 +22,8 @@ from models.world_model.loss import world_model_batch_loss
 from models.world_model.model import make_world_model
 from streams import records
 from streams.kafka import Publisher, ensure_topics, is_control, make_producer, read_until_sentinel
+from tests.factories import small_trainer
 from tests.integration.conftest_collectors import require_chromium
-from tests.integration.test_trainer_generator import small
 from tests.support import env_for
 
 A = Observation(
@@ -89,7 +89,7 @@ def _announced(cfg: Config, kind: str) -> list[int]:
 def test_world_model_gate_promotes_better_rejects_worse(
     run_cfg: Config, tmp_path: Path, capsys, monkeypatch
 ) -> None:
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     cfg.dream.max_change_tokens = 128
     cfg.gate.enabled, cfg.gate.probes, cfg.gate.wm_margin = True, ["world_model"], 0.05
     topics = ensure_topics(cfg)
@@ -202,7 +202,7 @@ def test_world_model_gate_promotes_better_rejects_worse(
 
 def test_live_policy_gate_and_cli(run_cfg: Config, capsys, monkeypatch) -> None:
     require_chromium()
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     cfg.gate.enabled, cfg.gate.probes = True, ["policy"]
     cfg.gate.tasks, cfg.gate.max_steps = ["click-button"], 2
     hi = cfg.collector.seed_stop

@@ -15,12 +15,11 @@ from collectors.perturbed import KINDS, PerturbedExpertAgent
 from core.config.runtime import Config
 from streams import records
 from streams.kafka import ensure_topics, is_control, make_publisher, read_until_sentinel
-from tests.integration.conftest_collectors import bl, require_chromium  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
 
-def test_perturbed_expert_publishes_near_misses_and_failures(bl, run_cfg: Config) -> None:  # noqa: F811
+def test_perturbed_expert_publishes_near_misses_and_failures(bl, run_cfg: Config) -> None:
     cfg = run_cfg
     cfg.collector.contexts = 1
     cfg.collector.max_episodes = 12

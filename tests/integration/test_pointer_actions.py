@@ -9,7 +9,6 @@ import pytest
 from collectors.env import WebEnv
 from core.pagetree import first, parse_tree
 from core.spaces import Action
-from tests.integration.conftest_collectors import bl  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +19,7 @@ def _node(tree: str, **kw):
     return n
 
 
-def test_drag_and_select_text_and_click_at_solve_their_tasks(bl) -> None:  # noqa: F811
+def test_drag_and_select_text_and_click_at_solve_their_tasks(bl) -> None:
     async def go():
         out = {}
         async with WebEnv(bl.browser, bl.base_url) as env:
@@ -54,7 +53,7 @@ def test_drag_and_select_text_and_click_at_solve_their_tasks(bl) -> None:  # noq
     assert out["click_at"][1] > 0.5 and out["click_at"][2]  # reward falls with the distance
 
 
-def test_hover_chords_and_errors(bl) -> None:  # noqa: F811
+def test_hover_chords_and_errors(bl) -> None:
     async def go():
         async with WebEnv(bl.browser, bl.base_url) as env:
             obs, _ = await env.reset("miniwob/enter-text", 2)

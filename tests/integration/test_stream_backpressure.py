@@ -26,8 +26,8 @@ from models.train.trainer import Trainer
 from streams import kafka as sk
 from streams import records
 from streams.records import Control
-from tests.integration.test_stream_worker import ROOT, Reader, Worker, transition, wait_for
-from tests.support import env_for
+from tests.factories import transition
+from tests.support import ROOT, Reader, Worker, env_for, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Crash recovery and several workers, on a real broker (Tansu), with the
-worker as a real subprocess (helpers and the broker fixture come from
-test_stream_worker; with CI=true a broker that cannot start fails).
+worker as a real subprocess (helpers from tests/support.py, the broker fixture from
+tests/integration/conftest.py; with CI=true a broker that cannot start fails).
 
 Transitions are produced step by step, round robin over many episodes, so at
 any moment many real and dream episodes are half assembled. Downstream dedupe
@@ -18,14 +18,9 @@ import pytest
 
 from streams import records
 from streams.records import Transition
-from tests.integration.test_stream_worker import Producer as _Producer
-from tests.integration.test_stream_worker import (  # noqa: F401 - bootstrap is a fixture
-    Reader,
-    Worker,
-    bootstrap,
-    transition,
-    wait_for,
-)
+from tests.factories import transition
+from tests.support import Producer as _Producer
+from tests.support import Reader, Worker, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +123,7 @@ def run_id() -> str:
     return f"trec-{uuid.uuid4().hex[:8]}"
 
 
-def test_sigkill_mid_stream_loses_nothing_and_emits_nothing_twice(bootstrap, run_id, tmp_path):  # noqa: F811
+def test_sigkill_mid_stream_loses_nothing_and_emits_nothing_twice(bootstrap, run_id, tmp_path):
     w = Worker(bootstrap, tmp_path, run_id, **CFG).start()
     p = Producer(bootstrap, run_id)
     wm = br = None
@@ -194,7 +189,7 @@ def test_sigkill_mid_stream_loses_nothing_and_emits_nothing_twice(bootstrap, run
 
 
 def test_two_workers_split_the_stream_and_each_batch_keeps_the_fraction(
-    bootstrap,  # noqa: F811
+    bootstrap,
     run_id,
     tmp_path,
 ):

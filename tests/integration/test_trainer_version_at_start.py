@@ -11,7 +11,7 @@ from core.config.runtime import Config
 from models import metrics as M
 from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
-from tests.integration.test_trainer_generator import _batch, small
+from tests.factories import small_trainer, training_batch
 
 
 def _gauge(cfg: Config, kind: str) -> float | None:
@@ -21,11 +21,11 @@ def _gauge(cfg: Config, kind: str) -> float | None:
 
 
 def test_resumed_trainer_publishes_its_version_at_start(run_cfg: Config) -> None:
-    cfg = small(run_cfg)
+    cfg = small_trainer(run_cfg)
     cfg.trainer.train_world_model = False
     topics = ensure_topics(cfg)
     pub = Publisher(make_producer(cfg.kafka))
-    pub.send(topics.policy_batches, replace(_batch(cfg), batch_id="b0"))
+    pub.send(topics.policy_batches, replace(training_batch(cfg), batch_id="b0"))
     pub.flush()
     pub.close()
     cfg.trainer.max_steps = 1
