@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import remove_dead_targets, remove_targets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,6 +58,10 @@ class Supervisor:
         once: tuple = (),
         entry: tuple = ENTRY,
     ):
+        # the children's whole config: the runtime part (no study section), checked here so a
+        # contradiction is said once, before anything starts, not by every child at its start
+        runtime = cfg.runtime()
+        runtime.validate()
         self.cfg = cfg
         self.entry = tuple(entry)
         self.first_backoff = cfg.up.restart_backoff_s
@@ -66,7 +70,7 @@ class Supervisor:
         self.run_dir = cfg.home_path / "runs" / cfg.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config_file = self.run_dir / "config.json"
-        self.config_file.write_text(json.dumps(cfg.to_dict(drop_secrets=True), indent=1))
+        self.config_file.write_text(json.dumps(runtime.to_dict(drop_secrets=True), indent=1))
         self.logs = cfg.home_path / "logs" / cfg.run_id
         self.logs.mkdir(parents=True, exist_ok=True)
         self.children = [
@@ -78,7 +82,7 @@ class Supervisor:
         return next(c for c in self.children if c.name == name)
 
     def _env(self) -> dict:
-        from core.config.runtime import SECRETS
+        from core.config import SECRETS
 
         # the config file is the child's whole config: inherited DYNAWEB_<SECTION>__<FIELD> variables
         # would override it (they are already resolved into it); only secrets travel by environment

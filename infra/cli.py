@@ -14,7 +14,8 @@ import logging
 import sys
 from collections.abc import Callable
 
-from core.config.runtime import Config, load_config
+from core.config import Config, load_config
+from infra.study_configs import STUDY_CONFIGS, study_config_class
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -169,7 +170,17 @@ def _checkpoint_commands(add: AddCommand) -> None:
 def _inspection_commands(add: AddCommand) -> None:
     """``config``, ``status``, ``report``: the resolved configuration and a run's Prometheus data."""
     p = add("config", "print the resolved configuration (or the reference with --describe)")
-    p.add_argument("--describe", action="store_true")
+    p.add_argument(
+        "--describe",
+        action="store_true",
+        help="the reference of every field: the runtime configuration's, then each study's section",
+    )
+    p.add_argument(
+        "--study",
+        choices=sorted(STUDY_CONFIGS),
+        help="the configuration of this study (`dynaweb experiment STUDY`): the runtime "
+        "configuration and the study's section (--set experiment.FIELD=..., wm_study.FIELD=...)",
+    )
 
     p = add(
         "status",
@@ -323,7 +334,7 @@ def _experiment_command(add: AddCommand) -> None:
     )
     p.add_argument(
         "study",
-        choices=["sample-efficiency", "world-model"],
+        choices=sorted(STUDY_CONFIGS),
         help="world-model: collect -> train -> eval of the world model vs 'nothing changes' "
         "(evaluation/studies/world_model/study.py)",
     )
@@ -344,7 +355,7 @@ def _experiment_command(add: AddCommand) -> None:
 
 
 def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
-    """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.studies.world_model.study.WorldModelStudyConfig``)."""
+    """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.studies.world_model.config.WorldModelStudyConfig``)."""
     g = p.add_argument_group("world-model")
     g.add_argument(
         "--data",
@@ -456,6 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve(args: argparse.Namespace) -> Config:
+    """The command's config: a study's (``experiment STUDY``, ``config --study STUDY``) or the
+    runtime one, from ``--config``, the environment, ``--set`` and the global options."""
     overrides: dict = {}
     for kv in getattr(args, "set", None) or []:
         if "=" not in kv:
@@ -465,7 +478,8 @@ def resolve(args: argparse.Namespace) -> Config:
     for attr, key in (("run_id", "run_id"), ("home", "home"), ("threads", "threads")):
         if hasattr(args, attr):
             overrides[key] = getattr(args, attr)
-    return load_config(getattr(args, "config", None), overrides)
+    cls = study_config_class(getattr(args, "study", None))
+    return load_config(getattr(args, "config", None), overrides, cls=cls)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,13 +495,22 @@ def main(argv: list[str] | None = None) -> int:
         "faust.transport",
     ):  # client chatter, not our events
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    cfg = resolve(args)
+    try:
+        cfg = resolve(args)
+    except ValueError as e:  # an unknown key, a value of the wrong type, a contradiction
+        print(f"dynaweb {args.command}: config error: {e}", file=sys.stderr)
+        return 2
     from infra import commands
 
     try:
         return commands.dispatch(args, cfg) or 0
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`dynaweb config --describe | head`)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except commands.USER_ERRORS as e:
         print(f"dynaweb {args.command}: error: {e}", file=sys.stderr)
         return 2

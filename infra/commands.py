@@ -10,9 +10,10 @@ import socket
 import threading
 from pathlib import Path
 
-from core.config.runtime import Config, describe
+from core.config import Config, describe
 from core.s3 import S3Unavailable
 from infra.stack import StackError
+from infra.study_configs import STUDY_CONFIGS, study_config_class
 from streams.kafka import ServiceUnavailable
 
 USER_ERRORS = (StackError, ServiceUnavailable, S3Unavailable, ValueError, FileNotFoundError)
@@ -26,9 +27,19 @@ def print_json(obj: object) -> None:
     print(json.dumps(obj, default=str))
 
 
-def print_config(cfg: Config, describe_only: bool) -> None:
+def describe_rows(study: str | None = None) -> list[tuple[str, object, str]]:
+    """The config reference: every field of the runtime ``Config``, then the section of each study
+    (or of ``study`` only), as (key, default, help)."""
+    rows = describe(Config)
+    known = {key for key, _, _ in rows}
+    for name in [study] if study else sorted(STUDY_CONFIGS):
+        rows += [r for r in describe(study_config_class(name)) if r[0] not in known]
+    return rows
+
+
+def print_config(cfg: Config, describe_only: bool, study: str | None = None) -> None:
     if describe_only:
-        for key, default, help in describe():
+        for key, default, help in describe_rows(study):
             print(f"{key:38s} {json.dumps(default):>24s}  {help}")
     else:
         print(json.dumps(cfg.to_dict(), indent=2))
@@ -268,7 +279,7 @@ def cmd_gate(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
-    print_config(cfg, args.describe)
+    print_config(cfg, args.describe, getattr(args, "study", None))
     return 0
 
 

@@ -1,7 +1,7 @@
 """Run the stream worker in this process: ``python -m streams.worker`` or
 ``dynaweb stream-worker`` (which calls ``run_worker(cfg)``).
 
-Configuration comes from ``core.config.runtime.load_config()`` (env form, e.g.
+Configuration comes from ``core.config.load_config()`` (env form, e.g.
 ``DYNAWEB_KAFKA__BOOTSTRAP=127.0.0.1:9092 DYNAWEB_RUN_ID=x``).
 
 Start-up: create the run's topics (idempotent), start the side reader (expert
@@ -23,7 +23,7 @@ import sys
 
 import faust
 
-from core.config.runtime import Config, load_config
+from core.config import Config, load_config
 from streams import kafka as sk
 from streams.agents import Runner, register
 from streams.app import datadir, make_app, worker_id

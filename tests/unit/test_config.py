@@ -119,6 +119,13 @@ def test_the_components_of_a_study_get_the_runtime_config_only(tmp_path: Path) -
     written = json.loads(sup.config_file.read_text())
     assert "experiment" not in written and written["run_id"] == cfg.run_id
     assert type(load_config(str(sup.config_file), env={})) is Config  # as a child reads it
+    for quick in (False, True):  # every cell's config is valid and reads back as it was written
+        ex = resolve_experiment(cfg, quick)
+        for arm in ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only"):
+            c = cell_config(cfg, ex, "r", arm, 2, init_from="i:1", wm_init="/x")
+            f = tmp_path / f"{arm}-{quick}.json"
+            f.write_text(json.dumps(c.to_dict(drop_secrets=True)))
+            assert load_config(str(f), env={}) == c, arm
 
 
 def test_describe_lists_the_runtime_fields_then_each_studys_section(capsys) -> None:

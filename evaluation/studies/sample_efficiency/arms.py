@@ -1,8 +1,9 @@
 """The sample-efficiency study's design: its configuration, the run config of every arm, and
 which checkpoint versions each arm reads out.
 
-``resolve_experiment`` checks ``cfg.experiment`` (or the ``--quick`` plumbing check, ``QUICK``);
-``cell_config`` is the resolved config of one (arm, seed) run: the same model, tokenizer,
+``resolve_experiment`` checks the study config's ``experiment`` section (or the ``--quick``
+plumbing check, ``QUICK``); ``cell_config`` is the resolved runtime config of one (arm, seed)
+run, without the study's section: the same model, tokenizer,
 optimiser and learning rate in every arm, the arm's batch mix, pacing and step count
 (``evaluation.studies.sample_efficiency.study`` describes the arms).  ``online_points`` and ``matched_points``
 turn a cell's checkpoint history into its read-out points.
@@ -14,8 +15,14 @@ import copy
 import hashlib
 import json
 
-from core.config.runtime import Config, ExperimentConfig
-from evaluation.studies.sample_efficiency.report import ARMS, DREAM_ARMS
+from core.config import Config
+from evaluation.studies.sample_efficiency.config import (
+    ExperimentConfig,
+    SampleEfficiencyConfig,
+    expert_samples_per_step,
+    live_groups_per_step,
+)
+from evaluation.studies.sample_efficiency.report import DREAM_ARMS
 
 QUICK = {  # --quick: every artifact through every real component in a few minutes, not a result
     "tasks": ["miniwob/click-collapsible", "miniwob/enter-text"],
@@ -41,56 +48,15 @@ QUICK = {  # --quick: every artifact through every real component in a few minut
 REWARD = "binary: 1 if MiniWoB's raw reward > 0 else 0 (live and dreamed groups; evaluation counts the same success)"
 
 
-def resolve_experiment(cfg: Config, quick: bool) -> ExperimentConfig:
+def resolve_experiment(cfg: SampleEfficiencyConfig, quick: bool) -> ExperimentConfig:
+    """The study's ``experiment`` section, or with ``quick`` the scaled-down plumbing check
+    (``QUICK``), validated (``ExperimentConfig.checks``)."""
     ex = copy.deepcopy(cfg.experiment)
     if quick:
         for k, v in QUICK.items():
             setattr(ex, k, copy.deepcopy(v))
-    bad = [a for a in ex.arms if a not in ARMS]
-    if bad:
-        raise ValueError(f"experiment.arms: unknown {bad}; choose from {list(ARMS)}")
-    if "imitation" not in ex.arms:
-        raise ValueError(
-            "experiment.arms must include 'imitation' (every other arm starts from its checkpoint)"
-        )
-    if sorted(ex.budget) != list(ex.budget) or len(ex.budget) < 1:
-        raise ValueError(f"experiment.budget must be increasing real-step counts, got {ex.budget}")
-    if not 0 < ex.dream_real_share <= 1:
-        raise ValueError("experiment.dream_real_share must be in (0, 1]")
-    if ex.temperature <= 0 or ex.bc_temperature < 0:
-        raise ValueError(
-            "experiment.temperature must be > 0 and bc_temperature >= 0 (0 = the same)"
-        )
-    if ex.online_policy_steps < 1 or ex.imitation_steps < 1:
-        raise ValueError("experiment.online_policy_steps and imitation_steps must be >= 1")
-    if not 0 < ex.expert_fraction < 1:
-        raise ValueError(
-            "experiment.expert_fraction must be in (0, 1): the online batches hold experts and groups"
-        )
-    if expert_samples_per_step(ex) < 1:
-        raise ValueError(
-            "experiment.batch_trajectories * expert_fraction must give at least one expert per step"
-        )
+    ex.validate()
     return ex
-
-
-def expert_samples_per_step(ex: ExperimentConfig) -> int:
-    """Expert (behaviour-cloning) trajectories in every policy step of the online arms, as the hybrid
-    mixer (``streams/mixer.py``) builds a mixed batch: whole groups of G up to its non-expert target
-    ``round(batch * (1 - f))`` (at least one group), then ``round(f * n_d / (1 - f))`` experts.  With the
-    defaults (16, 0.5, G = 8): 8 = ``batch_trajectories * expert_fraction``.  ``imitation_matched`` trains
-    on expert-only batches of exactly this size, so every arm gets the same BC samples per step."""
-    f = float(ex.expert_fraction)
-    n_d = ex.group_size * live_groups_per_step(ex)
-    return int(round(f * n_d / (1.0 - f) + 1e-9))
-
-
-def live_groups_per_step(ex: ExperimentConfig) -> int:
-    """Whole groups of G in the online share of a mixed batch, ``round(batch * (1 - f))``, at least
-    one: what ``real_only`` collects per policy step (``collector.groups_per_version``) and what the
-    mixer waits for before a step.  The defaults (16, 0.5, G = 8): 1."""
-    target = max(1, int(round(ex.batch_trajectories * (1.0 - float(ex.expert_fraction)))))
-    return max(1, target // max(1, ex.group_size))
 
 
 def bc_temperature(ex: ExperimentConfig) -> float:
@@ -142,8 +108,9 @@ def cell_config(
     """The resolved config of one (arm, seed) run: the same model, tokenizer, optimiser and learning rate
     in every arm; every arm but ``imitation`` starts from ``init_from`` (the imitation checkpoint
     'RUN:VERSION', weights only: the optimizer starts fresh in each); the DynaWeb arms' world model
-    from ``wm_init`` when given (the study's pretrained world model, ``experiment.wm_corpus``)."""
-    c = copy.deepcopy(base)
+    from ``wm_init`` when given (the study's pretrained world model, ``experiment.wm_corpus``).
+    The runtime config only (``Config.runtime``): a cell's components never see the study's section."""
+    c = base.runtime()
     c.run_id = run_id
     if arm != "imitation":
         c.trainer.init_from = init_from

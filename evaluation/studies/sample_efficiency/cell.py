@@ -19,13 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config.runtime import Config, ExperimentConfig
+from core.config import Config
 from core.supervise import Supervisor
-from evaluation.studies.sample_efficiency.arms import (
-    expert_samples_per_step,
-    matched_points,
-    online_points,
-)
+from evaluation.studies.sample_efficiency.arms import matched_points, online_points
+from evaluation.studies.sample_efficiency.config import ExperimentConfig, expert_samples_per_step
 from evaluation.studies.sample_efficiency.diagnostics import scrape_selected, topic_stats
 from evaluation.studies.sample_efficiency.report import DREAM_ARMS, ONLINE_ARMS
 

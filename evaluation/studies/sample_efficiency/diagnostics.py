@@ -11,7 +11,7 @@ seeds for the report.
 
 from __future__ import annotations
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import scrape_targets
 from evaluation.studies.sample_efficiency.report import ARMS, pooled_gspo
 

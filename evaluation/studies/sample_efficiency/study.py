@@ -61,7 +61,7 @@ import time
 import uuid
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from core.supervise import Supervisor
 from evaluation.operations import StackFactory
 from evaluation.studies.sample_efficiency.arms import (
@@ -70,10 +70,13 @@ from evaluation.studies.sample_efficiency.arms import (
     cell_config,
     cell_settings,
     experiment_id,
-    expert_samples_per_step,
     resolve_experiment,
 )
 from evaluation.studies.sample_efficiency.cell import CellRun, ExperimentError, check_child_crashes
+from evaluation.studies.sample_efficiency.config import (
+    SampleEfficiencyConfig,
+    expert_samples_per_step,
+)
 from evaluation.studies.sample_efficiency.diagnostics import diag_by_arm, per_task
 from evaluation.studies.sample_efficiency.report import ARMS, DREAM_ARMS, ONLINE_ARMS, write_all
 
@@ -83,7 +86,7 @@ log = logging.getLogger(__name__)
 class SampleEfficiency:
     def __init__(
         self,
-        cfg: Config,
+        cfg: SampleEfficiencyConfig,
         out: Path,
         quick: bool = False,
         start_stack: bool = True,
@@ -93,7 +96,7 @@ class SampleEfficiency:
     ):
         if start_stack and stack_factory is None:
             raise ValueError("starting the stack needs a stack_factory (infra.stack.Stack)")
-        self.base = cfg
+        self.base: Config = cfg.runtime()  # what the cells' components get: no study section
         self.ex = resolve_experiment(cfg, quick)
         self.quick = quick
         self.out = Path(out)
@@ -475,7 +478,7 @@ class SampleEfficiency:
         return out
 
 
-def main(args, cfg: Config, stack_factory: StackFactory | None = None) -> int:
+def main(args, cfg: SampleEfficiencyConfig, stack_factory: StackFactory | None = None) -> int:
     if args.study != "sample-efficiency":
         raise ValueError(f"unknown experiment {args.study!r}")
     import signal

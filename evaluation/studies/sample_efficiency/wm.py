@@ -24,8 +24,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from core.config.runtime import Config, ExperimentConfig
-from core.config.studies import WorldModelStudyConfig
+from core.config import Config
+from evaluation.studies.sample_efficiency.config import ExperimentConfig
+from evaluation.studies.world_model.config import WorldModelStudyConfig
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -48,14 +48,15 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import Config, ModelConfig
-from core.config.studies import WM_STUDY_TASKS, WorldModelStudyConfig
+from core.config import Config, ModelConfig
+from evaluation.studies.world_model.config import (
+    WorldModelStudyConfig,
+    WorldModelStudyRunConfig,
+    resolve_study,
+)
 from evaluation.studies.world_model.sampling import batches, lr_at, terminal_indices
 
 METRICS = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc")
-
-DEFAULT_TASKS = WM_STUDY_TASKS  # the study's task list (core.config.studies)
-
 
 # --- pure helpers ------------------------------------------------------------------
 
@@ -200,7 +201,7 @@ def train_world_model(
     log: Any = print,
 ) -> dict:
     """Offline training on ``transitions`` with ``world_model_batch_loss``; saves ``out_dir``."""
-    from core.config.runtime import TrainerConfig
+    from core.config import TrainerConfig
     from models.world_model.loss import world_model_batch_loss
     from models.world_model.model import make_world_model
 
@@ -566,34 +567,13 @@ def format_result(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(args: Any, cfg: Config) -> int:
+def main(args: Any, cfg: WorldModelStudyRunConfig) -> int:
     """``dynaweb experiment world-model [--quick] --out DIR [--data FILE ...] [--steps N] [--json]``."""
-    # the run's ``wm_study`` section (config file, DYNAWEB_WM_STUDY__*, --set wm_study.*), or the
-    # scaled-down plumbing check; the command's own options win
-    x = WorldModelStudyConfig.make_quick() if getattr(args, "quick", False) else cfg.wm_study
-    for name in (
-        "steps",
-        "time_budget_s",
-        "batch",
-        "lr",
-        "expert_episodes",
-        "random_episodes",
-        "perturbed_episodes",
-        "layers",
-        "d_model",
-        "heldout_fraction",
-        "seed",
-    ):
-        v = getattr(args, name, None)
-        if v is not None:
-            setattr(x, name, type(getattr(x, name))(v))
-    if getattr(args, "threads_wm", None):
-        x.threads = int(args.threads_wm)
+    x = resolve_study(cfg, args)
     as_json = bool(getattr(args, "json", False))
     log = (lambda *_a, **_k: None) if as_json else (lambda m: print(m, flush=True))
-    res = run_experiment(
-        cfg, x, Path(args.out), getattr(args, "data", None), log, getattr(args, "train_data", None)
-    )
+    data, train_data = getattr(args, "data", None), getattr(args, "train_data", None)
+    res = run_experiment(cfg.runtime(), x, Path(args.out), data, log, train_data)
     if not as_json:
         print(format_result(res))
     print(json.dumps(res))

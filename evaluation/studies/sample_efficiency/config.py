@@ -1,13 +1,15 @@
-"""The two studies' configuration sections: ``experiment`` (the sample-efficiency study,
-``dynaweb experiment sample-efficiency``) and ``wm_study`` (the world-model study, ``dynaweb
-experiment world-model``).  Composed into ``core.config.runtime.Config`` like every other section."""
+"""The sample-efficiency study's configuration: its section ``experiment`` (``ExperimentConfig``)
+and ``SampleEfficiencyConfig``, the runtime config with that section, which ``dynaweb experiment
+sample-efficiency`` loads (``--set experiment.FIELD=...``, ``DYNAWEB_EXPERIMENT__FIELD``).  The
+cells it runs get the runtime part only (``Config.runtime``, ``arms.cell_config``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
 
-from core.config.fields import _f
+from core.config import Config
+from core.config.fields import _f, raise_problems
+from evaluation.studies.sample_efficiency.report import ARMS
 
 
 @dataclass
@@ -28,57 +30,63 @@ class ExperimentConfig:
     (3 seeds, 7,200 evaluation episodes); docs/experiment.md gives the current defaults' time.
     ``--quick``: a few minutes."""
 
-    tasks: list = _f(
+    tasks: list[str] = _f(
         [
             "miniwob/click-link",
             "miniwob/click-checkboxes",
             "miniwob/click-button",
             "miniwob/click-tab",
         ],
-        "Tasks (scripted experts). Frozen (session 12) to the four tasks whose sampled "
+        "Tasks (scripted experts). Frozen to the four tasks whose sampled "
         "success after imitation lay between 10 and 90 % on training seeds (docs/experiment.md, "
         "'Looking for a configuration with live signal'): a group of 8 rollouts then has "
         "varying rewards.",
     )
     demos_per_task: int = _f(
-        10, "K: expert demonstrations per task, from training seeds (scarce on purpose)."
+        10, "K: expert demonstrations per task, from training seeds (scarce on purpose).", ge=1
     )
-    seeds: list = _f(
+    seeds: list[int] = _f(
         [0, 1, 2],
         "Training seeds (model init, sampling, demo and rollout seeds); one cell per arm each.",
+        ge=0,
     )
-    arms: list = _f(
+    arms: list[str] = _f(
         ["imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only"],
         "Arms to run: imitation (BC on the demos), imitation_matched (BC with the online arms' "
         "policy steps and expert samples per step), real_only (live GSPO), dynaweb (dreamed GSPO "
         "and a share of real groups), dynaweb_dream_only (dreamed GSPO; real groups train the "
         "world model only).",
     )
-    budget: list = _f(
+    budget: list[int] = _f(
         [200, 350, 500],
         "Real-step budget points (demonstrations count): each online cell is read "
         "out at the newest checkpoint within each point, then at its final checkpoint.",
+        ge=1,
     )
     imitation_steps: int = _f(
         60,
         "Arm imitation: behaviour-cloning steps on the demonstrations (its checkpoint is "
         "where every other arm starts).",
+        ge=1,
     )
     online_policy_steps: int = _f(
         20,
         "Policy optimizer steps of real_only, dynaweb and imitation_matched (the "
         "cell's trainer.max_steps; one checkpoint per step), the same in each. Frozen.",
+        ge=1,
     )
     group_size: int = _f(
         8,
         "G: rollouts per GSPO group (live: the same seed G times; dreams: one start state). "
         "Frozen.",
+        ge=1,
     )
     temperature: float = _f(
         1.0,
         "Policy sampling temperature of live and dreamed training rollouts "
         "(dream.temperature, used by the collectors and the dream generator; evaluation is "
         "greedy). Frozen.",
+        gt=0,
     )
     bc_temperature: float = _f(
         0.0,
@@ -86,6 +94,7 @@ class ExperimentConfig:
         "arm; 0 = the sampling temperature. BC on pi_T makes the sampled distribution after "
         "imitation the same whatever T is: a sampling temperature above a BC temperature of 1 "
         "is what explores.",
+        ge=0,
     )
     batch_trajectories: int = _f(
         16,
@@ -93,32 +102,37 @@ class ExperimentConfig:
         "expert_fraction; imitation_matched trains on batch_trajectories * expert_fraction "
         "experts per step, the same expert samples; real_only collects the online share, in "
         "whole groups of group_size, per policy step).",
+        ge=1,
     )
     expert_fraction: float = _f(
-        0.5, "Expert share of every training batch, the same in real_only and dynaweb."
+        0.5, "Expert share of every training batch, the same in real_only and dynaweb.", gt=0, lt=1
     )
     dream_real_share: float = _f(
-        0.25, "Arm dynaweb: real on-policy groups per policy version (the rest are dreams)."
+        0.25,
+        "Arm dynaweb: real on-policy groups per policy version (the rest are dreams).",
+        gt=0,
+        le=1,
     )
-    dream_horizon: int = _f(5, "Arm dynaweb: dream length in steps.")
+    dream_horizon: int = _f(5, "Arm dynaweb: dream length in steps.", ge=1)
     max_steps: int = _f(
-        6, "Episode step limit (live training and evaluation; the experts need 2-3)."
+        6, "Episode step limit (live training and evaluation; the experts need 2-3).", ge=1
     )
     episode_time_limit_ms: int = _f(
-        60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted)."
+        60_000, "MiniWoB episode time limit (raised from 10 s; time-outs are counted).", ge=1
     )
-    eval_seeds_per_task: int = _f(30, "Evaluation episodes per task and point.")
+    eval_seeds_per_task: int = _f(30, "Evaluation episodes per task and point.", ge=1)
     eval_seed_start: int = _f(
-        1_000_000, "First evaluation seed (training seeds lie below collector.seed_stop)."
+        1_000_000, "First evaluation seed (training seeds lie below collector.seed_stop).", ge=1
     )
-    contexts: int = _f(2, "Browser contexts of each live collector and of the evaluation.")
-    layers: int = _f(2, "Model layers (policy and world model, the same in every arm).")
-    d_model: int = _f(128, "Model hidden size.")
-    heads: int = _f(4, "Attention heads.")
+    contexts: int = _f(2, "Browser contexts of each live collector and of the evaluation.", ge=1)
+    layers: int = _f(2, "Model layers (policy and world model, the same in every arm).", ge=1)
+    d_model: int = _f(128, "Model hidden size.", ge=1)
+    heads: int = _f(4, "Attention heads.", ge=1)
     wm_steps_per_policy_step: float = _f(
         2.0,
         "World-model steps per policy step in arms imitation, dynaweb and dynaweb_dream_only "
         "(fixed, so runs are reproducible whatever the machine's speed).",
+        ge=0,
     )
     wm_corpus: str = _f(
         "",
@@ -131,11 +145,12 @@ class ExperimentConfig:
         "does not. Empty = the world model starts from the imitation arm's.",
     )
     wm_pretrain_steps: int = _f(
-        3000, "Optimizer steps of that pretraining (wm_study's loss, batch and schedule)."
+        3000, "Optimizer steps of that pretraining (wm_study's loss, batch and schedule).", ge=1
     )
     policy_lr: float = _f(
         0.0,
         "Policy learning rate (trainer.lr, the schedule's peak) of every arm; 0 = the trainer's.",
+        ge=0,
     )
     policy_match_feature: bool = _f(
         False,
@@ -152,6 +167,7 @@ class ExperimentConfig:
         40,
         "Dreamed rollouts of each DynaWeb arm's cell replayed in the live browser after the cell "
         "(the replay check: dream_reward_auroc in the summary); 0 = none.",
+        ge=0,
     )
     keep_checkpoints: bool = _f(
         False,
@@ -165,102 +181,67 @@ class ExperimentConfig:
         "imitation checkpoint).",
     )
     cell_timeout_s: float = _f(
-        3600.0, "A cell (one arm, one seed) that has not finished after this fails."
+        3600.0, "A cell (one arm, one seed) that has not finished after this fails.", gt=0
     )
 
+    def checks(self) -> list[tuple[str, str]]:
+        """The contradictions between the study's fields (``validate`` raises them)."""
+        out = []
+        bad = [a for a in self.arms if a not in ARMS]
+        if bad:
+            out.append(("arms", f"unknown {bad}; choose from {list(ARMS)}"))
+        if "imitation" not in self.arms:
+            out.append(
+                ("arms", "must include 'imitation' (every other arm starts from its checkpoint)")
+            )
+        if not self.budget or sorted(self.budget) != list(self.budget):
+            out.append(("budget", f"must be increasing real-step counts, got {self.budget}"))
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            out.append(("seeds", f"must be distinct training seeds, got {self.seeds}"))
+        if not self.tasks:
+            out.append(("tasks", "no task to train and evaluate on"))
+        if self.heads >= 1 and self.d_model % self.heads:
+            out.append(("d_model", f"{self.d_model} is not a multiple of heads {self.heads}"))
+        if (
+            0 < self.expert_fraction < 1
+            and self.group_size >= 1
+            and expert_samples_per_step(self) < 1
+        ):
+            out.append(
+                (
+                    "expert_fraction",
+                    f"batch_trajectories * expert_fraction ({self.batch_trajectories} * "
+                    f"{self.expert_fraction}) must give at least one expert per step",
+                )
+            )
+        return out
 
-WM_STUDY_TASKS = [
-    "miniwob/click-button",
-    "miniwob/click-link",
-    "miniwob/enter-text",
-    "miniwob/click-checkboxes",
-    "miniwob/focus-text",
-    "miniwob/click-dialog",
-    "miniwob/login-user",
-    "miniwob/choose-list",
-    "miniwob/click-tab",
-    "miniwob/enter-password",
-]
+    def validate(self) -> None:
+        """ValueError naming every problem of the section (``experiment.*``)."""
+        raise_problems(self, "experiment.")
 
 
 @dataclass
-class WorldModelStudyConfig:
-    """``dynaweb experiment world-model`` (docs/world-model.md): everything the study varies; the
-    rest comes from the run's ``Config``.  ``--quick`` uses ``quick()``."""
+class SampleEfficiencyConfig(Config):
+    """The runtime config and the study's ``experiment`` section."""
 
-    quick: bool = _f(False, "The scaled-down plumbing check (set by --quick).")
-    tasks: list = _f(list(WM_STUDY_TASKS), "Tasks the study collects and evaluates on.")
-    expert_episodes: int = _f(500, "Scripted-expert episodes collected.")
-    random_episodes: int = _f(500, "Random-policy episodes collected.")
-    perturbed_episodes: int = _f(
-        1000,
-        "Perturbed-expert episodes collected (collectors/perturbed.py: the expert with near "
-        "misses, wrong element, option or text, at perturb_prob per step): failures next to "
-        "success.",
-    )
-    perturb_prob: float = _f(
-        0.7,
-        "Chance of a near miss at each perturbed-expert step (at 0.25, 80 % of the episodes "
-        "still succeeded, at 0.5 64 %: the tasks take 1-3 steps and some near misses are "
-        "harmless).",
-    )
-    max_steps: int = _f(8, "Step limit per episode (random episodes mostly run out of them).")
-    contexts: int = _f(2, "Browser contexts of the collection.")
-    heldout_fraction: float = _f(0.2, "Share of episodes held out for evaluation (per episode).")
-    seed_start: int = _f(0, "First collection seed (training seeds of the run's collector range).")
-    layers: int = _f(2, "World-model layers (GPT-Neo from config, tokenizer model.tokenizer).")
-    d_model: int = _f(128, "World-model hidden size.")
-    heads: int = _f(4, "Attention heads.")
-    max_positions: int = _f(640, "Context length in tokens.")
-    steps: int = _f(5000, "Optimizer steps at most.")
-    time_budget_s: float = _f(840.0, "Training stops after this many seconds.")
-    batch: int = _f(8, "Transitions per optimizer step.")
-    chunk_rows: int = _f(
-        8, "Micro-batch of the chunked backward (same gradient, less memory and padding)."
-    )
-    lr: float = _f(2e-3, "Peak learning rate.")
-    warmup: int = _f(30, "Warm-up steps.")
-    min_lr_fraction: float = _f(0.05, "Final learning rate as a fraction of the peak.")
-    grad_clip: float = _f(1.0, "Gradient-norm clip.")
-    infonce_weight: float = _f(0.1, "Weight of the InfoNCE page-embedding loss.")
-    head_weight: float = _f(
-        1.0, "trainer.wm_head_weight: the reward/done heads (reward and done in the eval)."
-    )
-    terminal_share: float = _f(
-        0.25,
-        "Share of every training batch drawn from the terminal steps (done), each task's as "
-        "often (evaluation/studies/world_model/study.py batches), beside the shuffled epochs over all "
-        "transitions: the steps where the reward heads learn success from failure are a few "
-        "percent of the data, most of them one task's. 0 = plain epochs.",
-    )
-    max_change_tokens: int = _f(160, "Decoding limit of a predicted change.")
-    seed: int = _f(0, "Initialisation and sampling seed.")
-    threads: int = _f(2, "torch threads.")
-    log_every: int = _f(50, "Log every N steps.")
-    decode: Literal["greedy", "rerank", "head"] = _f(
-        "head",
-        "The headline decoding (the change head picks a proposal, models/world_model/proposals.py); the "
-        "rerank and greedy figures are reported next to it.",
-    )
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
 
-    @classmethod
-    def make_quick(cls) -> WorldModelStudyConfig:
-        return cls(
-            quick=True,
-            tasks=WM_STUDY_TASKS[:4],
-            expert_episodes=16,
-            random_episodes=24,
-            perturbed_episodes=16,
-            max_steps=5,
-            heldout_fraction=0.25,
-            layers=2,
-            d_model=64,
-            heads=2,
-            max_positions=512,
-            steps=40,
-            time_budget_s=45.0,
-            batch=8,
-            lr=2e-3,
-            warmup=5,
-            log_every=10,
-        )
+
+def expert_samples_per_step(ex: ExperimentConfig) -> int:
+    """Expert (behaviour-cloning) trajectories in every policy step of the online arms, as the hybrid
+    mixer (``streams/mixer.py``) builds a mixed batch: whole groups of G up to its non-expert target
+    ``round(batch * (1 - f))`` (at least one group), then ``round(f * n_d / (1 - f))`` experts.  With the
+    defaults (16, 0.5, G = 8): 8 = ``batch_trajectories * expert_fraction``.  ``imitation_matched`` trains
+    on expert-only batches of exactly this size, so every arm gets the same BC samples per step."""
+    f = float(ex.expert_fraction)
+    n_d = ex.group_size * live_groups_per_step(ex)
+    return int(round(f * n_d / (1.0 - f) + 1e-9))
+
+
+def live_groups_per_step(ex: ExperimentConfig) -> int:
+    """Whole groups of G in the online share of a mixed batch, ``round(batch * (1 - f))``, at least
+    one: what ``real_only`` collects per policy step (``collector.groups_per_version``) and what the
+    mixer waits for before a step.  The defaults (16, 0.5, G = 8): 1."""
+    target = max(1, int(round(ex.batch_trajectories * (1.0 - float(ex.expert_fraction)))))
+    return max(1, target // max(1, ex.group_size))
