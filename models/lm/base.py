@@ -105,6 +105,12 @@ class LanguageModel(torch.nn.Module):
             return self.lm.base_model(input_ids=input_ids, **kwargs)
         return self.lm.base_model(inputs_embeds=emb, **kwargs)
 
+    def logits_at(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head on the last-layer states ``hidden`` (..., d) -> (..., vocabulary): the
+        learners run it on the positions their loss reads only, so a batch's logits are bounded
+        by its target tokens, not by its rows times the whole vocabulary."""
+        return self.lm.get_output_embeddings()(hidden)
+
 
 def save_parts(
     model: LanguageModel, path: str, kind: str, spec: dict, state: dict, own: dict

@@ -167,18 +167,13 @@ def action_logprobs(
                     allowed[r, L:, :L] = True
                     allowed[r, q, torch.tensor([k for ch in chains for k in ch])] = True
             mask = torch.where(allowed, 0.0, neg)[:, None].to(dev)
-            o = model(
-                input_ids=ids.to(dev),
-                attention_mask=mask,
-                position_ids=pos_t.to(dev),
-                use_cache=False,
-                output_hidden_states=hidden is not None,
-            )
-            logits = o.logits
+            states = model.base(
+                ids.to(dev), attention_mask=mask, position_ids=pos_t.to(dev), use_cache=False
+            ).last_hidden_state
             if hidden is not None:
                 for r, (p, idx) in enumerate(chunk):
                     for i in idx:
-                        hidden[i] = o.hidden_states[-1][r, : len(p)]
+                        hidden[i] = states[r, : len(p)]
             # one gather for every continuation token of the forward (per-continuation indexing
             # would make backward allocate a logits-sized gradient per continuation)
             rr, pp, lab, owners = [], [], [], []
@@ -189,7 +184,10 @@ def action_logprobs(
                     pp += where
                     lab += c
                     owners.append((i, len(c)))
-            sel = logits[torch.tensor(rr, device=dev), torch.tensor(pp, device=dev)]
+            # the LM head on these positions only: (tokens, vocabulary), not (rows, T, vocabulary)
+            sel = model.logits_at(
+                states[torch.tensor(rr, device=dev), torch.tensor(pp, device=dev)]
+            )
             lp = token_logprobs(sel[None], torch.tensor([lab], device=dev))[0]
             for (i, _), part in zip(owners, torch.split(lp, [n for _, n in owners]), strict=True):
                 out[i] = part

@@ -66,16 +66,20 @@ def _wm_rows(
 def _wm_forward(
     model: WorldModel, tokenizer: Any, rows: list, hidden: bool, heads: bool = False
 ) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:
-    """One padded forward (train mode) of ``rows`` -> (output, labels, target mask, pooled change hidden | None,
-    the reward/done heads' input | None (``heads``: ``models.world_model.runner.head_input``))."""
+    """One padded forward (train mode) of ``rows`` -> (the logits of the target tokens, (1, n, V),
+    their labels, (1, n), a mask of ones, pooled change hidden | None, the reward/done heads'
+    input | None (``heads``: ``models.world_model.runner.head_input``)).  The LM head runs on the
+    target positions only, so memory grows with the target tokens, not the rows' whole length
+    times the vocabulary."""
     was_training = model.training
     model.train()
     try:
         ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
         dev = next(model.parameters()).device
-        out = model(input_ids=ids.to(dev), use_cache=False, output_hidden_states=hidden or heads)
+        out = model.base(ids.to(dev), use_cache=False)
     finally:
         model.train(was_training)
+    h_last = out.last_hidden_state
     T = ids.shape[1]
     labels = torch.zeros(len(rows), T - 1, dtype=torch.long, device=dev)
     mask = torch.zeros(len(rows), T - 1, device=dev)
@@ -87,14 +91,22 @@ def _wm_forward(
         tmask = torch.zeros(len(rows), T, device=dev)
         for i, (p, c) in enumerate(rows):
             tmask[i, len(p) : len(p) + len(c)] = 1.0
-        h = out.hidden_states[-1]
-        pooled = (h * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
+        pooled = (h_last * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
     last = None
     if heads:  # the heads' input, as WorldModelRunner's prefill reads it
         pos = [head_positions(tokenizer, p) for p, _ in rows]
         lines = line_positions(model.lines, [p for p, _ in rows])
-        last = head_input(out.hidden_states[-1], pos, model, lines)
-    return out, labels, mask, pooled, last
+        last = head_input(h_last, pos, model, lines)
+    # the LM head on the target positions only (position t predicts token t + 1)
+    at = mask.bool()
+    logits = model.logits_at(h_last[:, :-1][at])[None]  # (1, target tokens, vocabulary)
+    return (
+        logits,
+        labels[at][None],
+        torch.ones_like(labels[at][None], dtype=torch.float),
+        pooled,
+        last,
+    )
 
 
 def _wm_head_targets(
@@ -236,10 +248,10 @@ def world_model_batch_loss(
             targets,
             head_w,
         )
-    out, labels, mask, pooled, last = _wm_forward(
+    logits, labels, mask, pooled, last = _wm_forward(
         model, tokenizer, rows, hidden=use_nce, heads=bool(targets)
     )
-    loss_lm = lm_loss(out.logits[:, :-1], labels, mask)
+    loss_lm = lm_loss(logits, labels, mask)
     loss = loss_lm
     metrics = {
         "lm_loss": float(loss_lm.detach()),
@@ -323,11 +335,11 @@ def _wm_loss_chunked(
     for c, ch in enumerate(chunks):
         if states:
             _set_rng_state(states[c])
-        out, labels, mask, pooled, last = _wm_forward(
+        logits, labels, mask, pooled, last = _wm_forward(
             model, tokenizer, [rows[i] for i in ch], hidden=bool(keep), heads=bool(targets)
         )
         w = float(mask.sum()) / max(1, n_tok)
-        loss_c = lm_loss(out.logits[:, :-1], labels, mask)
+        loss_c = lm_loss(logits, labels, mask)
         total_lm += w * float(loss_c.detach())
         part = w * loss_c
         sel = [k for k, i in enumerate(ch) if i in grad_pooled]

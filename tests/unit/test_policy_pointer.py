@@ -90,7 +90,10 @@ def test_the_pointer_starts_at_zero_moves_only_element_actions_and_is_saved(tmp_
     assert again.spec.element_head
     assert torch.allclose(element_scores(again, again.element_head, [p], [acts])[0], t3, atol=1e-5)
     plain, ptok = make_policy(PLAIN)
-    assert element_scores(plain, plain.element_head, [p], [acts]) is None and not plain.spec.element_head
+    assert (
+        element_scores(plain, plain.element_head, [p], [acts]) is None
+        and not plain.spec.element_head
+    )
     plain.save_pretrained(tmp_path / "old")
     ptok.save_pretrained(tmp_path / "old")
     assert load_policy(str(tmp_path / "old"))[0].element_head is None

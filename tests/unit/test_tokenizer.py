@@ -171,7 +171,10 @@ def test_fewer_tokens_per_transition_than_bytes(bpe) -> None:
     b = tt.tokens_per_transition(build_tokenizer("byte"), texts)
     p = tt.tokens_per_transition(bpe, texts)
     ratio = b["total"] / p["total"]
-    assert ratio > 2.8, (b, p)  # measured 3.3x on all held-out episodes (docs/results/tokenizer/README.md)
+    assert ratio > 2.8, (
+        b,
+        p,
+    )  # measured 3.3x on all held-out episodes (docs/results/tokenizer/README.md)
     assert b["policy"] / p["policy"] > 2.5 and b["world_model"] / p["world_model"] > 2.5
 
 
