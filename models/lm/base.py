@@ -213,6 +213,20 @@ def migrate_legacy(path: str, kind: str) -> tuple[dict, dict[str, dict[str, torc
     return meta, parts
 
 
+def is_saved_model(path: str, kind: str) -> bool:
+    """True for a directory this project saved as ``kind`` (``dynaweb.json``, or the legacy
+    layout's flags in ``config.json``); False for a base model (a GGUF file, a Hugging Face
+    directory from elsewhere), whose parts a caller builds fresh."""
+    if os.path.exists(os.path.join(path, META)):
+        return True
+    cfg = os.path.join(path, "config.json")
+    if not os.path.isdir(path) or not os.path.exists(cfg):
+        return False
+    with open(cfg) as f:
+        hf = json.load(f)
+    return any(k in hf for k in LEGACY_SPEC[kind])
+
+
 def saved_parts(path: str, kind: str) -> tuple[dict, dict[str, dict[str, torch.Tensor]]]:
     """``read_parts`` or, for the legacy layout, ``migrate_legacy``; a directory saved as another
     kind of model is refused."""

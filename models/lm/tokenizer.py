@@ -58,7 +58,7 @@ def build_tokenizer(kind: str = "bpe") -> Any:
     raise ValueError(f"model.tokenizer must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def load_tokenizer(path: str = "") -> Any:
+def load_tokenizer(path: str = "", gguf_file: str | None = None) -> Any:
     """``AutoTokenizer.from_pretrained(path)`` (local only), or ``build_tokenizer()`` for ''.
 
     Makes sure a pad token exists (falls back to eos) so batching works, and that
@@ -68,7 +68,10 @@ def load_tokenizer(path: str = "") -> Any:
         return build_tokenizer()
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    tok = AutoTokenizer.from_pretrained(
+        path, local_files_only=True, trust_remote_code=False, **extra
+    )
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if _backend(tok) is not None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.config.model import ModelConfig
-from models.lm.backbone import load_causal_lm, make_causal_lm
-from models.lm.base import LanguageModel, legacy_names, save_parts, saved_parts
+from models.lm.backbone import load_causal_lm, make_causal_lm, resolve_model_path
+from models.lm.base import LanguageModel, is_saved_model, legacy_names, save_parts, saved_parts
 from models.lm.match import POLICY_END, MatchFeature, token_pieces
 from models.policy.element_head import ElementHead
 
@@ -68,17 +68,22 @@ class Policy(LanguageModel):
 
 
 def make_policy(model_cfg: ModelConfig) -> tuple[Policy, Any]:
-    """(policy, tokenizer) from ``model_cfg.policy_path`` (``load_policy``) or from config (the
-    spec of ``PolicySpec.of``; new parts start at zero)."""
-    if model_cfg.policy_path:
-        return load_policy(model_cfg.policy_path)
-    lm, tok = make_causal_lm(model_cfg)
+    """(policy, tokenizer): a policy this project saved at ``model_cfg.policy_path``
+    (``load_policy``), or a new one (the spec of ``PolicySpec.of``, new parts at zero) on the base
+    model there (a GGUF file, ``package:NAME/FILE``, a Hugging Face directory), or on GPT-Neo
+    built from config."""
+    path = model_cfg.policy_path
+    if path and is_saved_model(resolve_model_path(path), KIND):
+        return load_policy(path)
+    # a base model (a GGUF file, a Hugging Face directory) or GPT-Neo from config: fresh parts
+    lm, tok = load_causal_lm(path) if path else make_causal_lm(model_cfg)
     return Policy(lm, tok, PolicySpec.of(model_cfg)).eval(), tok
 
 
 def load_policy(path: str) -> tuple[Policy, Any]:
     """A saved policy (``Policy.save_pretrained`` and the tokenizer in one directory; or the
     legacy layout), with its spec and its parts' saved weights."""
+    path = resolve_model_path(path)
     meta, parts = saved_parts(path, KIND)
     legacy = int(meta.get("format", 1)) < 2
     lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from core.config.model import ModelConfig
-from models.lm.backbone import load_causal_lm, make_causal_lm
-from models.lm.base import LanguageModel, legacy_names, save_parts, saved_parts
+from models.lm.backbone import load_causal_lm, make_causal_lm, resolve_model_path
+from models.lm.base import LanguageModel, is_saved_model, legacy_names, save_parts, saved_parts
 from models.lm.embedder import DIM
 from models.lm.match import END, MatchFeature, token_pieces
 from models.world_model.lines import MatchLines
@@ -129,11 +129,18 @@ class WorldModel(LanguageModel):
 def make_world_model(
     model_cfg: ModelConfig, spec: WorldModelSpec | None = None
 ) -> tuple[WorldModel, Any]:
-    """(world model, tokenizer): from ``model_cfg.world_model_path`` (``load_world_model``) or
-    from config (seed + 1; ``spec``, default every part; heads not trained yet)."""
-    if model_cfg.world_model_path:
-        return load_world_model(model_cfg.world_model_path)
-    lm, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
+    """(world model, tokenizer): a world model this project saved at
+    ``model_cfg.world_model_path`` (``load_world_model``), or a new one (``spec``, default every
+    part; heads not trained yet) on the base model there (a GGUF file, ``package:NAME/FILE``, a
+    Hugging Face directory) or on GPT-Neo built from config (seed + 1)."""
+    path = model_cfg.world_model_path
+    if path and is_saved_model(resolve_model_path(path), KIND):
+        return load_world_model(path)
+    # a base model (a GGUF file, a Hugging Face directory) or GPT-Neo from config: fresh parts
+    if path:
+        lm, tok = load_causal_lm(path)
+    else:
+        lm, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
     return WorldModel(lm, tok, spec or WorldModelSpec()).eval(), tok
 
 
@@ -141,6 +148,7 @@ def load_world_model(path: str) -> tuple[WorldModel, Any]:
     """A saved world model (``WorldModel.save_pretrained`` and the tokenizer in one directory; or
     the legacy layout: a part its file lacks starts fresh, and the flags of heads it lacks are
     off)."""
+    path = resolve_model_path(path)
     meta, parts = saved_parts(path, KIND)
     legacy = int(meta.get("format", 1)) < 2
     lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
