@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from collectors.experts import EXPERTS, WAIT, Expert
 from collectors.perturbed import PerturbedExpertAgent
 from collectors.random_policy import RandomPolicy
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Action, Observation
 
 

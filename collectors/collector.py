@@ -44,7 +44,7 @@ from collectors.browser import Browser
 from collectors.env import WebEnv
 from collectors.schedule import _Pacer, _Schedule, collector_group_size
 from collectors.tasks import TaskSpec, resolve_tasks
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import Observation
 from streams.records import Control, Transition, new_id
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from streams.records import Transition
 
 _OBS_KEYS = ("instruction", "url", "tree", "focused", "last_action_error", "next_id")

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from streams import records
 from streams.records import SCHEMA, RecordError, Transition
 

@@ -75,7 +75,7 @@ from collectors.page_actions import (
 )
 from collectors.pointer_actions import PointerError, perform_pointer
 from collectors.tasks import TaskSpec, get_task
-from core.config.runtime import CollectorConfig
+from core.config import CollectorConfig
 from core.spaces import (
     ELEMENT_KINDS,
     Action,

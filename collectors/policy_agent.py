@@ -17,7 +17,7 @@ import threading
 import uuid
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import make_client
 from core.spaces import Observation
 from models.checkpoints.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir

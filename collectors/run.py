@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from collectors import metrics as M
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import MetricsEndpoint
 from streams import records
 from streams.kafka import PublisherDead, ensure_topics, make_publisher

@@ -20,7 +20,7 @@ from typing import Any
 from collectors.agents import RandomAgent
 from collectors.perturbed import PerturbedExpertAgent
 from collectors.tasks import TaskSpec
-from core.config.runtime import Config
+from core.config import Config
 from streams.records import new_id
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from core.config.runtime import Config
+from core.config import Config
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import MetricsEndpoint
 
 

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from core.config.runtime import Config
+from core.config import Config
 
 
 class PrometheusUnavailable(RuntimeError):

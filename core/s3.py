@@ -10,7 +10,7 @@ from pathlib import Path
 
 from minio import Minio
 
-from core.config.runtime import Config, S3Config
+from core.config import Config, S3Config
 
 
 class S3Unavailable(RuntimeError):

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.config.runtime import Config
+from core.config import Config
 
 MAIN_KINDS = [
     ("candidates", "candidates"),

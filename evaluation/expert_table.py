@@ -20,7 +20,7 @@ import sys
 import time
 
 from collectors.experts import ALL_EXPERTS, WAIT, Expert
-from core.config.runtime import Config
+from core.config import Config
 
 
 async def run_episode(env, expert: Expert, task: str, seed: int) -> dict:

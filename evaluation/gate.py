@@ -41,7 +41,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from core.config.runtime import Config
+from core.config import Config
 from models.checkpoints.store import KINDS, CheckpointStore, CorruptCheckpoint, announce
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from core.config.runtime import Config
+from core.config import Config
 
 
 class PrivateBroker(Protocol):

@@ -41,7 +41,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import run_targets
 from core.prom import Prom
 from infra.probe import Probe

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 
-from core.config.runtime import Config
+from core.config import Config
 from streams import records
 from streams.kafka import ensure_topics, make_publisher, read_until_sentinel
 

@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import run_targets, scrape_targets
 from infra.up import CounterTotals
 from streams.kafka import read_until_sentinel

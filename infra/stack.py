@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from core.net import free_ports, http_status, port_open
 from core.s3 import credentials_path, ensure_credentials
 

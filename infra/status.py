@@ -19,7 +19,7 @@ import json
 import math
 import time
 
-from core.config.runtime import Config
+from core.config import Config
 from core.prom import Prom, prometheus_url
 from infra.stack import RETENTION
 

@@ -21,7 +21,7 @@ from collections import deque
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import scrape_targets
 from core.supervise import Supervisor
 from infra.stack import Stack

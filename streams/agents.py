@@ -33,7 +33,7 @@ from typing import Any
 
 import faust
 
-from core.config.runtime import Config
+from core.config import Config
 from streams import metrics as M
 from streams import records, recovery
 from streams.app import app_id

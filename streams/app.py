@@ -26,7 +26,7 @@ from typing import Any
 
 import faust
 
-from core.config.runtime import Config
+from core.config import Config
 from streams.kafka import client_kwargs
 
 

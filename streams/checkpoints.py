@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from kafka import TopicPartition
 
-from core.config.runtime import KafkaConfig
+from core.config import KafkaConfig
 from streams import records
 from streams.kafka import Publisher, assignable, make_consumer
 from streams.records import CheckpointAnnouncement

@@ -26,7 +26,7 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from core.config.runtime import Config, KafkaConfig
+from core.config import Config, KafkaConfig
 from streams import records
 from streams.delivery import Publisher, PublisherDead, PublishLost
 from streams.topics import Topics

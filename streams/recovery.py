@@ -29,7 +29,7 @@ import time
 
 from kafka import TopicPartition
 
-from core.config.runtime import KafkaConfig
+from core.config import KafkaConfig
 from streams import kafka as sk
 from streams import records
 

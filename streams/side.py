@@ -24,7 +24,7 @@ from collections import deque
 
 from kafka import TopicPartition
 
-from core.config.runtime import KafkaConfig
+from core.config import KafkaConfig
 from streams import kafka as sk
 from streams import records
 from streams.checkpoints import CheckpointWatcher

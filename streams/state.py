@@ -36,7 +36,7 @@ import logging
 import time
 from collections import Counter, defaultdict, deque
 
-from core.config.runtime import Config
+from core.config import Config
 from streams import kafka as sk
 from streams import metrics as M
 from streams import records

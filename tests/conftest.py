@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from tests.support import fresh_run, stack_config
 
 TESTS = Path(__file__).resolve().parent

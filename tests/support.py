@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kafka import TopicPartition
 
-from core.config.runtime import Config, load_config
+from core.config import Config, load_config
 from core.net import free_port_block
 from core.waiting import wait_until
 from streams import kafka as sk

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import make_client
 from evaluation.studies.sample_efficiency.arms import QUICK
 from evaluation.studies.sample_efficiency.report import ARMS

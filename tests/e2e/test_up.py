@@ -20,7 +20,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import make_client
 from infra.monitoring.check import wait_for_queries
 from models.checkpoints.store import CheckpointStore

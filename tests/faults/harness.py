@@ -9,7 +9,7 @@ import os
 import signal
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from infra.probe import Probe
 from tests.support import wait_for
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from infra.stack import Stack
 from tests.faults.harness import OUTAGE_S, RECOVERY_S, Probe, acknowledged, publish_past, report
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from infra.chaos import PROGRESS, counter, progressing, target
 from infra.stack import Stack
 from tests.factories import UP_SETTINGS

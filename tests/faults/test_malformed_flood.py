@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from infra.chaos import bad_record
 from streams.kafka import ensure_topics, is_control, make_publisher, read_until_sentinel
 from tests.factories import transition

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from tests.faults.harness import (
     OUTAGE_S,
     RECOVERY_S,

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import make_client
 from models.checkpoints.store import CheckpointStore
 from models.train.trainer import Trainer

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from core.config.runtime import load_config
+from core.config import load_config
 from core.metrics import MetricsEndpoint
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from streams import records
 from streams.kafka import (
     Publisher,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import make_client
 from models.checkpoints.store import CheckpointStore
 from models.train.trainer import Trainer

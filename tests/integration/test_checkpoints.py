@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import S3Unavailable, make_client
 from models.checkpoints.store import CheckpointStore, CorruptCheckpoint
 

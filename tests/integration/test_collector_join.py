@@ -27,7 +27,7 @@ import pytest
 from collectors.agents import ExpertAgent
 from collectors.browser import Browser
 from collectors.collector import CollectorStats, run_collector
-from core.config.runtime import Config
+from core.config import Config
 from streams import records
 from streams.kafka import is_control, read_until_sentinel
 from streams.topics import Topics

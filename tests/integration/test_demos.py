@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from streams.records import Transition
 from tests.support import env_for
 

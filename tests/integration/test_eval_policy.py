@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from core.config.runtime import Config
+from core.config import Config
 from infra.cli import main
 from models.train.trainer import Trainer
 from streams import records

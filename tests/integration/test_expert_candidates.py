@@ -12,7 +12,7 @@ import pytest
 
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS, WAIT
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from models.lm.prompts import policy_prompt_ids
 from models.lm.tokenizer import build_tokenizer
 from models.policy.candidates import policy_candidates

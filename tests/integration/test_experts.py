@@ -13,7 +13,7 @@ from collectors.env import WebEnv
 from collectors.experts import EXPERTS
 from collectors.random_policy import RandomPolicy, valid_actions
 from collectors.tasks import get_task
-from core.config.runtime import Config
+from core.config import Config
 from core.spaces import parse_action
 from evaluation.expert_table import run_episode
 from streams import records

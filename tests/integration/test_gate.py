@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from core.config.runtime import Config
+from core.config import Config
 from core.s3 import make_client
 from core.spaces import Observation
 from evaluation.gate import GATE_DECISIONS, Gate

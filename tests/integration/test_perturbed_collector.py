@@ -12,7 +12,7 @@ from collectors.agents import ExpertAgent
 from collectors.browser import Browser
 from collectors.collector import CollectorStats, run_collector
 from collectors.perturbed import KINDS, PerturbedExpertAgent
-from core.config.runtime import Config
+from core.config import Config
 from streams import records
 from streams.kafka import ensure_topics, is_control, make_publisher, read_until_sentinel
 

@@ -23,7 +23,7 @@ import signal
 import time
 from pathlib import Path
 
-from core.config.runtime import Config
+from core.config import Config
 from streams import records
 from streams.kafka import ensure_topics, make_publisher, read_until_sentinel
 

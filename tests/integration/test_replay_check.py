@@ -11,7 +11,7 @@ from collectors.browser import Browser
 from collectors.env import WebEnv
 from collectors.experts import EXPERTS
 from collectors.taskserver import serve
-from core.config.runtime import Config
+from core.config import Config
 from evaluation.eval.replay import replay, summarize
 from tests.integration.conftest_collectors import require_chromium
 

@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from models.train.trainer import Trainer
 from streams import kafka as sk
 from streams import records

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.config.runtime import Config
+from core.config import Config
 from core.metrics import run_targets
 from core.prom import Prom
 from core.supervise import Supervisor

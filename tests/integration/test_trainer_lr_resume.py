@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from prometheus_client import REGISTRY
 
-from core.config.runtime import Config
+from core.config import Config
 from models.train.engine import current_lr, lr_factor
 from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer

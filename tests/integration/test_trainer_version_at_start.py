@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from prometheus_client import REGISTRY
 
-from core.config.runtime import Config
+from core.config import Config
 from models import metrics as M
 from models.train.trainer import Trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
