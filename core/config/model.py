@@ -37,6 +37,14 @@ class ModelConfig:
         "models/policy/element_head.py; zero at init). A loaded policy keeps what it was saved with. The "
         "sample-efficiency study sets it from experiment.policy_pointer (off: the frozen study).",
     )
+    instruction_match: bool = _f(
+        True,
+        "Models built from config (or on a base model): the hand-written instruction-match "
+        "parts, which flag what also appears as a word of the task instruction: the policy's "
+        "element head's instruction-word bit, the world model's exact-match input feature and its "
+        "named-lines layer (models/lm/match.py). Off: the models learn the match themselves "
+        "(as a pretrained LLM can). A loaded model keeps what it was saved with.",
+    )
     tokenizer: Literal["bpe", "byte"] = _f(
         "bpe",
         "Tokenizer of models built from config: 'bpe' (byte-level BPE, 2,048 ids, trained on the "

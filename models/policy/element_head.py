@@ -61,13 +61,15 @@ def element_lines(ids: list[int], pieces: list[str]) -> dict[str, tuple[bool, li
 
 class ElementHead(torch.nn.Module):
     """``proj``: the vector ``w`` (a bias-free linear layer); ``named``: the weight ``u`` of "the line
-    holds a word of the instruction"; both zero at init.  ``pieces``: each token id's text."""
+    holds a word of the instruction" (the hand-written instruction-match bit; None when
+    ``use_named`` is off: the head then reads the line's states only); both zero at init.
+    ``pieces``: each token id's text."""
 
-    def __init__(self, dim: int, pieces: list[str]) -> None:
+    def __init__(self, dim: int, pieces: list[str], use_named: bool = True) -> None:
         super().__init__()
         self.proj = torch.nn.Linear(dim, 1, bias=False)
         torch.nn.init.zeros_(self.proj.weight)
-        self.named = torch.nn.Parameter(torch.zeros(1))
+        self.named = torch.nn.Parameter(torch.zeros(1)) if use_named else None
         self.pieces = pieces
 
     def terms(self, hidden: torch.Tensor, prompt: list[int], actions: list[str]) -> torch.Tensor:
@@ -84,8 +86,9 @@ class ElementHead(torch.nn.Module):
         out = hidden.new_zeros(len(actions))
         if rows:
             vals = self.proj(torch.stack(rows)).squeeze(-1)
-            flag = torch.tensor(named, dtype=vals.dtype, device=vals.device)
-            vals = vals + NAMED_GAIN * self.named * flag
+            if self.named is not None:
+                flag = torch.tensor(named, dtype=vals.dtype, device=vals.device)
+                vals = vals + NAMED_GAIN * self.named * flag
             out = out.index_put((torch.tensor(which, device=hidden.device),), vals)
         return out
 

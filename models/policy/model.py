@@ -34,6 +34,7 @@ class PolicySpec:
 
     match_feature: bool = False  # the instruction-match input feature (``models.lm.match``)
     element_head: bool = False  # the element head (``models.policy.element_head``)
+    element_named: bool = True  # ... with its instruction-word bit (``ElementHead.named``)
 
     @staticmethod
     def of(model_cfg: ModelConfig) -> PolicySpec:
@@ -41,6 +42,7 @@ class PolicySpec:
         return PolicySpec(
             match_feature=bool(model_cfg.policy_match_feature),
             element_head=bool(model_cfg.policy_pointer),
+            element_named=bool(model_cfg.instruction_match),
         )
 
 
@@ -55,7 +57,9 @@ class Policy(LanguageModel):
         match = MatchFeature(dim, pieces, POLICY_END).to(dev) if spec.match_feature else None
         super().__init__(lm, match)
         self.spec = spec
-        self.element_head = ElementHead(dim, pieces).to(dev) if spec.element_head else None
+        self.element_head = (
+            ElementHead(dim, pieces, spec.element_named).to(dev) if spec.element_head else None
+        )
 
     def parts(self) -> dict[str, Any]:
         """The modules saved in ``parts.safetensors``."""

@@ -53,6 +53,14 @@ class WorldModelSpec:
     head_counts: bool = True  # ... with the line counts (with head_lines)
     head_acted: bool = True  # ... and the acted line's maximum (with head_lines)
 
+    @staticmethod
+    def of(model_cfg: ModelConfig) -> WorldModelSpec:
+        """The spec a world model built from ``model_cfg`` gets: every part, but the two that
+        encode the instruction match by hand (the match feature and the named lines' layer)
+        only with ``model.instruction_match``."""
+        on = bool(model_cfg.instruction_match)
+        return WorldModelSpec(match_feature=on, head_lines=on)
+
 
 @dataclass
 class WorldModelState:
@@ -141,7 +149,7 @@ def make_world_model(
         lm, tok = load_causal_lm(path)
     else:
         lm, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
-    return WorldModel(lm, tok, spec or WorldModelSpec()).eval(), tok
+    return WorldModel(lm, tok, spec or WorldModelSpec.of(model_cfg)).eval(), tok
 
 
 def load_world_model(path: str) -> tuple[WorldModel, Any]:

@@ -46,3 +46,18 @@ def test_a_base_directory_gets_fresh_parts_and_a_saved_one_keeps_its_own(tmp_pat
         dataclasses.replace(CFG, policy_path=str(tmp_path / "pol"), policy_pointer=False)
     )
     assert again.spec == pol.spec and again.element_head is not None
+
+
+def test_instruction_match_off_leaves_out_every_hand_written_match_part():
+    """``model.instruction_match`` off: no instruction-word bit in the policy's element head, no
+    exact-match feature and no named-lines layer in the world model; the element head still reads
+    the line's states."""
+    off = dataclasses.replace(CFG, instruction_match=False, policy_match_feature=False)
+    pol, _ = make_policy(off)
+    assert pol.element_head is not None and pol.element_head.named is None
+    assert not any("named" in n for n, _ in pol.named_parameters())
+    wm, _ = make_world_model(off)
+    assert wm.match is None and wm.lines is None
+    on_pol, _ = make_policy(CFG)
+    on_wm, _ = make_world_model(CFG)
+    assert on_pol.element_head.named is not None and on_wm.match is not None and on_wm.lines
