@@ -166,7 +166,7 @@ class Probes:
     def world_model(self, version: int, data: list) -> dict:
         from evaluation.eval.sources import load_checkpoint
         from evaluation.eval.world_model import world_model_fidelity
-        from models.world_model.model import WorldModelRunner
+        from models.world_model.runner import WorldModelRunner
 
         if not data:
             return {"score": None, "reason": "no held-out real transitions yet"}

@@ -352,8 +352,18 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | No
             n_tr += len(trans)
     tw = time.perf_counter() - t0
     peak = peak or sgemm_peak([pol, wm])
+    figures = _mfu_figures(
+        mfu(p_meter, tp, peak["peak_flops"]), mfu(w_meter, tw, peak["peak_flops"])
+    )
     return {
-        **_mfu_figures(mfu(p_meter, tp, peak["peak_flops"]), mfu(w_meter, tw, peak["peak_flops"])),
+        **figures,
+        # the backbones' classes, their sizes and vocabularies (a GGUF or HF model brings its own)
+        "backbone": type(pol.lm).__name__,
+        "world_model_backbone": type(wm.lm).__name__,
+        "policy_parameters": sum(p.numel() for p in pol.parameters()),
+        "world_model_parameters": sum(p.numel() for p in wm.parameters()),
+        "vocab": len(tok),
+        "policy_tokens_per_s": figures["policy_train_tokens_per_s"],
         "peak_gflops": round(peak["peak_flops"] / 1e9, 3),
         "peak": peak,
         "policy_trajectories_per_s": round(n_traj / tp, 3),
@@ -382,7 +392,7 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | No
         ),
         "policy_single_action_s_per_batch": round(t_single / steps, 3),
         "threads": cfg.threads,
-        "model": f"{cfg.model.layers}x{cfg.model.d_model}",
+        "model": cfg.model.policy_path or f"{cfg.model.layers}x{cfg.model.d_model}",
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
@@ -448,6 +458,10 @@ def bench_train_tokenizers(cfg: Config, starts: list[dict], steps: int = 3) -> d
     (tokens per transition and throughput each) and ``tokens_per_transition_ratio`` (byte / bpe)."""
     from models.lm.tokenizer import KINDS, build_tokenizer
 
+    if cfg.model.policy_path or cfg.model.world_model_path:  # the models bring their tokenizers
+        res = bench_train(cfg, starts, steps)
+        res["tokenizer"] = "the model's own"
+        return res
     obs = [Observation.from_dict(s["obs"]) for s in starts]
     first = cfg.model.tokenizer
     res: dict = {}

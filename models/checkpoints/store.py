@@ -44,7 +44,7 @@ import urllib3
 from minio import Minio
 from minio.error import MinioException, S3Error
 
-from core.config.runtime import Config
+from core.config import Config
 from streams.kafka import Publisher
 
 log = logging.getLogger(__name__)

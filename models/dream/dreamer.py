@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from kafka import TopicPartition
 
-from core.config.runtime import Config
+from core.config import Config
 from core.process import start_component
 from core.s3 import make_client
 from core.spaces import Observation

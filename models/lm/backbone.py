@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from models.lm.base import LanguageModel
 from models.lm.tokenizer import build_tokenizer, load_tokenizer, pad_id
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import ModelConfig
+from core.config import ModelConfig
 from core.spaces import Action, Observation
 from models.lm.backbone import score_continuations
 from models.lm.prompts import policy_prompt_ids

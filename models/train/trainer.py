@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from core.bounded import BoundedSet
-from core.config.runtime import Config
+from core.config import Config
 from core.process import start_component
 from core.s3 import make_client
 from models import metrics as M

@@ -73,7 +73,7 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import Config, DreamConfig
+from core.config import Config, DreamConfig
 from core.spaces import Action, Observation, ids_in_tree, parse_action
 from models.lm.prompts import world_model_prompt_ids
 from models.lm.tokenizer import decode, encode, eos_id, pad_id
