@@ -38,10 +38,35 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from core.spaces import Action, Observation, parse_action, precheck_error
 from core.waiting import Aborted
+
+
+class Acting(Protocol):
+    """What dreams ask of a policy (``models.policy.runner.PolicyRunner``)."""
+
+    def act_info(
+        self,
+        observations: list[Observation],
+        histories: list[list[str]],
+        temperature: float = 1.0,
+        greedy: bool = False,
+    ) -> list[tuple[Action, float, int, dict]]: ...
+
+
+class Predicting(Protocol):
+    """What dreams ask of a world model (``models.world_model.runner.WorldModelRunner``)."""
+
+    def predict(
+        self,
+        obs_list: list[Observation],
+        actions: list,
+        sample: bool = False,
+        temperature: float = 1.0,
+        abort: Callable[[], bool] | None = None,
+    ) -> list[Any]: ...
 
 
 def dream_outcome(obs: Observation, action: Action) -> tuple[Observation, bool, str] | None:
@@ -57,7 +82,7 @@ def dream_outcome(obs: Observation, action: Action) -> tuple[Observation, bool, 
 
 
 class DreamEnv:
-    def __init__(self, world_model_runner: Any, max_steps: int = 5, sample: bool = False):
+    def __init__(self, world_model_runner: Predicting, max_steps: int = 5, sample: bool = False):
         self.wm = world_model_runner
         self.max_steps = max_steps
         self.sample = sample
@@ -109,7 +134,9 @@ class Rollout(list):
         return float(self[-1]["reward"]) if self else 0.0
 
 
-def _predict(wm_runner: Any, obs_b: list, acts: list, ask: list[int], sample: bool, abort) -> dict:
+def _predict(
+    wm_runner: Predicting, obs_b: list, acts: list, ask: list[int], sample: bool, abort
+) -> dict:
     """The world model's predictions for rows ``ask``, by row (``abort`` handed to it when given: it may
     raise ``core.waiting.Aborted`` mid-call)."""
     if not ask:
@@ -120,8 +147,8 @@ def _predict(wm_runner: Any, obs_b: list, acts: list, ask: list[int], sample: bo
 
 
 def dream_rollouts(
-    policy_runner: Any,
-    wm_runner: Any,
+    policy_runner: Acting,
+    wm_runner: Predicting,
     start_states: list,
     group_size: int,
     horizon: int,
