@@ -20,6 +20,32 @@ class ModelConfig:
     world_model_path: str = _f(
         "", "Local Hugging Face directory for the world model (empty = from config)."
     )
+    policy_lora_rank: int = _f(
+        0,
+        "LoRA adapters on the policy's backbone (models/lm/lora.py): their rank, 0 = off (every "
+        "weight trains). On: the base model at policy_path is frozen, the adapters and the "
+        "policy's own parts train, and checkpoints hold the adapters and parts only, naming the "
+        "base by its sha256 (a reader on another base refuses them). Needs policy_path.",
+        ge=0,
+    )
+    world_model_lora_rank: int = _f(
+        0,
+        "LoRA adapters on the world model's backbone: their rank, 0 = off (as policy_lora_rank; "
+        "needs world_model_path).",
+        ge=0,
+    )
+    lora_alpha: float = _f(
+        0.0,
+        "LoRA scale numerator of both models' adapters (the update is alpha / rank x B A); "
+        "0 = 2 x rank. Adapter dropout is always 0, so the learner's recomputed log-probs are "
+        "acting's.",
+        ge=0,
+    )
+    lora_targets: list[str] = _f(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "out_proj"],
+        "Module names the LoRA adapters wrap (those the backbone has): the attention projections "
+        "of Llama/Qwen-style models (q/k/v/o_proj) and of GPT-Neo (q/k/v_proj, out_proj).",
+    )
     seed: int = _f(0, "Initialisation seed.")
     policy_match_feature: bool = _f(
         False,
@@ -52,3 +78,17 @@ class ModelConfig:
         "tokens than 'byte') or 'byte' (ByT5, one token per UTF-8 byte). A model loaded from a directory "
         "(policy_path, world_model_path, checkpoints) always uses the tokenizer saved with it.",
     )
+
+    def checks(self) -> list[tuple[str, str]]:
+        """LoRA adapters need a base model to stand on (a model built from config has none)."""
+        out = []
+        for kind, path in (("policy", self.policy_path), ("world_model", self.world_model_path)):
+            if getattr(self, f"{kind}_lora_rank") > 0 and not path:
+                out.append(
+                    (
+                        f"{kind}_lora_rank",
+                        f"LoRA adapters need a base model: set model.{kind}_path "
+                        "(a GGUF file, package:NAME/FILE or a Hugging Face directory)",
+                    )
+                )
+        return out

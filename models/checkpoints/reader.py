@@ -20,6 +20,7 @@ from typing import Any
 from models import metrics as M
 from models.checkpoints.store import S3_ERRORS, CheckpointStore, CorruptCheckpoint
 from models.lm.base import LanguageModel
+from models.lm.lora import BaseMismatch
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +351,16 @@ class ModelSlot:
                 if _REPLACED.is_set() or not _FROZEN:
                     release_memory()  # frees models replaced since; the first time, freezes imports
                 t_free = time.time()
-                model, tok = loader(str(dest / "hf"))
+                try:  # a LoRA checkpoint on the base of the newest model here: adapters only
+                    model, tok = loader(str(dest / "hf"), reuse=self._newest())
+                except BaseMismatch as e:  # adapters on another base than this reader's
+                    log.error(
+                        "refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version
+                    )
+                    M.DREAM_RELOADS.labels(self.run, self.kind, "refused").inc()
+                    self.refused.add(version)
+                    shutil.rmtree(dest, ignore_errors=True)
+                    return
             model.eval()
         finally:
             self.loading = None
@@ -373,6 +383,14 @@ class ModelSlot:
             t_free - t_lock,
             t_done - t_free,
         )
+
+    def _newest(self) -> tuple[Any, Any] | None:
+        """(model, tokenizer) of the newest version here (ready, else in use), or None: a LoRA
+        checkpoint on the same base is loaded into a copy of it sharing the base's weights."""
+        ready = self._ready
+        if ready is not None:
+            return ready[1], ready[2]
+        return None if self.model is None else (self.model, self.tokenizer)
 
     def install(self) -> bool:
         """Put the prefetched version in use; True if there was one."""

@@ -4,7 +4,8 @@
 files, manifest and (unless it is a gated candidate) ``LATEST``
 (``CheckpointStore.save``), ``announce`` sends the announcement
 (``streams.checkpoints.send_announcement``), ``flush`` waits until every announcement of the
-version is acknowledged, ``prune`` applies the retention.
+version is acknowledged, ``prune`` applies the retention.  ``save_engine_state`` writes the
+trainer's DeepSpeed state beside the model (``state/``) without the frozen weights.
 
 An S3 outage or a broker outage never ends the trainer: an upload (and the S3 reads around it)
 and the announcements' flush are retried with back-off (1 s doubling to 30 s) until they succeed
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from kafka.errors import KafkaError
 
 from models import metrics as M
@@ -169,3 +171,23 @@ class CheckpointWriter:
                 self.unflushed.remove(saved)
                 self.announce(saved)
             raise
+
+
+def save_engine_state(engine: Any, path: str) -> None:
+    """The trainer's DeepSpeed state (optimizer, lr schedule, step counts and the weights that
+    train) into ``path``, without a frozen weight under any of its names: a LoRA model's base
+    (``models.lm.lora``) is named by the checkpoint, never copied into it.  DeepSpeed's own
+    ``exclude_frozen_parameters`` drops a weight by its first name only, so a tied weight (the
+    output head sharing the input embeddings) would stay under its second; the state dict is
+    filtered by storage for the duration of the save."""
+    frozen = {p.data_ptr() for p in engine.module.parameters() if not p.requires_grad and p.numel()}
+
+    def drop(module: Any, state: dict, prefix: str, local_metadata: Any) -> None:
+        for key in [k for k, v in state.items() if torch.is_tensor(v) and v.data_ptr() in frozen]:
+            del state[key]
+
+    hook = engine.module.register_state_dict_post_hook(drop)
+    try:
+        engine.save_checkpoint(path, tag="ds", exclude_frozen_parameters=True)
+    finally:
+        hook.remove()

@@ -14,8 +14,10 @@ the heads' forward) sees the same inputs with no hidden state.
 Saved form (``save_parts``, ``read_parts``): the backbone as a Hugging Face directory
 (``config.json``, ``model.safetensors``, the tokenizer), the model's own modules in
 ``parts.safetensors`` and what the model is in ``dynaweb.json`` (``kind``, ``spec``, ``state``,
-``format``).  A directory saved before this layout (the parts inside ``model.safetensors``,
-flags in ``config.json``) is read by ``migrate_legacy``, the one place that knows the old form.
+``format``).  A backbone with LoRA adapters (``models.lm.lora``) saves the adapters only, and
+``dynaweb.json``'s ``base`` names the base model they stand on.  A directory saved before this
+layout (the parts inside ``model.safetensors``, flags in ``config.json``) is read by
+``migrate_legacy``, the one place that knows the old form.
 """
 
 from __future__ import annotations
@@ -36,10 +38,15 @@ PARTS = "parts.safetensors"
 class LanguageModel(torch.nn.Module):
     """``lm`` (a Hugging Face causal LM) and ``match`` (the instruction-match feature or None)."""
 
+    spec: Any  # the subclass's spec (saved in ``dynaweb.json``)
+
     def __init__(self, lm: Any, match: MatchFeature | None) -> None:
         super().__init__()
         self.lm = lm
         self.match = match
+        # the base model LoRA adapters on ``lm`` stand on, ``{"path", "sha256"}``
+        # (``models.lm.lora.base_ref``); None without adapters
+        self.base_ref: dict[str, str] | None = None
 
     @property
     def config(self) -> Any:
@@ -113,13 +120,24 @@ class LanguageModel(torch.nn.Module):
 
 
 def save_parts(
-    model: LanguageModel, path: str, kind: str, spec: dict, state: dict, own: dict
+    model: LanguageModel,
+    path: str,
+    kind: str,
+    spec: dict,
+    state: dict,
+    own: dict,
+    base: dict | None = None,
 ) -> None:
     """Write ``model``'s backbone (``save_pretrained``), its own modules ``own`` (name -> module)
-    into ``parts.safetensors`` and ``dynaweb.json``."""
+    into ``parts.safetensors`` and ``dynaweb.json``.  ``base``: the base model the LoRA adapters
+    on the backbone stand on (``models.lm.lora.save_adapters`` wrote them): the backbone is not
+    saved, ``dynaweb.json`` names the base instead."""
     from safetensors.torch import save_file
 
-    model.lm.save_pretrained(path)
+    if base is None:
+        model.lm.save_pretrained(path)
+    else:
+        os.makedirs(path, exist_ok=True)
     tensors = {
         f"{name}.{k}": v.detach().cpu().contiguous()
         for name, mod in own.items()
@@ -128,6 +146,8 @@ def save_parts(
     }
     save_file(tensors, os.path.join(path, PARTS))
     meta = {"format": FORMAT, "kind": kind, "spec": spec, "state": state}
+    if base is not None:
+        meta["base"] = base
     with open(os.path.join(path, META), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
 
@@ -241,3 +261,12 @@ def legacy_names(kind: str) -> tuple[str, ...]:
     """The module names a legacy ``model.safetensors`` holds beside the backbone's weights (the
     backbone's loader is told they are expected: ``models.lm.backbone.load_causal_lm``)."""
     return tuple(LEGACY_NAMES[kind])
+
+
+def state_has_every_weight(path: Any, module: torch.nn.Module) -> bool:
+    """Whether the trainer's optimizer state saved beside the model in ``path`` holds every weight
+    of ``module`` (it is then loaded strictly): not for the legacy layout (the weights come from
+    ``path``) nor for a model with a frozen base (LoRA: the state holds the weights that train
+    only, ``models.checkpoints.writer.save_engine_state``)."""
+    saved = os.path.exists(os.path.join(path, META))
+    return saved and all(p.requires_grad for p in module.parameters())

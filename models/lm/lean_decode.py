@@ -29,8 +29,10 @@ instead of once per row from a per-row copy: at 8 rows on a 400-token page that 
 a decode step.
 
 ``LeanStep.supports(model)`` says whether a model is one it computes exactly: a GPT-Neo with
-global attention only (local attention windows are not implemented), no dropout in use.  Other
-models (a local Hugging Face directory of another architecture) keep the full forward.
+global attention only (local attention windows are not implemented), no dropout in use.  LoRA
+adapters on its linear layers (``models.lm.lora``) are folded into the weights it reads
+(``_weight``: W + the adapters' delta, once per call), so an adapted model decodes lean too.
+Other models (a local Hugging Face directory of another architecture) keep the full forward.
 ``tests/unit/test_lean_decode.py`` checks the logits against the full forward and that greedy
 decoding writes the same tokens.
 """
@@ -93,6 +95,30 @@ def shared_prefix_attention(
     return torch.matmul(p[..., n:], vs) + shared.transpose(0, 1).unsqueeze(2)
 
 
+def _adapted(mod: torch.nn.Module) -> bool:
+    """A peft LoRA layer (its base layer and adapters inside)."""
+    return hasattr(mod, "get_delta_weight") and hasattr(mod, "lora_A")
+
+
+def _linears(blk: Any) -> list[torch.nn.Module]:
+    att = blk.attn.attention
+    return [att.q_proj, att.k_proj, att.v_proj, att.out_proj, blk.mlp.c_fc, blk.mlp.c_proj]
+
+
+def _weight(mod: Any) -> torch.Tensor:
+    """The weight a linear layer applies: its own, or for a LoRA layer the base layer's plus the
+    active adapters' delta (scale x B A; already in the weight once merged)."""
+    if not _adapted(mod):
+        return mod.weight
+    w = mod.get_base_layer().weight
+    if mod.merged:
+        return w
+    for name in mod.active_adapters:
+        if name in mod.lora_A:
+            w = w + mod.get_delta_weight(name)
+    return w
+
+
 class LeanStep:
     """``step(ids, mask, positions, cache) -> logits`` for one token per row (call under no_grad).
 
@@ -109,18 +135,18 @@ class LeanStep:
         act_fn = _FUSED_ACT.get(str(getattr(model.config, "activation_function", "")))
         for blk in tr.h:
             att = blk.attn.attention
-            qkv = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight], 0)
+            qkv = torch.cat([_weight(att.q_proj), _weight(att.k_proj), _weight(att.v_proj)], 0)
             self.layers.append(
                 (
                     (blk.ln_1.weight, blk.ln_1.bias, blk.ln_1.eps),
                     qkv,
-                    att.out_proj.weight,
+                    _weight(att.out_proj),
                     att.out_proj.bias,
                     (blk.ln_2.weight, blk.ln_2.bias, blk.ln_2.eps),
-                    blk.mlp.c_fc.weight,
+                    _weight(blk.mlp.c_fc),
                     blk.mlp.c_fc.bias,
                     act_fn or blk.mlp.act,
-                    blk.mlp.c_proj.weight,
+                    _weight(blk.mlp.c_proj),
                     blk.mlp.c_proj.bias,
                 )
             )
@@ -136,13 +162,17 @@ class LeanStep:
         if any(t != "global" for t in getattr(cfg, "attention_layers", ["local"])):
             return False
         tr = model.transformer
-        return all(
+        if not all(
             getattr(blk.attn, "attention", None) is not None
             and blk.attn.attention.q_proj.bias is None
             and blk.attn.attention.k_proj.bias is None
             and blk.attn.attention.v_proj.bias is None
             for blk in tr.h
-        ) and bool(getattr(cfg, "tie_word_embeddings", True) or model.lm_head.bias is None)
+        ) or not bool(getattr(cfg, "tie_word_embeddings", True) or model.lm_head.bias is None):
+            return False
+        # no adapters where ``_weight`` does not read them (the embeddings, the head)
+        folded = {id(m) for blk in tr.h for m in _linears(blk)}
+        return not any(_adapted(m) and id(m) not in folded for m in model.modules())
 
     def __call__(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any

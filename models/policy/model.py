@@ -22,6 +22,14 @@ from typing import Any
 from core.config.model import ModelConfig
 from models.lm.backbone import load_causal_lm, make_causal_lm, resolve_model_path
 from models.lm.base import LanguageModel, is_saved_model, legacy_names, save_parts, saved_parts
+from models.lm.lora import (
+    LoraShape,
+    add_lora,
+    load_adapted,
+    lora_fields,
+    new_base_ref,
+    save_adapters,
+)
 from models.lm.match import POLICY_END, MatchFeature, token_pieces
 from models.policy.element_head import ElementHead
 
@@ -35,6 +43,9 @@ class PolicySpec:
     match_feature: bool = False  # the instruction-match input feature (``models.lm.match``)
     element_head: bool = False  # the element head (``models.policy.element_head``)
     element_named: bool = True  # ... with its instruction-word bit (``ElementHead.named``)
+    lora_rank: int = 0  # LoRA adapters on the backbone (``models.lm.lora``), 0: none
+    lora_alpha: float = 0.0
+    lora_targets: str = ""  # the module names the adapters wrap, comma-joined
 
     @staticmethod
     def of(model_cfg: ModelConfig) -> PolicySpec:
@@ -43,6 +54,7 @@ class PolicySpec:
             match_feature=bool(model_cfg.policy_match_feature),
             element_head=bool(model_cfg.policy_pointer),
             element_named=bool(model_cfg.instruction_match),
+            **lora_fields(model_cfg.policy_lora_rank, model_cfg.lora_alpha, model_cfg.lora_targets),
         )
 
 
@@ -51,6 +63,7 @@ class Policy(LanguageModel):
     leaves them out); ``tokenizer`` is needed for the parts' token texts."""
 
     def __init__(self, lm: Any, tokenizer: Any, spec: PolicySpec) -> None:
+        lm = add_lora(lm, LoraShape.of(spec))  # the base frozen, when the spec has adapters
         dim = int(lm.get_input_embeddings().weight.shape[1])
         dev = lm.get_input_embeddings().weight.device
         pieces = token_pieces(tokenizer) if (spec.match_feature or spec.element_head) else []
@@ -66,33 +79,45 @@ class Policy(LanguageModel):
         return {"match": self.match, "element_head": self.element_head}
 
     def save_pretrained(self, path: str) -> None:
-        """The backbone as a Hugging Face directory plus the parts and the spec (the tokenizer is
-        saved by its own ``save_pretrained``)."""
-        save_parts(self, path, KIND, dataclasses.asdict(self.spec), {}, self.parts())
+        """The backbone as a Hugging Face directory (with LoRA adapters: the adapters, and the
+        base they stand on named) plus the parts and the spec (the tokenizer is saved by its own
+        ``save_pretrained``)."""
+        base = save_adapters(self, path)
+        save_parts(self, path, KIND, dataclasses.asdict(self.spec), {}, self.parts(), base)
 
 
 def make_policy(model_cfg: ModelConfig) -> tuple[Policy, Any]:
     """(policy, tokenizer): a policy this project saved at ``model_cfg.policy_path``
     (``load_policy``), or a new one (the spec of ``PolicySpec.of``, new parts at zero) on the base
     model there (a GGUF file, ``package:NAME/FILE``, a Hugging Face directory), or on GPT-Neo
-    built from config."""
+    built from config; with ``model.policy_lora_rank``, LoRA adapters on the base model there."""
     path = model_cfg.policy_path
     if path and is_saved_model(resolve_model_path(path), KIND):
         return load_policy(path)
     # a base model (a GGUF file, a Hugging Face directory) or GPT-Neo from config: fresh parts
+    spec = PolicySpec.of(model_cfg)
+    base = new_base_ref(path, spec.lora_rank, "policy")
     lm, tok = load_causal_lm(path) if path else make_causal_lm(model_cfg)
-    return Policy(lm, tok, PolicySpec.of(model_cfg)).eval(), tok
+    policy = Policy(lm, tok, spec)
+    policy.base_ref = base
+    return policy.eval(), tok
 
 
-def load_policy(path: str) -> tuple[Policy, Any]:
+def load_policy(path: str, reuse: tuple[Policy, Any] | None = None) -> tuple[Policy, Any]:
     """A saved policy (``Policy.save_pretrained`` and the tokenizer in one directory; or the
-    legacy layout), with its spec and its parts' saved weights."""
+    legacy layout), with its spec and its parts' saved weights.  A LoRA policy's base is read
+    from the path its ``dynaweb.json`` names, its sha256 checked (``models.lm.lora.BaseMismatch``);
+    ``reuse``: a loaded policy (and its tokenizer) whose base is shared instead when it is the
+    same (``models.lm.lora.load_adapted``: a reader's hot reload reads the adapters only)."""
     path = resolve_model_path(path)
     meta, parts = saved_parts(path, KIND)
     legacy = int(meta.get("format", 1)) < 2
-    lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
     spec = PolicySpec(**meta["spec"])
-    policy = Policy(lm, tok, spec)
+    if spec.lora_rank:
+        policy, tok = load_adapted(path, meta, lambda lm, t: Policy(lm, t, spec), reuse)
+    else:
+        lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
+        policy = Policy(lm, tok, spec)
     for name, module in policy.parts().items():
         if module is not None and name in parts:
             module.load_state_dict(parts[name])

@@ -40,10 +40,10 @@ from core.process import start_component
 from core.s3 import make_client
 from models import metrics as M
 from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
-from models.checkpoints.writer import CheckpointWriter
+from models.checkpoints.writer import CheckpointWriter, save_engine_state
 from models.component import close_component
 from models.dream.gate import FidelityWindow
-from models.lm.base import META
+from models.lm.base import state_has_every_weight
 from models.train.engine import current_lr, trainer_engine
 from models.train.prepare import BatchPreparer
 from streams import records
@@ -147,7 +147,7 @@ class Trainer:
             for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
                 state = dirs.get(kind, Path("/nonexistent")) / "state"
                 if state.exists():
-                    strict = (dirs[kind] / "hf" / META).exists()  # legacy: weights from hf/
+                    strict = state_has_every_weight(dirs[kind] / "hf", engine.module)
                     engine.load_checkpoint(str(state), tag="ds", load_module_strict=strict)
             extra = manifest.get("extra", {})
             self.policy_steps = int(extra.get("policy_steps", 0))
@@ -245,7 +245,7 @@ class Trainer:
             (d / "hf").mkdir(parents=True)
             engine.module.save_pretrained(str(d / "hf"))
             tok.save_pretrained(str(d / "hf"))
-            engine.save_checkpoint(str(d / "state"), tag="ds")
+            save_engine_state(engine, str(d / "state"))  # without a frozen base
             # gated: a candidate (LATEST stays; `dynaweb gate` decides), except the very first version
             publish = not gated or self.writer.latest(kind) is None
             saved = self.writer.upload(

@@ -33,6 +33,14 @@ from core.config.model import ModelConfig
 from models.lm.backbone import load_causal_lm, make_causal_lm, resolve_model_path
 from models.lm.base import LanguageModel, is_saved_model, legacy_names, save_parts, saved_parts
 from models.lm.embedder import DIM
+from models.lm.lora import (
+    LoraShape,
+    add_lora,
+    load_adapted,
+    lora_fields,
+    new_base_ref,
+    save_adapters,
+)
 from models.lm.match import END, MatchFeature, token_pieces
 from models.world_model.lines import MatchLines
 from models.world_model.proposals import KINDS
@@ -52,14 +60,21 @@ class WorldModelSpec:
     head_lines: bool = True  # the heads also read the named lines' layer
     head_counts: bool = True  # ... with the line counts (with head_lines)
     head_acted: bool = True  # ... and the acted line's maximum (with head_lines)
+    lora_rank: int = 0  # LoRA adapters on the backbone (``models.lm.lora``), 0: none
+    lora_alpha: float = 0.0
+    lora_targets: str = ""  # the module names the adapters wrap, comma-joined
 
     @staticmethod
     def of(model_cfg: ModelConfig) -> WorldModelSpec:
         """The spec a world model built from ``model_cfg`` gets: every part, but the two that
         encode the instruction match by hand (the match feature and the named lines' layer)
-        only with ``model.instruction_match``."""
+        only with ``model.instruction_match``; LoRA adapters with
+        ``model.world_model_lora_rank``."""
         on = bool(model_cfg.instruction_match)
-        return WorldModelSpec(match_feature=on, head_lines=on)
+        lora = lora_fields(
+            model_cfg.world_model_lora_rank, model_cfg.lora_alpha, model_cfg.lora_targets
+        )
+        return WorldModelSpec(match_feature=on, head_lines=on, **lora)
 
 
 @dataclass
@@ -87,6 +102,7 @@ class WorldModel(LanguageModel):
     def __init__(
         self, lm: Any, tokenizer: Any, spec: WorldModelSpec, state: WorldModelState | None = None
     ) -> None:
+        lm = add_lora(lm, LoraShape.of(spec))  # the base frozen, when the spec has adapters
         dim = int(lm.get_input_embeddings().weight.shape[1])
         dev = lm.get_input_embeddings().weight.device
         pieces = token_pieces(tokenizer) if (spec.match_feature or spec.head_lines) else []
@@ -128,10 +144,12 @@ class WorldModel(LanguageModel):
         return self.state.change_head_trained
 
     def save_pretrained(self, path: str) -> None:
-        """The backbone as a Hugging Face directory plus the parts, the spec and the state (the
-        tokenizer is saved by its own ``save_pretrained``)."""
+        """The backbone as a Hugging Face directory (with LoRA adapters: the adapters, and the
+        base they stand on named) plus the parts, the spec and the state (the tokenizer is saved
+        by its own ``save_pretrained``)."""
         spec, state = dataclasses.asdict(self.spec), dataclasses.asdict(self.state)
-        save_parts(self, path, KIND, spec, state, self.parts())
+        base = save_adapters(self, path)
+        save_parts(self, path, KIND, spec, state, self.parts(), base)
 
 
 def make_world_model(
@@ -140,33 +158,46 @@ def make_world_model(
     """(world model, tokenizer): a world model this project saved at
     ``model_cfg.world_model_path`` (``load_world_model``), or a new one (``spec``, default every
     part; heads not trained yet) on the base model there (a GGUF file, ``package:NAME/FILE``, a
-    Hugging Face directory) or on GPT-Neo built from config (seed + 1)."""
+    Hugging Face directory) or on GPT-Neo built from config (seed + 1); with the spec's
+    ``lora_rank``, LoRA adapters on the base model there."""
     path = model_cfg.world_model_path
     if path and is_saved_model(resolve_model_path(path), KIND):
         return load_world_model(path)
     # a base model (a GGUF file, a Hugging Face directory) or GPT-Neo from config: fresh parts
+    spec = spec or WorldModelSpec.of(model_cfg)
+    base = new_base_ref(path, spec.lora_rank, "world_model")
     if path:
         lm, tok = load_causal_lm(path)
     else:
         lm, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
-    return WorldModel(lm, tok, spec or WorldModelSpec.of(model_cfg)).eval(), tok
+    model = WorldModel(lm, tok, spec)
+    model.base_ref = base
+    return model.eval(), tok
 
 
-def load_world_model(path: str) -> tuple[WorldModel, Any]:
+def load_world_model(
+    path: str, reuse: tuple[WorldModel, Any] | None = None
+) -> tuple[WorldModel, Any]:
     """A saved world model (``WorldModel.save_pretrained`` and the tokenizer in one directory; or
     the legacy layout: a part its file lacks starts fresh, and the flags of heads it lacks are
-    off)."""
+    off).  A LoRA world model's base and ``reuse``: as ``models.policy.model.load_policy``'s."""
     path = resolve_model_path(path)
     meta, parts = saved_parts(path, KIND)
     legacy = int(meta.get("format", 1)) < 2
-    lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
     st = meta.get("state", {})
     state = WorldModelState(
         heads_trained=bool(st.get("heads_trained")) and all(h in parts for h in HEADS),
         change_head_trained=bool(st.get("change_head_trained")) and "change_head" in parts,
         head_feature=st.get("head_feature"),
     )
-    model = WorldModel(lm, tok, WorldModelSpec(**meta["spec"]), state)
+    spec = WorldModelSpec(**meta["spec"])
+    if spec.lora_rank:
+        build = lambda lm, t: WorldModel(lm, t, spec, state)  # noqa: E731
+        model, tok = load_adapted(path, meta, build, reuse)
+        model.state = state
+    else:
+        lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
+        model = WorldModel(lm, tok, spec, state)
     for name, module in model.parts().items():
         if module is not None and name in parts:
             module.load_state_dict(parts[name])

@@ -239,7 +239,7 @@ def test_list_fields_have_element_types() -> None:
         return out
 
     found = lists(SampleEfficiencyConfig) + lists(WorldModelStudyRunConfig)
-    assert len(set(found)) == 10, found
+    assert len(set(found)) == 11, found
 
 
 def test_list_items_are_read_as_the_element_type() -> None:
