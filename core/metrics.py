@@ -36,11 +36,17 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class MetricsEndpoint:
     def __init__(
-        self, cfg: Config, component: str, component_id: str, registry: CollectorRegistry = REGISTRY
+        self,
+        cfg: Config,
+        component: str,
+        component_id: str,
+        registry: CollectorRegistry = REGISTRY,
+        labels: dict[str, str] | None = None,
     ):
         self.cfg = cfg
         self.component = component
         self.component_id = component_id
+        self.labels = dict(labels or {})  # more target labels (a trainer rank's ``rank``)
         host = cfg.stack.bind
         self.port = cfg.metrics_port or free_port(host)
         self.server, self.thread = start_http_server(self.port, addr=host, registry=registry)
@@ -63,6 +69,7 @@ class MetricsEndpoint:
             {
                 "targets": [f"{host}:{self.port}"],
                 "labels": {
+                    **self.labels,
                     "component": self.component,
                     "component_id": self.component_id,
                     "run": self.cfg.run_id,

@@ -10,9 +10,14 @@ from core.metrics import MetricsEndpoint
 
 
 def start_component(
-    cfg: Config, component: str, component_id: str, stop: threading.Event | None = None
+    cfg: Config,
+    component: str,
+    component_id: str,
+    stop: threading.Event | None = None,
+    labels: dict[str, str] | None = None,
 ) -> threading.Event:
-    """torch threads from ``cfg.threads``, SIGTERM -> ``stop``, metrics endpoint registered."""
+    """torch threads from ``cfg.threads``, SIGTERM -> ``stop``, metrics endpoint registered (its
+    scrape target with ``labels`` besides component, component_id, run and pid)."""
     import torch
 
     torch.set_num_threads(cfg.threads)
@@ -24,5 +29,5 @@ def start_component(
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    MetricsEndpoint(cfg, component, component_id)
+    MetricsEndpoint(cfg, component, component_id, labels=labels)
     return stop

@@ -47,6 +47,39 @@ class Child:
     delays: list = field(default_factory=list)  # the restart delay chosen at each exit (s)
 
 
+def write_config(cfg: Config, path: Path) -> Path:
+    """``cfg``'s runtime part (no study section, no secrets), checked, as a child's config file."""
+    runtime = cfg.runtime()
+    runtime.validate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(runtime.to_dict(drop_secrets=True), indent=1))
+    return path
+
+
+def child_env(cfg: Config, config_file: Path) -> dict:
+    """The environment of a child ``dynaweb`` process whose whole config is ``config_file``."""
+    from core.config import SECRETS
+
+    # the config file is the child's whole config: inherited DYNAWEB_<SECTION>__<FIELD> variables
+    # would override it (they are already resolved into it); only secrets travel by environment
+    keep = {f"DYNAWEB_{sec.upper()}__{key.upper()}" for sec, key in SECRETS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith("DYNAWEB_") and "__" in k) or k in keep
+    }
+    env.update(
+        {
+            "DYNAWEB_CONFIG": str(config_file),
+            "DYNAWEB_HOME": str(cfg.home_path),
+            "DYNAWEB_RUN_ID": cfg.run_id,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+        }
+    )
+    return env
+
+
 class Supervisor:
     """``components``: child name -> its command-line arguments; the names in ``once`` are jobs.
     ``entry``: what every child runs before its arguments (the ``dynaweb`` command line)."""
@@ -82,26 +115,7 @@ class Supervisor:
         return next(c for c in self.children if c.name == name)
 
     def _env(self) -> dict:
-        from core.config import SECRETS
-
-        # the config file is the child's whole config: inherited DYNAWEB_<SECTION>__<FIELD> variables
-        # would override it (they are already resolved into it); only secrets travel by environment
-        keep = {f"DYNAWEB_{sec.upper()}__{key.upper()}" for sec, key in SECRETS}
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not (k.startswith("DYNAWEB_") and "__" in k) or k in keep
-        }
-        env.update(
-            {
-                "DYNAWEB_CONFIG": str(self.config_file),
-                "DYNAWEB_HOME": str(self.cfg.home_path),
-                "DYNAWEB_RUN_ID": self.cfg.run_id,
-                "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-            }
-        )
-        return env
+        return child_env(self.cfg, self.config_file)
 
     def start(self, c: Child) -> None:
         log = open(c.log, "ab")

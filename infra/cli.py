@@ -108,6 +108,14 @@ def _component_commands(add: AddCommand) -> None:
     p = add("train", "run the DeepSpeed trainer (policy + world model)")
     p.add_argument("--max-steps", type=int, help="stop after N policy steps")
     p.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="data-parallel ranks on this host (default trainer.ranks, 1): each trains its share "
+        "of every batch, rank 0 reads the topics and writes the checkpoints; a rank that dies "
+        "stops the group (exit 1), which `dynaweb up` restarts as one component",
+    )
+    p.add_argument(
         "--linger",
         type=float,
         default=0.0,
@@ -257,6 +265,13 @@ def _bench_command(add: AddCommand) -> None:
         action="store_true",
         help="train: feed the trainer from the real topics (embedded stack) and compare with the "
         "same trainer on in-memory batches (stream_over_synthetic)",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="train: data-parallel ranks (gloo on CPU) against one rank on the same batches: "
+        "rank_update_max_abs_diff (one update from the same weights) and samples_per_s_1 / _N",
     )
     p.add_argument(
         "--json", action="store_true", help="only the JSON summary (always the last line)"

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -93,13 +94,37 @@ def cmd_stream_worker(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
-    from models.train.trainer import run_trainer
-
+    """One trainer rank, or (``--ranks N`` / ``trainer.ranks`` > 1 without a launcher's
+    WORLD_SIZE) N local ranks started and watched as one group (``core.launch``)."""
     if args.max_steps is not None:
         cfg.trainer.max_steps = args.max_steps
+    if getattr(args, "ranks", None) is not None:
+        if args.ranks < 1:
+            raise ValueError(f"--ranks must be 1 or more, got {args.ranks}")
+        cfg.trainer.ranks = args.ranks
+    launched = int(os.environ.get("WORLD_SIZE") or 1)  # a launcher's group (deepspeed, torchrun)
+    if launched > 1 and cfg.trainer.ranks > 1 and launched != cfg.trainer.ranks:
+        raise ValueError(
+            f"trainer.ranks={cfg.trainer.ranks} under a launcher of WORLD_SIZE={launched}: "
+            "the launcher decides the ranks"
+        )
+    if cfg.trainer.ranks > 1 and launched == 1:
+        from core.launch import run_local_ranks
+
+        argv = ["train"] + (["--linger", str(args.linger)] if getattr(args, "linger", 0) else [])
+        if getattr(args, "log_level", None):
+            argv += ["--log-level", args.log_level]
+        return run_local_ranks(cfg, cfg.trainer.ranks, argv, name="trainer-ranks")
+    from models.train.ranks import RankLost, env_world
+    from models.train.run import run_trainer
+
     stop = threading.Event()
-    run_trainer(cfg, stop)
-    if getattr(args, "linger", 0) > 0 and not stop.is_set():
+    try:
+        run_trainer(cfg, stop)
+    except RankLost as e:
+        print(f"dynaweb train: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    if getattr(args, "linger", 0) > 0 and not stop.is_set() and env_world()[0] == 0:
         stop.wait(args.linger)  # /metrics stays up until SIGTERM (sets ``stop``) or the time is up
     return 0
 

@@ -2,6 +2,13 @@
 
 Names follow ``dynaweb_<component>_<what>_<unit>``; every series carries the
 ``run`` label (and ``component_id`` via the scrape target).
+
+A trainer of several ranks (``trainer.ranks``, docs/scaling.md) serves one endpoint per rank (its
+scrape target labelled ``rank``).  The group's figures (steps, losses of the whole batch, versions,
+batches, dupes, stale drops, idle time, fidelity) come from rank 0 alone, so sums over the
+trainer's targets count each once; what each rank does itself (``dynaweb_trainer_samples_total``:
+the samples of its share, ``dynaweb_trainer_phase_seconds``) carries a ``rank`` label and adds up
+over the ranks to the group's.
 """
 
 from __future__ import annotations
@@ -12,8 +19,13 @@ from prometheus_client import Counter, Gauge, Histogram
 TRAINER_STEPS = Counter("dynaweb_trainer_steps_total", "Optimizer steps.", ["run", "model"])
 TRAINER_SAMPLES = Counter(
     "dynaweb_trainer_samples_total",
-    "Samples trained on (trajectories / transitions).",
-    ["run", "model", "source"],
+    "Samples trained on (trajectories / transitions), by the rank whose share they were.",
+    ["run", "model", "source", "rank"],
+)
+TRAINER_RANKS = Gauge(
+    "dynaweb_trainer_ranks",
+    "Ranks of the trainer group (data-parallel, each trains its share of every batch).",
+    ["run"],
 )
 TRAINER_LOSS = Gauge("dynaweb_trainer_loss", "Last loss value by term.", ["run", "model", "term"])
 TRAINER_GRAD_NORM = Gauge(
@@ -47,8 +59,8 @@ TRAINER_CKPT_TIME = Gauge(
 )
 TRAINER_PHASE = Histogram(
     "dynaweb_trainer_phase_seconds",
-    "Time per phase of a trainer step.",
-    ["run", "phase"],
+    "Time per phase of a trainer step, per rank.",
+    ["run", "phase", "rank"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
 TRAINER_IDLE = Counter(

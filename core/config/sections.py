@@ -406,6 +406,12 @@ class TrainerConfig:
         "(unless those variables are set); empty = loopback for one rank or several on one host "
         "(a single-rank trainer opens no rendezvous port at all).",
     )
+    ranks: int = _f(
+        1, "Data-parallel ranks of `dynaweb train` / `up` on this host (docs/scaling.md).", ge=1
+    )
+    dist_timeout_s: float = _f(
+        300.0, "Seconds a collective of several trainer ranks waits for the others.", gt=0
+    )
     keep_checkpoints: int = _f(
         5, "Keep the last N checkpoints in S3 (promoted ones always kept).", ge=1
     )

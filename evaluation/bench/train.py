@@ -52,6 +52,9 @@ train
     ``tokens_per_transition_ratio`` (byte / BPE) and ``bpe_speedup`` (BPE rate /
     byte rate) compare them.
 
+``train --ranks N``: the data-parallel trainer against one rank on the same batches
+(``evaluation.bench.train_ranks``: ``rank_update_max_abs_diff``, ``samples_per_s_1`` / ``_N``).
+
 Both print a table (or nothing but the JSON with ``--json``) and one JSON object
 on the last line.
 """
@@ -546,6 +549,11 @@ def main(
             raise ValueError("bench train --stream needs the stack (S3 and the broker)")
         res = stream_main(args, cfg, stack_factory, starts)
         _print(res, args.json, "trainer fed by the topics vs in-memory batches (same run)")
+    elif args.target == "train" and (getattr(args, "ranks", None) or 0) > 1:
+        from evaluation.bench.train_ranks import bench_train_ranks
+
+        res = bench_train_ranks(cfg, starts, int(args.ranks), steps=max(1, rounds * 3))
+        _print(res, args.json, f"trainer: {args.ranks} data-parallel ranks against 1 (gloo, CPU)")
     elif args.target == "train":
         res = bench_train_tokenizers(cfg, starts, steps=max(1, rounds * 3))
         _print(res, args.json, "trainer throughput (DeepSpeed on CPU)")

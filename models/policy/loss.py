@@ -44,7 +44,7 @@ report.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,20 +310,19 @@ class _Split:
     bc: list[tuple[Any, list]] = field(default_factory=list)
     skipped: int = 0
     ungrouped: Counter = field(default_factory=Counter)
+    mine: set[int] | None = None  # the ``id`` of the trajectories scored (default all)
 
 
-def _split_batch(trajectories: list) -> _Split:
-    out = _Split()
+def _split_batch(trajectories: list, select: Collection[int] | None = None) -> _Split:
+    out = _Split(mine=None if select is None else {id(trajectories[i]) for i in select})
     for tr in trajectories:
         steps = tr.steps()
         if tr.source == "expert":
             out.bc.append((tr, steps))
         elif not (steps and all(s.behaviour_logprob is not None for s in steps)):
             out.skipped += 1
-        elif not tr.group_id:
-            out.ungrouped[tr.source] += (
-                1  # counted, never trained on (a group of one has no advantage)
-            )
+        elif not tr.group_id:  # counted, never trained on (a group of one has no advantage)
+            out.ungrouped[tr.source] += 1
         else:
             out.gspo.append((tr, steps))
     return out
@@ -335,6 +334,7 @@ def _chunk_items(split: _Split, backward: bool, chunk_rows: int) -> list[list[tu
     items = [("gspo", i, tr, st) for i, (tr, st) in enumerate(split.gspo)] + [
         ("bc", i, tr, st) for i, (tr, st) in enumerate(split.bc)
     ]
+    items = [it for it in items if split.mine is None or id(it[2]) in split.mine]
     chunks, cur, n_rows = [], [], 0
     for it in items:
         cur.append(it)
@@ -529,7 +529,7 @@ def _policy_metrics(
     if not split.gspo:
         agg.update(ratio_min=1.0, ratio_max=1.0, ratio_mean=1.0)
     cnt = dict(tot.cnt)
-    n_dec = cnt.pop("decisions")
+    n_dec = cnt["decisions"]
     return {
         "loss": float(total.detach()),
         "gspo_loss": tot.g_loss,
@@ -558,9 +558,11 @@ def policy_batch_loss(
     chunk_rows: int = 32,
     backward_fn: Callable | None = None,
     prepared: dict[int, list[Decision]] | None = None,
+    select: Collection[int] | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """GSPO on trajectories with behaviour log-probs + bc_weight * BC on expert ones (see module doc).
 
+    ``select``: positions to score (a trainer rank's share), with the whole batch's normalisers.
     Both train ``log pi_T(a|s)`` over the rebuilt candidate sets.  Extra metrics:
     ``log_ratios`` (per GSPO trajectory, in batch order: ``(sum log pi - sum
     behaviour) / n_decisions``), ``cand_mismatch`` (GSPO steps whose rebuilt
@@ -568,11 +570,11 @@ def policy_batch_loss(
     ``cand_missing`` (GSPO steps whose action is not in the rebuilt set: added to
     it), ``cand_unhashed`` (GSPO steps without a recorded hash), ``bc_not_candidate``
     (expert steps whose action is not a candidate: token NLL instead),
-    ``cand_per_step`` and ``cand_rows`` (distinct candidate rows scored).
+    ``cand_per_step``, ``cand_rows`` (distinct candidate rows scored) and ``decisions`` (steps scored).
     """
     max_pos = int(model_cfg.max_positions)
     t_default = float(cfg.policy_temperature or 1.0)
-    split = _split_batch(trajectories)
+    split = _split_batch(trajectories, select)
     gspo = split.gspo
     rewards = torch.tensor([task_success_reward(tr.reward) for tr, _ in gspo])
     adv = group_advantages(rewards, [tr.group_id for tr, _ in gspo]) if gspo else torch.zeros(0)

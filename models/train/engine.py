@@ -8,7 +8,15 @@ A single-rank trainer (no WORLD_SIZE, or 1) opens no network rendezvous: its
 process group uses an in-process ``HashStore`` and its gloo/NCCL sockets are
 pinned to the loopback interface, so it listens on nothing beyond 127.0.0.1.
 Several ranks rendezvous through the launcher's MASTER_ADDR/PORT; across nodes
-the interface they talk over must be named (``trainer.dist_interface``).
+the interface they talk over must be named (``trainer.dist_interface``), and every collective
+gives up after ``trainer.dist_timeout_s`` (a killed peer fails one at once).
+
+With several ranks and ZeRO stage 0 the engine does not all-reduce its gradients itself: each
+rank's loss is its share's part of the whole batch's loss (``models.train.shard``), the learner
+sums the ranks' gradients once per step (``models.train.ranks.RankGroup.reduce_grads``, passed to
+``engine_step`` as ``reduce``) however many micro-batches each rank ran, and the gradient norm and
+clipping then see the whole batch's gradient.  ZeRO stages 1-3 reduce (average) in the engine:
+there the learner scales each rank's loss by the world size (``loss_scale``).
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from __future__ import annotations
 import math
 import os
 import socket
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -56,8 +66,9 @@ def bind_interface(interface: str, world_size: int, master_addr: str) -> str | N
     )
 
 
-def setup_distributed(interface: str = "") -> None:
-    """Initialise torch.distributed once per process (see the module docstring)."""
+def setup_distributed(interface: str = "", timeout_s: float = 300.0) -> None:
+    """Initialise torch.distributed once per process (see the module docstring); ``timeout_s``:
+    how long a collective of several ranks waits for the others."""
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
@@ -70,17 +81,36 @@ def setup_distributed(interface: str = "") -> None:
     import deepspeed
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    # DeepSpeed's shared-memory all-reduce op serves its inference all-reduce only (the trainer's
+    # gradients go through torch.distributed); building it costs a 30 s C++ compile at first start
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     if world <= 1:
-        # The shared-memory all-reduce op only helps several ranks on one host; at world
-        # size 1 building it costs a 30 s C++ compile on first start and gains nothing.
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
         if not torch.distributed.is_initialized():
             # no TCPStore (it listens on every interface): an in-process store for one rank
             torch.distributed.init_process_group(
                 backend=backend, store=torch.distributed.HashStore(), rank=0, world_size=1
             )
     # with a group already there DeepSpeed only wraps it; else it rendezvous at MASTER_ADDR/PORT
-    deepspeed.init_distributed(dist_backend=backend)
+    deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(seconds=float(timeout_s)))
+
+
+def world_size() -> int:
+    """The number of ranks of this process's group (1 before ``setup_distributed``)."""
+    d = torch.distributed
+    return d.get_world_size() if d.is_available() and d.is_initialized() else 1
+
+
+def own_reduce(zero_stage: int) -> bool:
+    """Whether the learner sums the ranks' gradients itself (several ranks at ZeRO stage 0: one
+    all-reduce per step, whatever each rank's micro-batches); else the engine averages them."""
+    return world_size() > 1 and int(zero_stage) == 0
+
+
+def loss_scale(zero_stage: int) -> float:
+    """What each rank's loss (its share's part of the whole batch's) is multiplied by before the
+    backward: the world size where the engine averages the ranks' gradients, else 1."""
+    n = world_size()
+    return 1.0 if n <= 1 or own_reduce(zero_stage) else float(n)
 
 
 def lr_factor(
@@ -132,12 +162,13 @@ def make_engine(
     decay_steps: int = 0,
     min_lr_ratio: float = 0.0,
     dist_interface: str = "",
+    dist_timeout_s: float = 300.0,
 ) -> Any:
     """A DeepSpeed engine with AdamW at peak ``lr`` and the ``lr_schedule`` (defaults: constant lr);
-    ``dist_interface``: ``setup_distributed``'s network interface of a multi-node trainer."""
+    ``dist_interface``, ``dist_timeout_s``: ``setup_distributed``'s, for several ranks."""
     import deepspeed
 
-    setup_distributed(dist_interface)
+    setup_distributed(dist_interface, dist_timeout_s)
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0
     )
@@ -153,6 +184,8 @@ def make_engine(
     engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=opt, lr_scheduler=sched, config=ds_config
     )
+    if own_reduce(zero_stage):
+        engine.enable_backward_allreduce = False  # the learner sums the gradients once per step
     return engine
 
 
@@ -169,14 +202,21 @@ def trainer_engine(model: torch.nn.Module, tc: TrainerConfig, kind: str = "polic
         tc.decay_steps,
         tc.min_lr_ratio,
         tc.dist_interface,
+        tc.dist_timeout_s,
     )
 
 
-def engine_step(engine: Any, loss: torch.Tensor | None) -> float:
+def engine_step(
+    engine: Any, loss: torch.Tensor | None, reduce: Callable[[torch.nn.Module], None] | None = None
+) -> float:
     """Backward + step; returns the gradient norm before clipping.  ``loss=None``: the gradients are
-    already there (a loss that ran its own micro-batch backwards through ``engine.backward``)."""
+    already there (a loss that ran its own micro-batch backwards through ``engine.backward``).
+    ``reduce``: sums the ranks' gradients of the module before the norm and the step (several
+    ranks at ZeRO stage 0, ``own_reduce``)."""
     if loss is not None:
         engine.backward(loss)
+    if reduce is not None:
+        reduce(engine.module)
     total = 0.0
     for p in engine.module.parameters():
         if p.grad is not None:
@@ -187,6 +227,7 @@ def engine_step(engine: Any, loss: torch.Tensor | None) -> float:
 
 def chunked_backward_ok(engine: Any, zero_stage: int) -> bool:
     """Whether a loss may call ``engine.backward`` once per micro-batch before one ``step``: with
-    ZeRO stage 0 the gradients simply add up (and an all-reduce of a sum already reduced on every
-    rank leaves it unchanged); ZeRO 1-3 reduce each parameter once per step, so no."""
+    ZeRO stage 0 the gradients simply add up (several ranks: the engine does not reduce them, the
+    learner sums them once before the step, ``own_reduce``); ZeRO 1-3 reduce each parameter once per
+    step, so no."""
     return int(zero_stage) == 0 and hasattr(engine, "backward")

@@ -8,6 +8,14 @@ heads); the pure loss functions they use are in ``models.losses``.  ``policy_upd
 ``world_model_update`` run one of them and the DeepSpeed engine's step (``models.train.engine``), for
 the trainer and ``dynaweb bench train``: where the engine allows it (ZeRO stage 0) the loss runs
 in micro-batches, each calling ``engine.backward``, so only one micro-batch's graph is alive.
+
+With a trainer group of several ranks (``group``: ``models.train.ranks.RankGroup``) every rank
+calls the update with the same batch; each trains its share (``models.train.shard.rank_indices``:
+the losses' ``select``), the gradients are summed over the ranks before the step (or averaged by
+the engine under ZeRO 1-3, each share's loss then scaled by the world size: ``engine.loss_scale``),
+and the returned loss and report are the whole batch's (``merge_policy_stats`` /
+``merge_wm_stats`` of every rank's).  One such step equals the one-rank step on the whole batch
+up to float rounding (``dynaweb bench train --ranks 2``: ``rank_update_max_abs_diff``).
 """
 
 from __future__ import annotations
@@ -15,13 +23,49 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
 
 from core.config import ModelConfig, TrainerConfig
 from models.policy.loss import policy_batch_loss
-from models.train.engine import chunked_backward_ok, engine_step
+from models.train.engine import chunked_backward_ok, engine_step, loss_scale, own_reduce
+from models.train.ranks import RankGroup
+from models.train.shard import merge_policy_stats, merge_wm_stats, rank_indices
 from models.world_model.loss import world_model_batch_loss
+
+
+def _share(n: int, group: RankGroup | None) -> list[int] | None:
+    return None if group is None else rank_indices(n, group.rank, group.world)
+
+
+def _backward_fn(engine: Any, scale: float) -> Callable:
+    return engine.backward if scale == 1.0 else (lambda x: engine.backward(x * scale))
+
+
+def _to_backward(
+    engine: Any, loss: torch.Tensor, scale: float, cfg: TrainerConfig, group: RankGroup | None
+) -> torch.Tensor | None:
+    """The (unchunked) loss to back-propagate, scaled.  A rank whose share is empty (a batch with
+    fewer items than ranks) has nothing to back-propagate when the learner sums the gradients;
+    where the engine reduces them it backs up a zero touching every parameter, so the engine's
+    reduction runs on every rank."""
+    if group is None or loss.requires_grad:
+        return loss * scale if scale != 1.0 else loss
+    if own_reduce(cfg.zero_stage):
+        return None
+    params = [p for p in engine.module.parameters() if p.requires_grad]
+    return sum((p.sum() * 0.0 for p in params), torch.zeros(()))
+
+
+def _step(
+    engine: Any, loss: torch.Tensor | None, cfg: TrainerConfig, group: RankGroup | None
+) -> float:
+    reduce = group.reduce_grads if group is not None and own_reduce(cfg.zero_stage) else None
+    if group is None:
+        return engine_step(engine, loss, reduce)
+    return group.collective(lambda: engine_step(engine, loss, reduce))
 
 
 def policy_update(
@@ -31,12 +75,15 @@ def policy_update(
     cfg: TrainerConfig,
     model_cfg: ModelConfig,
     prepared: dict | None = None,
+    group: RankGroup | None = None,
 ) -> tuple:
     """``policy_batch_loss`` + the engine's step; in micro-batches of ``cfg.chunk_rows`` step rows
     (each one forward + ``engine.backward``) where the engine allows it; ``prepared``: the
-    trajectories' decisions built ahead (``models.policy.loss.prepare_decisions``).  Returns
-    ``(loss, stats, grad_norm, time the loss was done)``."""
+    trajectories' decisions built ahead (``models.policy.loss.prepare_decisions``); ``group``: this
+    rank's trainer group (see the module doc).  Returns ``(loss, stats, grad_norm, time the loss
+    was done)``."""
     chunked = cfg.chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
+    scale = loss_scale(cfg.zero_stage)
     loss, stats = policy_batch_loss(
         engine.module,
         tokenizer,
@@ -45,11 +92,18 @@ def policy_update(
         model_cfg,
         backward=chunked,
         chunk_rows=max(1, cfg.chunk_rows),
-        backward_fn=engine.backward if chunked else None,
+        backward_fn=_backward_fn(engine, scale) if chunked else None,
         prepared=prepared,
+        select=_share(len(trajectories), group),
     )
     t1 = time.time()
-    return loss, stats, engine_step(engine, None if chunked else loss), t1
+    gn = _step(
+        engine, None if chunked else _to_backward(engine, loss, scale, cfg, group), cfg, group
+    )
+    if group is not None:
+        stats = merge_policy_stats(group.gather(stats))
+        loss = torch.tensor(stats["loss"])
+    return loss, stats, gn, t1
 
 
 def world_model_update(
@@ -59,10 +113,12 @@ def world_model_update(
     cfg: TrainerConfig,
     embedder: Any,
     max_change_tokens: int,
+    group: RankGroup | None = None,
 ) -> tuple:
     """``world_model_batch_loss`` + the engine's step, chunked by ``cfg.wm_chunk_rows`` where the
-    engine allows it.  Returns ``(loss, stats, grad_norm)``."""
+    engine allows it; ``group`` as for ``policy_update``.  Returns ``(loss, stats, grad_norm)``."""
     chunked = cfg.wm_chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
+    scale = loss_scale(cfg.zero_stage)
     loss, stats = world_model_batch_loss(
         engine.module,
         tokenizer,
@@ -72,9 +128,16 @@ def world_model_update(
         max_change_tokens,
         backward=chunked,
         chunk_rows=max(1, cfg.wm_chunk_rows),
-        backward_fn=engine.backward if chunked else None,
+        backward_fn=_backward_fn(engine, scale) if chunked else None,
+        select=_share(len(transitions), group),
     )
-    return loss, stats, engine_step(engine, None if chunked else loss)
+    gn = _step(
+        engine, None if chunked else _to_backward(engine, loss, scale, cfg, group), cfg, group
+    )
+    if group is not None:
+        stats = merge_wm_stats(group.gather(stats))
+        loss = torch.tensor(stats["loss"])
+    return loss, stats, gn
 
 
 def world_model_batch(

@@ -5,7 +5,9 @@ and builds every step's decision: the page's candidate actions and their tokens
 (``models.policy.loss.prepare_decisions``).  ``BatchPreparer.prepare`` starts that for the first
 waiting batch on one background thread while the trainer's step runs (torch releases the GIL in
 its kernels); ``take`` hands the result to the step (or ``None``: the step builds it itself).
-``dynaweb bench train --stream`` reports the gain (``prepare_overlap_speedup``).
+``dynaweb bench train --stream`` reports the gain (``prepare_overlap_speedup``).  On rank ``r``
+of a trainer group only the rank's share is built (``models.train.shard``; the leader's share:
+the other ranks build theirs when the batch reaches them).
 """
 
 from __future__ import annotations
@@ -15,8 +17,16 @@ from typing import Any
 
 
 class BatchPreparer:
-    def __init__(self, tokenizer: Any, max_positions: int, default_temperature: float):
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_positions: int,
+        default_temperature: float,
+        rank: int = 0,
+        world: int = 1,
+    ):
         self.tokenizer = tokenizer
+        self.rank, self.world = rank, world
         self.max_positions = int(max_positions)
         self.default_temperature = float(default_temperature or 1.0)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="trainer-prepare")
@@ -34,10 +44,14 @@ class BatchPreparer:
 
     def _build(self, batch: Any) -> tuple[list, dict]:
         from models.policy.loss import prepare_decisions
+        from models.train.shard import rank_share
 
         trajs = batch.trajs()
         return trajs, prepare_decisions(
-            self.tokenizer, trajs, self.max_positions, self.default_temperature
+            self.tokenizer,
+            rank_share(trajs, self.rank, self.world),
+            self.max_positions,
+            self.default_temperature,
         )
 
     def take(self, batch: Any) -> tuple[list, dict | None]:

@@ -18,6 +18,14 @@ restarts at the manifest's offsets.  With ``gate.enabled`` every version after
 the first is written as a candidate (``LATEST`` untouched, no announcement;
 ``evaluation.gate`` promotes it or not), training always continues from the
 trainer's own weights, and a restart resumes from the newest version written.
+
+Several ranks (``trainer.ranks`` / ``dynaweb train --ranks N``, or a launcher's WORLD_SIZE): rank 0
+is the trainer above (``loop``) and sends every decision to the other ranks
+(``models.train.ranks``): what to load at the start, each policy and world-model batch (each rank
+trains its share, ``models.train.shard``; gradients summed over the ranks), each checkpoint (every
+rank saves its engine state, rank 0 alone uploads and announces), the stop.  The other ranks
+(``follow``) read no topic and write nothing to S3.  A lost rank ends every rank with
+``RankLost`` (exit 1), and the group restarts as one component.
 """
 
 from __future__ import annotations
@@ -30,22 +38,24 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from core.bounded import BoundedSet
 from core.config import Config
-from core.process import start_component
 from core.s3 import make_client
 from models import metrics as M
 from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
-from models.checkpoints.writer import CheckpointWriter, save_engine_state
+from models.checkpoints.writer import CheckpointWriter
 from models.component import close_component
 from models.dream.gate import FidelityWindow
 from models.lm.base import state_has_every_weight
 from models.train.engine import current_lr, trainer_engine
 from models.train.prepare import BatchPreparer
+from models.train.rank import TrainerRank
+from models.train.ranks import RankGroup
+from models.train.report import export_policy_stats, export_source_stats
 from streams import records
 from streams.kafka import (
     assignable,
@@ -69,21 +79,31 @@ def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | Non
 
 
 PENDING_BATCHES = 4  # policy batches polled ahead of training (Trainer.poll_into)
+T = TypeVar("T")
 
 
-class Trainer:
+class Trainer(TrainerRank):
     preparer: BatchPreparer | None = None  # builds the next batch ahead (set up with the tokenizer)
 
-    def __init__(self, cfg: Config, stop: threading.Event | None = None):
+    def __init__(
+        self, cfg: Config, stop: threading.Event | None = None, group: RankGroup | None = None
+    ):
         self.cfg = cfg
         self.stop = stop or threading.Event()
         self.run = cfg.run_id
-        self.topics: Topics = ensure_topics(cfg)
+        self.group = group  # several ranks: this rank's place (None: the only rank)
+        self.leader = group is None or group.leader
+        self.rank = str(group.rank if group is not None else 0)  # the per-rank metrics' label
         self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        self.pub = make_publisher(cfg.kafka, client="trainer", run=cfg.run_id)
-        self.writer = CheckpointWriter(
-            self.store, self.pub, self.topics.checkpoints, self.run, self.stop
-        )
+        self.topics: Topics | None = None
+        self.pub: Any = None
+        self.writer: CheckpointWriter | None = None
+        if self.leader:  # the other ranks read no topic and write nothing to S3
+            self.topics = ensure_topics(cfg)
+            self.pub = make_publisher(cfg.kafka, client="trainer", run=cfg.run_id)
+            self.writer = CheckpointWriter(
+                self.store, self.pub, self.topics.checkpoints, self.run, self.stop
+            )
         self.work = Path(tempfile.mkdtemp(prefix="dynaweb-trainer-"))
         self.version = 0
         self.policy_steps = 0
@@ -111,23 +131,25 @@ class Trainer:
     def setup(self) -> None:
         torch.manual_seed(self.cfg.model.seed)
         random.seed(self.cfg.model.seed)
-        lat = self.resume_point("policy")
+        plan = self._start_plan()
+        lat = plan["resume"].get("policy")
         dirs: dict[str, Path] = {}
         manifest = None
         if lat is not None:
             for kind in KINDS:
-                kl = self.resume_point(kind) if kind != "policy" else lat
+                kl = plan["resume"].get(kind)
                 if kl is None:
                     continue
                 dest = self.work / f"resume-{kind}"
                 m = self.store.download(kind, kl["version"], dest, kl["manifest_sha256"])
                 dirs[kind] = dest
-                M.TRAINER_VERSION.labels(self.run, kind).set(kl["version"])  # shown at once
+                if self.leader:
+                    M.TRAINER_VERSION.labels(self.run, kind).set(kl["version"])  # shown at once
                 if kind == "policy":
                     manifest = m
             self.version = lat["version"]
         elif self.cfg.trainer.init_from:
-            dirs = self._init_dirs(self.cfg.trainer.init_from)
+            dirs = self._init_dirs(self.cfg.trainer.init_from, plan["init"])
         wm_dir = dirs.get("world_model") and dirs["world_model"] / "hf"
         if lat is None and self.cfg.trainer.wm_init_from:  # a fresh run: the offline world model
             wm_dir = wm_init_dir(self.cfg.trainer.wm_init_from)
@@ -135,20 +157,27 @@ class Trainer:
         models = build_models(self.cfg, dirs.get("policy") and dirs["policy"] / "hf", wm_dir)
         self.policy_model, self.tokenizer = models["policy"]
         self.preparer = BatchPreparer(
-            self.tokenizer, self.cfg.model.max_positions, self.cfg.trainer.policy_temperature
+            self.tokenizer,
+            self.cfg.model.max_positions,
+            self.cfg.trainer.policy_temperature,
+            *((self.group.rank, self.group.world) if self.group is not None else ()),
         )
         self.wm_model, self.wm_tokenizer = models["world_model"]
         tc = self.cfg.trainer
-        self.p_engine = trainer_engine(
-            self.policy_model, tc, "policy"
-        )  # lr schedule: restored by load_checkpoint
-        self.w_engine = trainer_engine(self.wm_model, tc, "world_model")
+        # lr schedule: restored by load_checkpoint; several ranks: the engine broadcasts rank 0's
+        # weights at its start (a collective, as are the checkpoint saves below)
+        self.p_engine = self._collective(lambda: trainer_engine(self.policy_model, tc, "policy"))
+        self.w_engine = self._collective(lambda: trainer_engine(self.wm_model, tc, "world_model"))
         if manifest is not None:
             for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
                 state = dirs.get(kind, Path("/nonexistent")) / "state"
                 if state.exists():
                     strict = state_has_every_weight(dirs[kind] / "hf", engine.module)
-                    engine.load_checkpoint(str(state), tag="ds", load_module_strict=strict)
+                    self._collective(
+                        lambda e=engine, st=state, s=strict: e.load_checkpoint(
+                            str(st), tag="ds", load_module_strict=s
+                        )
+                    )
             extra = manifest.get("extra", {})
             self.policy_steps = int(extra.get("policy_steps", 0))
             self.wm_steps = int(extra.get("wm_steps", 0))
@@ -170,16 +199,36 @@ class Trainer:
                 self.policy_steps,
                 self.offsets,
             )
-        else:
-            self.checkpoint()  # version 0 before the first step
-        self._open_consumer()
+        elif self.leader:  # version 0 before the first step (the other ranks save in ``follow``)
+            self.checkpoint()
+        if self.leader:
+            self._open_consumer()
 
-    def _init_dirs(self, spec: str) -> dict[str, Path]:
-        """Download another run's checkpoint (``RUN`` = its LATEST, or ``RUN:VERSION``) as the
-        initial weights of this fresh run; the optimizer starts fresh, versions start at 0."""
+    def _start_plan(self) -> dict:
+        """What this start loads: per kind the version to resume (``resume_point``; none: a fresh
+        run) and for a fresh run with ``trainer.init_from`` the other run's versions.  Rank 0
+        decides and sends it; the other ranks load the same."""
+        if not self.leader:
+            cmd = self.group.receive()
+            assert cmd[0] == "plan", cmd[0]
+            return cmd[1]
+        resume: dict = {"policy": self.resume_point("policy")}
+        if resume["policy"] is not None:
+            resume.update({k: self.resume_point(k) for k in KINDS if k != "policy"})
+        init = {}
+        if resume["policy"] is None and self.cfg.trainer.init_from:
+            init = self._init_entries(self.cfg.trainer.init_from)
+        plan = {"resume": resume, "init": init}
+        if self.group is not None:
+            self.group.send(("plan", plan))
+        return plan
+
+    def _init_entries(self, spec: str) -> dict[str, dict]:
+        """The versions of another run (``RUN`` = its LATEST, or ``RUN:VERSION``) a fresh run
+        starts from, by kind."""
         src_run, _, ver = spec.partition(":")
         src = CheckpointStore(self.store.client, self.cfg.s3.bucket, src_run)
-        dirs: dict[str, Path] = {}
+        entries: dict[str, dict] = {}
         for kind in KINDS:
             if ver:
                 entry = {"version": int(ver), "manifest_sha256": None}
@@ -191,6 +240,17 @@ class Trainer:
                         f"trainer.init_from={spec!r}: run {src_run!r} has no policy checkpoint"
                     )
                 continue
+            entries[kind] = entry
+        return entries
+
+    def _init_dirs(self, spec: str, entries: dict[str, dict] | None = None) -> dict[str, Path]:
+        """Download another run's checkpoint (``RUN`` = its LATEST, or ``RUN:VERSION``; ``entries``:
+        the versions ``_init_entries`` chose) as the initial weights of this fresh run; the
+        optimizer starts fresh, versions start at 0."""
+        src_run, _, _ = spec.partition(":")
+        src = CheckpointStore(self.store.client, self.cfg.s3.bucket, src_run)
+        dirs: dict[str, Path] = {}
+        for kind, entry in (self._init_entries(spec) if entries is None else entries).items():
             dest = self.work / f"init-{kind}"
             src.download(kind, int(entry["version"]), dest, entry.get("manifest_sha256"))
             dirs[kind] = dest
@@ -223,8 +283,26 @@ class Trainer:
     # --- checkpoints --------------------------------------------------------------
     def checkpoint(self) -> None:
         """Write both models as ``self.version`` (upload and announcement retried through S3 and
-        broker outages: ``models.checkpoints.writer``)."""
+        broker outages: ``models.checkpoints.writer``).  Several ranks: every rank saves its engine
+        state into rank 0's directories (``save_states``; the ranks' optimizer shards under ZeRO
+        1-3), then rank 0 alone uploads and announces."""
         t0 = time.time()
+        models = (
+            ("policy", self.p_engine, self.tokenizer),
+            ("world_model", self.w_engine, self.wm_tokenizer),
+        )
+        dirs = {}
+        for kind, engine, tok in models:
+            d = self.work / f"ckpt-{kind}-{self.version}"
+            if d.exists():
+                shutil.rmtree(d)
+            (d / "hf").mkdir(parents=True)
+            engine.module.save_pretrained(str(d / "hf"))
+            tok.save_pretrained(str(d / "hf"))
+            dirs[kind] = str(d / "state")
+        if self.group is not None:
+            self.group.send(("checkpoint", self.version, dirs))
+        self.save_states(dirs)
         cfg_dict = self.cfg.to_dict()
         extra = {
             "policy_steps": self.policy_steps,
@@ -232,20 +310,13 @@ class Trainer:
             "batches_consumed": self.batches_consumed,
             "consumed_by_worker": dict(self.consumed_by_worker),
             "wm_gate": self.fidelity_window.summary(),  # models/dream/gate.py
+            "ranks": 1 if self.group is None else self.group.world,  # who trained it
         }
         gated = self.cfg.gate.enabled
         to_announce = []
-        for kind, engine, tok in (
-            ("policy", self.p_engine, self.tokenizer),
-            ("world_model", self.w_engine, self.wm_tokenizer),
-        ):
-            d = self.work / f"ckpt-{kind}-{self.version}"
-            if d.exists():
-                shutil.rmtree(d)
-            (d / "hf").mkdir(parents=True)
-            engine.module.save_pretrained(str(d / "hf"))
-            tok.save_pretrained(str(d / "hf"))
-            save_engine_state(engine, str(d / "state"))  # without a frozen base
+        assert self.writer is not None
+        for kind, _, _ in models:
+            d = Path(dirs[kind]).parent
             # gated: a candidate (LATEST stays; `dynaweb gate` decides), except the very first version
             publish = not gated or self.writer.latest(kind) is None
             saved = self.writer.upload(
@@ -266,7 +337,7 @@ class Trainer:
         self.writer.flush()
         self.writer.prune(self.cfg.trainer.keep_checkpoints)
         self.last_ckpt_time = time.time()
-        M.TRAINER_PHASE.labels(self.run, "checkpoint").observe(time.time() - t0)
+        M.TRAINER_PHASE.labels(self.run, "checkpoint", self.rank).observe(time.time() - t0)
         log.info(
             "checkpoint v%d written in %.2fs%s",
             self.version,
@@ -337,8 +408,6 @@ class Trainer:
         """Train one polled batch; False when nothing was trained (a skipped record, or a mixed batch whose
         online trajectories were all stale: it is skipped whole, so stale batches cost no optimizer step and
         move no version, and the trainer catches up with a backlog instead of making it staler)."""
-        from models.train.learner import policy_update
-
         batch, topic, partition, next_offset = item
         if batch is None:
             self._advance(topic, partition, next_offset)
@@ -351,23 +420,16 @@ class Trainer:
             self._count_consumed(batch)
             self._advance(topic, partition, next_offset)
             return False
-        self.p_engine.train()
-        loss, stats, gn, t1 = policy_update(
-            self.p_engine, self.tokenizer, trajs, self.cfg.trainer, self.cfg.model, prepared
-        )
-        t2 = time.time()
-        self.policy_steps += 1
+        if self.group is not None:
+            self.group.send(("policy", trajs))
+        loss, stats, gn = self.policy_update(trajs, prepared, t0)
         M.TRAINER_STEPS.labels(self.run, "policy").inc()
         M.TRAINER_BATCH_KIND.labels(self.run, batch.kind).inc()
-        for t in trajs:
-            M.TRAINER_SAMPLES.labels(self.run, "policy", t.source).inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
         M.TRAINER_LR.labels(self.run, "policy").set(current_lr(self.p_engine))
         M.TRAINER_LOSS.labels(self.run, "policy", "total").set(float(loss.detach()))
-        _export_stats(self.run, stats)
+        export_policy_stats(self.run, stats)
         export_source_stats(self.run, stats)
-        M.TRAINER_PHASE.labels(self.run, "policy_forward").observe(t1 - t0)
-        M.TRAINER_PHASE.labels(self.run, "policy_backward_step").observe(t2 - t1)
         self._count_consumed(batch)
         self._advance(topic, partition, next_offset)
         return True
@@ -392,27 +454,17 @@ class Trainer:
         return kept
 
     def wm_step(self) -> None:
-        from models.train.learner import world_model_batch, world_model_update
+        from models.train.learner import world_model_batch
 
         n = self.cfg.trainer.wm_batch
         share = self.cfg.trainer.wm_terminal_share
         batch = world_model_batch(self.wm_fresh, self.wm_buffer, self.wm_terminal, n, share)
         if not batch:
             return
-        t0 = time.time()
-        self.w_engine.train()
-        loss, stats, gn = world_model_update(
-            self.w_engine,
-            self.wm_tokenizer,
-            batch,
-            self.cfg.trainer,
-            self.embedder,
-            self.cfg.dream.max_change_tokens,
-        )
-        self.wm_steps += 1
+        if self.group is not None:
+            self.group.send(("world_model", batch))
+        loss, stats, gn = self.wm_update(batch)
         M.TRAINER_STEPS.labels(self.run, "world_model").inc()
-        for t in batch:
-            M.TRAINER_SAMPLES.labels(self.run, "world_model", t.source).inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "world_model").set(gn)
         M.TRAINER_LR.labels(self.run, "world_model").set(current_lr(self.w_engine))
         for k in ("lm_loss", "infonce", "reward_head_loss", "done_head_loss"):
@@ -421,7 +473,6 @@ class Trainer:
                     float(stats[k])
                 )
         M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
-        M.TRAINER_PHASE.labels(self.run, "world_model_step").observe(time.time() - t0)
 
     def report_fidelity(self) -> None:
         if not self.eval_window:
@@ -497,6 +548,8 @@ class Trainer:
                 self.publish_progress()
                 last_progress = time.time()
             self.pub.check()
+            if self.group is not None:
+                self.group.watch()  # a follower that stopped beating stops the group
             if tc.max_steps and self.policy_steps >= tc.max_steps:
                 log.info("reached max_steps=%d", tc.max_steps)
                 break
@@ -528,73 +581,13 @@ class Trainer:
     def close(self) -> None:
         if self.preparer is not None:
             self.preparer.close()
+        if self.group is not None:
+            self.group.close()
+        if not self.leader:
+            shutil.rmtree(self.work, ignore_errors=True)
+            return
         try:
             if self.batch_consumer is not None:
                 self.batch_consumer.close()
         finally:
             close_component(self.consumer, self.pub, self.work)
-
-
-def export_source_stats(run: str, stats: dict) -> None:
-    """What the policy loss learned from, per source (``models.policy.loss.source_stats``): running totals
-    and the last batch's nonzero-advantage share; trajectories without a group are counted only."""
-    groups = nonzero = 0
-    for src, s in stats.get("by_source", {}).items():
-        M.GSPO_TRAJ.labels(run, src).inc(s["trajectories"])
-        M.GSPO_GROUPS.labels(run, src).inc(s["groups"])
-        M.GSPO_GROUPS_NONZERO.labels(run, src).inc(s["groups_nonzero"])
-        M.GSPO_ADV_ABS.labels(run, src).inc(s["adv_abs_sum"])
-        M.GSPO_CLIPPED.labels(run, src).inc(s["clipped"])
-        M.GSPO_RATIO_SUM.labels(run, src).inc(s["ratio_sum"])
-        if s["groups"]:
-            M.TRAINER_SOURCE_NONZERO.labels(run, src).set(s["groups_nonzero"] / s["groups"])
-        groups += s["groups"]
-        nonzero += s["groups_nonzero"]
-    if groups:
-        M.TRAINER_NONZERO_ADV.labels(run).set(nonzero / groups)
-    for src, n in stats.get("ungrouped", {}).items():
-        M.TRAINER_UNGROUPED.labels(run, src).inc(n)
-
-
-def _export_stats(run: str, stats: dict) -> None:
-    """Map ``models.policy.loss.policy_batch_loss`` stats onto the declared trainer metrics."""
-    for k, v in stats.items():
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            continue
-        if k.startswith("ratio_"):
-            M.TRAINER_RATIO.labels(run, k.removeprefix("ratio_")).set(v)
-        elif k == "clip_frac":
-            M.TRAINER_CLIP_FRAC.labels(run).set(v)
-        elif k == "kl":
-            M.TRAINER_KL.labels(run).set(v)
-        elif k == "nonzero_adv_share":
-            M.TRAINER_NONZERO_ADV.labels(run).set(v)
-        elif k.endswith("_loss"):
-            M.TRAINER_LOSS.labels(run, "policy", k.removesuffix("_loss")).set(v)
-
-
-def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
-    stop = start_component(cfg, "trainer", f"trainer-{cfg.run_id}", stop)
-    M.TRAINER_IDLE.labels(cfg.run_id)  # export 0 before the first idle wait
-    for src in (
-        "real",
-        "dream",
-    ):  # the per-source report exists (at 0) before the first group arrives
-        for m in (
-            M.GSPO_TRAJ,
-            M.GSPO_GROUPS,
-            M.GSPO_GROUPS_NONZERO,
-            M.GSPO_ADV_ABS,
-            M.GSPO_CLIPPED,
-            M.GSPO_RATIO_SUM,
-            M.TRAINER_STALE,
-            M.TRAINER_UNGROUPED,
-        ):
-            m.labels(cfg.run_id, src)
-    tr = Trainer(cfg, stop)
-    try:
-        tr.setup()
-        tr.loop()
-    finally:
-        tr.close()
-    return tr

@@ -14,7 +14,7 @@ With ``backward=True`` a batch larger than ``chunk_rows`` runs in micro-batches
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -194,9 +194,11 @@ def world_model_batch_loss(
     backward: bool = False,
     chunk_rows: int = 8,
     backward_fn: Callable | None = None,
+    select: Collection[int] | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Change-text likelihood + infonce_weight * InfoNCE + wm_head_weight * (reward head CE + done
-    head CE) (see module doc).
+    head CE) (see module doc).  ``select``: the positions in ``transitions`` to train, a trainer
+    rank's share (``_wm_share_loss``); default all.
 
     The heads (``reward_head``: task success, ``done_head``: done, on ``head_input``: the mean
     hidden state over the acted element's page line and the action) are trained from the transition's reward and done whatever the change text is
@@ -233,21 +235,12 @@ def world_model_batch_loss(
         model.mark_heads_trained()
         if "change_head" in targets:
             model.state.change_head_trained = True
+    args = (model, tokenizer, rows, next_trees, n_page, keep if use_nce else [], cfg, embedder)
+    bw = backward_fn or (lambda x: x.backward())
+    if select is not None:
+        return _wm_share_loss(args, chunk_rows, bw if backward else None, targets, head_w, select)
     if backward and len(rows) > max(1, int(chunk_rows)):
-        return _wm_loss_chunked(
-            model,
-            tokenizer,
-            rows,
-            next_trees,
-            n_page,
-            keep if use_nce else [],
-            cfg,
-            embedder,
-            chunk_rows,
-            backward_fn or (lambda x: x.backward()),
-            targets,
-            head_w,
-        )
+        return _wm_loss_chunked(*args, chunk_rows, bw, targets, head_w)
     logits, labels, mask, pooled, last = _wm_forward(
         model, tokenizer, rows, hidden=use_nce, heads=bool(targets)
     )
@@ -279,6 +272,31 @@ def world_model_batch_loss(
     return loss, metrics
 
 
+def _wm_share_loss(
+    args: tuple,
+    chunk_rows: int,
+    backward_fn: Callable | None,
+    targets: dict,
+    head_w: float,
+    select: Collection[int],
+) -> tuple[torch.Tensor, dict]:
+    """The rows ``select`` of a batch (a data-parallel trainer rank's share, ``models.train.shard``)
+    in micro-batches (``_wm_loss_chunked``), weighted as in the whole batch: each row's share of
+    the batch's target tokens, the heads' whole-batch class weights, InfoNCE over every row's
+    pooled vector (the no-grad pass pools them all); the page head's own InfoNCE term goes with the
+    share that holds row 0.  So the shares' losses and gradients add up to the whole batch's.
+    Without ``backward_fn`` the micro-batches' terms come back summed with their graphs (the value
+    to report is ``metrics["loss"]``).  Metrics ``lm_loss``, ``loss``, ``chunks`` and the heads'
+    losses and accuracies are the share's parts, the others the whole batch's."""
+    parts: list[torch.Tensor] = []
+    loss, metrics = _wm_loss_chunked(
+        *args, chunk_rows, backward_fn or parts.append, targets, head_w, select=sorted(select)
+    )
+    if backward_fn is not None or not parts:
+        return loss, metrics
+    return torch.stack(parts).sum(), metrics
+
+
 def _rng_state() -> tuple:
     return torch.get_rng_state(), (
         torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
@@ -304,8 +322,14 @@ def _wm_loss_chunked(
     backward_fn: Callable,
     targets: dict | None = None,
     head_w: float = 0.0,
+    select: list[int] | None = None,
 ) -> tuple[torch.Tensor, dict]:
+    """The micro-batches of ``world_model_batch_loss``; ``select``: train only these rows (the
+    no-grad InfoNCE pass still pools every row; RNG states are replayed only without it)."""
     chunks = wm_chunks(rows, chunk_rows)
+    mine = chunks
+    if select is not None:
+        mine = [[select[k] for k in c] for c in wm_chunks([rows[i] for i in select], chunk_rows)]
     n_tok = sum(len(c) for _, c in rows)
     dev = next(model.parameters()).device
     head = model.page_head if keep else None
@@ -332,8 +356,9 @@ def _wm_loss_chunked(
         metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
     total_lm = 0.0
     head_parts: dict[str, list[float]] = {name: [0.0, 0.0] for name in targets or {}}
-    for c, ch in enumerate(chunks):
-        if states:
+    page_head_term = nce_head is not None and (select is None or 0 in select)
+    for c, ch in enumerate(mine):
+        if states and select is None:
             _set_rng_state(states[c])
         logits, labels, mask, pooled, last = _wm_forward(
             model, tokenizer, [rows[i] for i in ch], hidden=bool(keep), heads=bool(targets)
@@ -346,7 +371,7 @@ def _wm_loss_chunked(
         if sel:
             g = torch.stack([grad_pooled[ch[k]] for k in sel])
             part = part + (pooled[sel] * g).sum()
-        if c == 0 and nce_head is not None:  # the page head's own gradient (its input held fixed)
+        if c == 0 and page_head_term:  # the page head's own gradient (its input held fixed)
             part = (
                 part
                 + cfg.infonce_weight
@@ -359,7 +384,7 @@ def _wm_loss_chunked(
                 head_parts[name][0] += lo
                 head_parts[name][1] += acc
         backward_fn(part)
-    loss = total_lm + (cfg.infonce_weight * metrics["infonce"] if keep else 0.0)
+    loss = total_lm + (cfg.infonce_weight * metrics["infonce"] if page_head_term else 0.0)
     if targets:
         metrics.update(_wm_head_metrics({n: tuple(v) for n, v in head_parts.items()}, targets))
         loss += head_w * sum(v[0] for v in head_parts.values())
@@ -369,6 +394,6 @@ def _wm_loss_chunked(
         target_tokens_mean=n_tok / max(1, len(rows)),
         page_fraction=n_page / max(1, len(rows)),
         loss=loss,
-        chunks=len(chunks),
+        chunks=len(mine),
     )
     return torch.tensor(loss), metrics
