@@ -16,7 +16,8 @@ rank's loss is its share's part of the whole batch's loss (``models.train.shard`
 sums the ranks' gradients once per step (``models.train.ranks.RankGroup.reduce_grads``, passed to
 ``engine_step`` as ``reduce``) however many micro-batches each rank ran, and the gradient norm and
 clipping then see the whole batch's gradient.  ZeRO stages 1-3 reduce (average) in the engine:
-there the learner scales each rank's loss by the world size (``loss_scale``).
+there the learner scales each rank's loss by the world size (``loss_scale``) and the engine
+reduces once after the backward (``engine_step``'s ``coalesce``).
 """
 
 from __future__ import annotations
@@ -207,13 +208,21 @@ def trainer_engine(model: torch.nn.Module, tc: TrainerConfig, kind: str = "polic
 
 
 def engine_step(
-    engine: Any, loss: torch.Tensor | None, reduce: Callable[[torch.nn.Module], None] | None = None
+    engine: Any,
+    loss: torch.Tensor | None,
+    reduce: Callable[[torch.nn.Module], None] | None = None,
+    coalesce: bool = False,
 ) -> float:
     """Backward + step; returns the gradient norm before clipping.  ``loss=None``: the gradients are
     already there (a loss that ran its own micro-batch backwards through ``engine.backward``).
     ``reduce``: sums the ranks' gradients of the module before the norm and the step (several
-    ranks at ZeRO stage 0, ``own_reduce``)."""
-    if loss is not None:
+    ranks at ZeRO stage 0, ``own_reduce``).  ``coalesce`` (several ranks at ZeRO 1-3): the engine
+    reduces the gradients once after the backward, in parameter order, not as each gradient
+    becomes ready (ranks whose shares build different graphs would pair different gradients)."""
+    if loss is not None and coalesce:
+        with engine.coalesce_grad_reduction():
+            engine.backward(loss)
+    elif loss is not None:
         engine.backward(loss)
     if reduce is not None:
         reduce(engine.module)

@@ -48,24 +48,27 @@ def _to_backward(
     engine: Any, loss: torch.Tensor, scale: float, cfg: TrainerConfig, group: RankGroup | None
 ) -> torch.Tensor | None:
     """The (unchunked) loss to back-propagate, scaled.  A rank whose share is empty (a batch with
-    fewer items than ranks) has nothing to back-propagate when the learner sums the gradients;
-    where the engine reduces them it backs up a zero touching every parameter, so the engine's
-    reduction runs on every rank."""
-    if group is None or loss.requires_grad:
+    fewer items than ranks) has nothing to back-propagate when the learner sums the gradients.
+    Where the engine reduces them (ZeRO 1-3), every rank must give it a gradient for the same
+    parameters (its buckets must match the others'), so a zero touching every trainable parameter
+    is added: a parameter no item of the share reached gets a zero gradient."""
+    if group is None or own_reduce(cfg.zero_stage):
+        if not loss.requires_grad:
+            return None if group is not None else loss
         return loss * scale if scale != 1.0 else loss
-    if own_reduce(cfg.zero_stage):
-        return None
     params = [p for p in engine.module.parameters() if p.requires_grad]
-    return sum((p.sum() * 0.0 for p in params), torch.zeros(()))
+    zero = sum((p.sum() * 0.0 for p in params), torch.zeros(()))
+    return zero + (loss * scale if loss.requires_grad else 0.0)
 
 
 def _step(
     engine: Any, loss: torch.Tensor | None, cfg: TrainerConfig, group: RankGroup | None
 ) -> float:
-    reduce = group.reduce_grads if group is not None and own_reduce(cfg.zero_stage) else None
     if group is None:
-        return engine_step(engine, loss, reduce)
-    return group.collective(lambda: engine_step(engine, loss, reduce))
+        return engine_step(engine, loss)
+    if own_reduce(cfg.zero_stage):
+        return group.collective(lambda: engine_step(engine, loss, group.reduce_grads))
+    return group.collective(lambda: engine_step(engine, loss, coalesce=True))
 
 
 def policy_update(
