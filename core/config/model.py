@@ -1,5 +1,5 @@
 """The ``model`` configuration section (``ModelConfig``): the policy's and the world model's
-architecture, tokenizer and optional parts.  Composed into ``core.config.runtime.Config`` like every
+architecture, tokenizer and optional parts.  Composed into ``core.config.Config`` like every
 other section."""
 
 from __future__ import annotations

@@ -291,6 +291,17 @@ def _mfu_figures(p: dict, w: dict) -> dict:
     }
 
 
+def _backbones(pol: Any, wm: Any, tok: Any) -> dict:
+    """The backbones' classes, their sizes and the vocabulary (a GGUF or HF model brings its own)."""
+    return {
+        "backbone": type(pol.lm).__name__,
+        "world_model_backbone": type(wm.lm).__name__,
+        "policy_parameters": sum(p.numel() for p in pol.parameters()),
+        "world_model_parameters": sum(p.numel() for p in wm.parameters()),
+        "vocab": len(tok),
+    }
+
+
 def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | None = None) -> dict:
     from evaluation.bench.collect import MemorySampler
     from evaluation.bench.mfu import FlopMeter, mfu, sgemm_peak
@@ -339,9 +350,7 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | No
     tp = time.perf_counter() - t0
     rss_p = _peak_rss_mib()
     t0 = time.perf_counter()
-    for trajs, _ in batches[
-        1:
-    ]:  # the old objective: the chosen action's tokens only (no optimiser step)
+    for trajs, _ in batches[1:]:  # the old objective: the chosen action's tokens, no step
         _single_action_pass(pol, tok, trajs, cfg)
     t_single = time.perf_counter() - t0
     cand = p_stats[1:]
@@ -360,12 +369,7 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | No
     )
     return {
         **figures,
-        # the backbones' classes, their sizes and vocabularies (a GGUF or HF model brings its own)
-        "backbone": type(pol.lm).__name__,
-        "world_model_backbone": type(wm.lm).__name__,
-        "policy_parameters": sum(p.numel() for p in pol.parameters()),
-        "world_model_parameters": sum(p.numel() for p in wm.parameters()),
-        "vocab": len(tok),
+        **_backbones(pol, wm, tok),
         "policy_tokens_per_s": figures["policy_train_tokens_per_s"],
         "peak_gflops": round(peak["peak_flops"] / 1e9, 3),
         "peak": peak,

@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import ModelConfig, TrainerConfig
+from core.config import ModelConfig, TrainerConfig
 from core.spaces import Observation, parse_action
 from models.lm.prompts import action_ids, policy_prompt_ids
 from models.lm.tokenizer import pad_id

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import TrainerConfig
+from core.config import TrainerConfig
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 

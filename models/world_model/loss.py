@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from core.config.runtime import TrainerConfig
+from core.config import TrainerConfig
 from core.spaces import Observation
 from models.lm.prompts import world_model_prompt_ids
 from models.lm.tokenizer import encode, pad_id

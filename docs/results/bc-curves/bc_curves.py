@@ -10,8 +10,9 @@ right (greedy, the expert's own history fed back) against demonstrations per tas
 
 Demonstrations: ``docs/results/policy-pointer/demos-s40.jsonl.gz``; held-out episodes: the
 world-model study's expert episodes of the same tasks (other seeds), as ``bc_scale.py``.  Run from the
-repository root: ``python docs/results/bc-curves/bc_curves.py [NAME ...]``; one JSON line per
-setting, appended to ``docs/results/bc-curves/curves.jsonl``.
+repository root: ``python docs/results/bc-curves/bc_curves.py [NAME[:N,N...] ...]`` (a policy of
+``POLICIES``, and the demonstrations per task to run: all of ``DEMOS`` when not given); one JSON
+line per setting, appended to ``docs/results/bc-curves/curves.jsonl``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ POLICIES = {  # name -> (ModelConfig fields, learning rate, steps, trajectories 
         60,
         16,
     ),
-    "smollm2-full": (dict(policy_path=GGUF, max_positions=512, instruction_match=False), 5e-5, 30, 4),
+    "smollm2-full": (
+        dict(policy_path=GGUF, max_positions=512, instruction_match=False),
+        5e-5,
+        30,
+        4,
+    ),
     "smollm2-lora": (
         dict(policy_path=GGUF, max_positions=512, instruction_match=False, policy_lora_rank=8),
         5e-4,
@@ -108,8 +114,9 @@ if __name__ == "__main__":
     train_by = episodes(["docs/results/policy-pointer/demos-s40.jsonl.gz"])
     w = "docs/results/world-model"
     test_by = episodes([f"{w}/transitions.jsonl.gz", f"{w}/transitions-checkboxes.jsonl.gz"])
-    for name in names:
-        for n in DEMOS:
+    for arg in names:
+        name, _, ns = arg.partition(":")
+        for n in [int(x) for x in ns.split(",")] if ns else DEMOS:
             row = run(name, n, train_by, test_by)
             print(json.dumps(row), flush=True)
             with open(f"{HERE}/curves.jsonl", "a") as f:
