@@ -71,6 +71,11 @@ class FlopMeter:
         cfg = model.config
         self.model, self.pad = model, pad
         self.weights = linear_weights(model)
+        # the LM head: counted with every token of a whole forward; after a backbone-only forward
+        # (``lm_head=False``) on the rows it is applied to (``LanguageModel.logits_at``)
+        self.head = model.lm.get_output_embeddings()
+        self.head_weights = int(self.head.weight.numel())
+        self._whole = 0  # whole forwards in progress (the head's own call inside is counted there)
         self.layers = int(cfg.num_hidden_layers)
         self.width = int(getattr(cfg, "num_attention_heads", 1)) * int(
             getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -82,22 +87,38 @@ class FlopMeter:
 
     def _hook(self, _mod: Any, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
+        whole = kwargs.get("lm_head", True) is not False
+        self._whole += int(whole)
         if ids is None:
             return
         tokens, pairs = attended_pairs(ids, kwargs.get("attention_mask"), self.pad)
-        fwd = 2.0 * self.weights * tokens + 4.0 * self.width * self.layers * pairs
+        weights = self.weights - (0 if whole else self.head_weights)
+        fwd = 2.0 * weights * tokens + 4.0 * self.width * self.layers * pairs
         self.flops += fwd * (3.0 if torch.is_grad_enabled() else 1.0)
         self.tokens += tokens
         self.forwards += 1
 
+    def _done(self, _mod: Any, _args: tuple, kwargs: dict, _out: Any) -> None:
+        self._whole -= int(kwargs.get("lm_head", True) is not False)
+
+    def _head_hook(self, _mod: Any, args: tuple) -> None:
+        if self._whole or not args:
+            return
+        rows = int(args[0].numel() // args[0].shape[-1])
+        self.flops += 2.0 * self.head_weights * rows * (3.0 if torch.is_grad_enabled() else 1.0)
+
     def __enter__(self) -> FlopMeter:
-        self._h = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        self._h = [
+            self.model.register_forward_pre_hook(self._hook, with_kwargs=True),
+            self.model.register_forward_hook(self._done, with_kwargs=True),
+            self.head.register_forward_pre_hook(self._head_hook),
+        ]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._h is not None:
-            self._h.remove()
-            self._h = None
+        for h in self._h or []:
+            h.remove()
+        self._h = None
 
 
 def model_gemm_shapes(model: Any, rows: int) -> list[tuple[int, int, int]]:

@@ -93,24 +93,25 @@ class LanguageModel(torch.nn.Module):
         self,
         input_ids: torch.Tensor | None = None,
         match_flags: torch.Tensor | None = None,
+        lm_head: bool = True,
         **kwargs: Any,
     ) -> Any:
         """The LM's forward (logits, cache, hidden states as asked in ``kwargs``) on
         ``input_ids``; ``match_flags``: the flags of these ids (same shape), for callers that
-        feed a prompt in pieces."""
+        feed a prompt in pieces; ``lm_head`` False: the backbone without its LM head
+        (``last_hidden_state``, see ``base``)."""
         emb = self._embeds(input_ids, match_flags)
+        run = self.lm if lm_head else self.lm.base_model
         if emb is None:
-            return self.lm(input_ids=input_ids, **kwargs)
-        return self.lm(inputs_embeds=emb, **kwargs)
+            return run(input_ids=input_ids, **kwargs)
+        return run(inputs_embeds=emb, **kwargs)
 
     def base(
         self, input_ids: torch.Tensor, match_flags: torch.Tensor | None = None, **kwargs: Any
     ) -> Any:
-        """The backbone without its LM head (``last_hidden_state``)."""
-        emb = self._embeds(input_ids, match_flags)
-        if emb is None:
-            return self.lm.base_model(input_ids=input_ids, **kwargs)
-        return self.lm.base_model(inputs_embeds=emb, **kwargs)
+        """The backbone without its LM head (``last_hidden_state``): one call of this module, so
+        what hooks the module (``evaluation.bench.mfu.FlopMeter``) sees it."""
+        return self(input_ids, match_flags=match_flags, lm_head=False, **kwargs)
 
     def logits_at(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head on the last-layer states ``hidden`` (..., d) -> (..., vocabulary): the

@@ -75,3 +75,21 @@ def test_peak_is_the_best_measured_gemm_and_mfu_is_the_ratio():
     meter.flops = 1e9
     out = mfu(meter, 2.0, 1e9)
     assert out["model_flops_per_s"] == 5e8 and out["mfu"] == 0.5
+
+
+def test_a_backbone_pass_and_the_head_on_some_rows_count_what_runs():
+    """The learners run the backbone without its LM head and the head on the positions their loss
+    reads (``LanguageModel.logits_at``): the meter counts exactly those matmuls, as torch's counter
+    does (plus the causal triangle it does not see)."""
+    model, tok = _model()
+    T, rows = 40, 7
+    ids = torch.randint(3, 200, (1, T))
+    meter = FlopMeter(model, pad=-1)
+    with torch.no_grad(), meter, FlopCounterMode(display=False) as fc:
+        h = model.base(ids, use_cache=False).last_hidden_state
+        model.logits_at(h[0, :rows])
+    head = model.lm.get_output_embeddings().weight.numel()
+    assert fc.get_total_flops() == 2 * (linear_weights(model) - head) * T + 2 * head * rows
+    width, layers = model.config.hidden_size, model.config.num_hidden_layers
+    assert meter.flops == fc.get_total_flops() + 4 * width * layers * T * (T + 1) // 2
+    assert meter.tokens == T and meter.forwards == 1
