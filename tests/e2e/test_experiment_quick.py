@@ -175,14 +175,20 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
     assert pre["real_transitions"] > 0 and pre["steps"] == QUICK["wm_pretrain_steps"], pre
     from safetensors.torch import load_file
 
-    want = load_file(str(Path(pre["dir"]) / "model.safetensors"))
+    def weights(d: Path) -> dict:  # the backbone's file and the model's own parts
+        return {
+            **load_file(str(d / "model.safetensors")),
+            **load_file(str(d / "parts.safetensors")),
+        }
+
+    want = weights(Path(pre["dir"]))
     for arm in ("dynaweb", "dynaweb_dream_only"):
         a, c = summary["arms"][arm], cells[arm]
         assert c["offline_real_steps"] == a["real_steps_offline"] == pre["real_transitions"], a
         assert a["real_steps"] == round(a["real_steps_online"] + pre["real_transitions"], 1), a
         v0 = tmp_path / f"wm0-{arm}"
         CheckpointStore(client, run_cfg.s3.bucket, c["run_id"]).download("world_model", 0, v0)
-        got = load_file(str(v0 / "hf" / "model.safetensors"))
+        got = weights(v0 / "hf")
         for k in ("transformer.wte.weight", "change_head.weight", "reward_head.weight"):
             assert (got[k] == want[k]).all(), (arm, k)
     for arm in ("imitation", "imitation_matched", "real_only"):
