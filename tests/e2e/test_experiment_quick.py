@@ -200,9 +200,13 @@ def test_quick_experiment_writes_every_artifact(run_cfg: Config, tmp_path: Path)
 
     # once a seed is done its runs keep only their final checkpoints (here called by hand: the run
     # above kept them all), on the real S3 store
+    from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
     from evaluation.studies.sample_efficiency.study import SampleEfficiency
 
-    study = SampleEfficiency(run_cfg, out, quick=True, start_stack=False, echo=False)
+    study_cfg = SampleEfficiencyConfig(
+        **vars(run_cfg)
+    )  # the runtime config and the study's section
+    study = SampleEfficiency(study_cfg, out, quick=True, start_stack=False, echo=False)
     assert study.release_checkpoints(0) > 0
     for arm, c in cells.items():
         store = CheckpointStore(client, run_cfg.s3.bucket, c["run_id"])
