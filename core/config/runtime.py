@@ -37,24 +37,6 @@ from core.config.sections import (
     UpConfig,
 )
 
-__all__ = [
-    "SECRETS",
-    "CollectorConfig",
-    "Config",
-    "DreamConfig",
-    "GateConfig",
-    "KafkaConfig",
-    "ModelConfig",
-    "S3Config",
-    "StackConfig",
-    "StreamConfig",
-    "TrainerConfig",
-    "UpConfig",
-    "apply_overrides",
-    "describe",
-    "load_config",
-]
-
 SECRETS = (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password"))
 
 

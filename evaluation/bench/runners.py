@@ -5,6 +5,7 @@ other way round (every row's text first, the change head's pick after)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -15,19 +16,8 @@ class FixedLengthRunner(WorldModelRunner):
     """Every row generates ``max_change_tokens`` tokens, eos ignored (a fresh or a trained world
     model then costs the same per step: ``dynaweb bench dream``)."""
 
-    def _tokens(
-        self,
-        prompts: list[list[int]],
-        new: int,
-        sample: bool,
-        temperature: float,
-        return_hidden: bool,
-        abort: Callable[[], bool] | None,
-        ignore_eos: bool = False,
-    ) -> tuple[list[list[int]], torch.Tensor | None]:
-        return super()._tokens(
-            prompts, new, sample, temperature, return_hidden, abort, ignore_eos=True
-        )
+    def _tokens(self, *args: Any, **kwargs: Any) -> tuple[list[list[int]], torch.Tensor | None]:
+        return super()._tokens(*args, **{**kwargs, "ignore_eos": True})
 
     @staticmethod
     def _until_eos(row: list[int], eos: int) -> list[int]:

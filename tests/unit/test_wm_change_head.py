@@ -15,6 +15,7 @@ from models.world_model.model import load_world_model, make_world_model
 from models.world_model.proposals import KINDS, OTHER, change_label, choose, proposals
 from models.world_model.runner import WorldModelRunner
 from streams.records import Transition
+from tests.factories import wm_transition
 
 PAGE = Observation(
     "Tick a, type hi, pick B.",
@@ -69,21 +70,7 @@ def test_choose_picks_the_best_kind_the_row_offers_or_other():
 
 
 def _tr(act: str, nxt: str, i: int) -> Transition:
-    return Transition(
-        run_id="r",
-        episode_id=f"e{i}",
-        step=0,
-        task="t",
-        seed=0,
-        source="real",
-        policy_version=0,
-        world_model_version=0,
-        obs=PAGE.to_dict(),
-        action=act,
-        next_obs={**PAGE.to_dict(), "tree": nxt},
-        reward=0.0,
-        done=False,
-    )
+    return wm_transition(PAGE, act, dataclasses.replace(PAGE, tree=nxt), 0.0, False, i)
 
 
 ACTS = ["click(1)", 'type(2, "a long typed string")', 'select(3, "B")', 'scroll("down")']
