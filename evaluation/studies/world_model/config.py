@@ -51,7 +51,24 @@ class WorldModelStudyConfig:
     max_steps: int = _f(8, "Step limit per episode (random episodes mostly run out of them).", ge=1)
     contexts: int = _f(2, "Browser contexts of the collection.", ge=1)
     heldout_fraction: float = _f(
-        0.2, "Share of episodes held out for evaluation (per episode).", gt=0, lt=1
+        0.2,
+        "Share held out for evaluation: of the (task, seed) pairs (split task_seed), or of the "
+        "episodes (split episode).",
+        gt=0,
+        lt=1,
+    )
+    split: Literal["task_seed", "episode"] = _f(
+        "task_seed",
+        "How the held-out set is chosen (evaluation/studies/world_model/split.py): task_seed holds "
+        "out whole (task, seed) pairs (every episode of a held-out seed, also those of the "
+        "--train-data files) and then removes the held-out transitions whose exact world-model "
+        "input occurs in training; episode is the earlier per-episode rule, under which episodes "
+        "of one seed land on both sides (kept to reproduce the earlier figures).",
+    )
+    heldout_tasks: list[str] = _f(
+        [],
+        "Tasks that never enter training (--data and --train-data alike): their transitions are "
+        "scored separately, as the result's unseen_tasks figures, beside the seen tasks' ones.",
     )
     seed_start: int = _f(
         0, "First collection seed (training seeds of the run's collector range).", ge=0
@@ -122,6 +139,8 @@ class WorldModelStudyConfig:
         out = []
         if not self.tasks:
             out.append(("tasks", "no task to collect and evaluate on"))
+        if self.tasks and set(self.tasks) <= set(self.heldout_tasks):
+            out.append(("heldout_tasks", "every task is held out: nothing left to train on"))
         if self.heads >= 1 and self.d_model % self.heads:
             out.append(("d_model", f"{self.d_model} is not a multiple of heads {self.heads}"))
         return out

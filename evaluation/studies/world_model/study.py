@@ -55,20 +55,13 @@ from evaluation.studies.world_model.config import (
     resolve_study,
 )
 from evaluation.studies.world_model.sampling import batches, lr_at, terminal_indices
+from evaluation.studies.world_model.split import split_by_episode, split_sides, train_only
+
+__all__ = ["split_by_episode", "train_only"]  # re-exported: the split lives in split.py
 
 METRICS = ("exact_match", "change_f1", "reward_bal_acc", "done_bal_acc")
 
 # --- pure helpers ------------------------------------------------------------------
-
-
-def split_by_episode(transitions: list, fraction: float) -> tuple[list, list]:
-    """(train, held-out) with the stream worker's per-episode rule: no episode on both sides."""
-    from streams.records import heldout
-
-    train, held = [], []
-    for t in transitions:
-        (held if heldout(t.episode_id, fraction) else train).append(t)
-    return train, held
 
 
 def episode_outcomes(transitions: list) -> dict[str, bool]:
@@ -345,26 +338,6 @@ def load_or_collect(
     return trans, counts
 
 
-def train_only(files: list | None, trans: list, log: Any = print) -> list:
-    """The transitions of ``files`` (``--train-data``), for training only; an episode also in
-    ``trans`` (the split data) or in two of them is an error: it would leak into the held-out
-    side or count twice."""
-    from evaluation.eval.sources import read_jsonl
-
-    out: list = []
-    seen = {t.episode_id for t in trans}
-    for f in files or []:
-        part = [t for t in read_jsonl(f) if t.source != "dream"]
-        eps = {t.episode_id for t in part}
-        if eps & seen:
-            raise ValueError(f"--train-data {f}: {len(eps & seen)} episode(s) already in the data")
-        seen |= eps
-        out += part
-    if out:
-        log(f"training only: {len(out)} transitions from {len(files or [])} file(s)")
-    return out
-
-
 def failed_episode_share(transitions: list) -> float:
     """Share of episodes that did not succeed (failed, or ran out of steps)."""
     ok = episode_outcomes(transitions)
@@ -415,21 +388,29 @@ def data_summary(trans: list, train: list, held: list, counts: dict) -> dict:
 def split_data(
     trans: list, x: WorldModelStudyConfig, counts: dict, train_data: list | None, log: Any
 ):
-    """(training side, held-out side, the result's ``data``): the episode split of ``trans``
-    (dreams dropped), plus ``train_data``'s transitions on the training side."""
+    """(training side, held-out side, unseen tasks' side, the result's ``data``): the split
+    ``wm_study.split`` of ``trans`` (dreams dropped) with ``train_data``'s transitions on the
+    training side (``evaluation.studies.world_model.split.split_sides``)."""
     trans = [t for t in trans if t.source != "dream"]
-    train, held = split_by_episode(trans, x.heldout_fraction)
     extra = train_only(train_data, trans, log)
-    train += extra
+    sides = split_sides(trans, extra, x.split, x.heldout_fraction, x.heldout_tasks)
+    train, held, unseen = sides["train"], sides["held"], sides["unseen"]
     if not train or not held:
         raise ValueError(
-            f"the episode split left {len(train)} training and {len(held)} held-out transitions; "
-            "collect more episodes or change the held-out fraction"
+            f"the {x.split} split left {len(train)} training and {len(held)} held-out "
+            "transitions; collect more episodes or change the held-out fraction"
         )
     stats = data_summary(trans + extra, train, held, counts)
+    stats["wm_split"] = x.split
+    stats["leak_before_dedup"] = sides["leak"]
+    stats.update(sides["counts"])
+    if unseen:
+        stats["unseen_tasks"] = sorted({t.task for t in unseen})
+        stats["unseen_transitions"] = len(unseen)
+        stats["unseen_episodes"] = len({t.episode_id for t in unseen})
     if train_data:
         stats["train_only"] = {"files": list(train_data), "transitions": len(extra)}
-    return train, held, stats
+    return train, held, unseen, stats
 
 
 def run_experiment(
@@ -440,9 +421,10 @@ def run_experiment(
     log: Any = print,
     train_data: list | None = None,
 ) -> dict:
-    """Collect (or read ``data``), split by episode, train, evaluate on the held-out episodes.
-    ``train_data``: files whose transitions all go to training (``--train-data``), beside the
-    training side of the split; the held-out set is unchanged by them."""
+    """Collect (or read ``data``), split (``wm_study.split``), train, evaluate on the held-out
+    transitions (and on the unseen tasks, ``wm_study.heldout_tasks``).  ``train_data``: files
+    whose transitions go to training only (``--train-data``), beside the training side of the
+    split; those of held-out (task, seed) pairs and unseen tasks are dropped."""
     from evaluation.eval.world_model import eval_world_model
 
     out.mkdir(parents=True, exist_ok=True)
@@ -452,13 +434,16 @@ def run_experiment(
     path = out / "transitions.jsonl"
     trans, counts = load_or_collect(cfg, x, path, data, log)
     t_collect = time.time() - t0
-    train, held, data_stats = split_data(trans, x, counts, train_data, log)
+    train, held, unseen, data_stats = split_data(trans, x, counts, train_data, log)
     write_jsonl(out / "heldout.jsonl", held)  # the held-out set, to commit beside the result
+    if unseen:
+        write_jsonl(out / "heldout-unseen-tasks.jsonl", unseen)
     log(
         f"data: {data_stats['train_transitions']} training transitions ({data_stats['train_episodes']} episodes, "
         f"{data_stats['train_failed_share']:.0%} from failed/unfinished episodes; "
         f"{data_stats['train_failed_episode_share']:.0%} of the episodes failed), "
-        f"{data_stats['heldout_transitions']} held out ({data_stats['heldout_episodes']} episodes)"
+        f"{data_stats['heldout_transitions']} held out ({data_stats['heldout_episodes']} episodes, "
+        f"split {x.split}), {len(unseen)} of unseen tasks"
     )
     embedder = None
     if x.infonce_weight > 0:
@@ -477,39 +462,33 @@ def run_experiment(
     t0 = time.time()
     evs = {}
     for dec in dict.fromkeys([x.decode, "rerank", "greedy"]):
-        log(f"evaluating on the held-out episodes ({dec} decoding)")
+        log(f"evaluating on the held-out transitions ({dec} decoding)")
         evs[dec] = eval_world_model(
             ecfg, str(out / "world_model"), str(out / "heldout.jsonl"), "all", decode=dec
         )
+    unseen_res = None
+    if unseen:
+        log(f"evaluating on the unseen tasks {data_stats['unseen_tasks']} ({x.decode} decoding)")
+        unseen_res = eval_figures(
+            eval_world_model(
+                ecfg,
+                str(out / "world_model"),
+                str(out / "heldout-unseen-tasks.jsonl"),
+                "all",
+                decode=x.decode,
+            )
+        )
     t_eval = time.time() - t0
-    ev = evs[x.decode]
-
-    def figs(e: dict) -> dict:
-        return {
-            **{k: round(float(e[k]), 4) for k in METRICS},
-            "ok_rate": round(float(e["ok_rate"]), 4),
-        }
-
-    model = figs(ev)
-    base = {k: round(float(ev["baseline_" + k]), 4) for k in METRICS}
-    b = beats(model, base)
     res = {
         "experiment": "world-model",
         "quick": x.quick,
         "out": str(out),
         "decode": x.decode,
-        "model": model,
-        "baseline": base,
-        "beats_baseline": b,
-        "beats_baseline_all": all(b.values()),
-        "model_by_decode": {d: figs(e) for d, e in evs.items()},
-        "stage1": ev.get("stage1"),
+        "wm_split": x.split,
+        **eval_figures(evs[x.decode]),
+        "model_by_decode": {d: _figs(e) for d, e in evs.items()},
         "stage1_by_decode": {d: e.get("stage1") for d, e in evs.items()},
-        "targets_met": bool(
-            ev.get("stage1") and all(r["met"] for r in ev["stage1"]["targets"].values())
-        ),
-        "n_eval": int(ev["n"]),
-        "eval_episodes": int(ev["episodes"]),
+        "unseen_tasks": unseen_res,
         "data": data_stats,
         "train": {k: v for k, v in tr.items() if k != "history"},
         "world_model": f"{x.layers}x{x.d_model}, {x.max_positions} positions, {tr['parameters']:,} parameters",
@@ -529,6 +508,29 @@ def run_experiment(
     return res
 
 
+def _figs(e: dict) -> dict:
+    return {**{k: round(float(e[k]), 4) for k in METRICS}, "ok_rate": round(float(e["ok_rate"]), 4)}
+
+
+def eval_figures(ev: dict) -> dict:
+    """The result's figures of one ``eval_world_model`` answer: the model's and the baseline's,
+    which the model beats, the stage-1 figures and whether every target is met, the sizes."""
+    model = _figs(ev)
+    base = {k: round(float(ev["baseline_" + k]), 4) for k in METRICS}
+    b = beats(model, base)
+    st = ev.get("stage1")
+    return {
+        "model": model,
+        "baseline": base,
+        "beats_baseline": b,
+        "beats_baseline_all": all(b.values()),
+        "stage1": st,
+        "targets_met": bool(st and all(r["met"] for r in st["targets"].values())),
+        "n_eval": int(ev["n"]),
+        "eval_episodes": int(ev["episodes"]),
+    }
+
+
 def format_result(res: dict) -> str:
     d = res["data"]
     lines = [
@@ -536,7 +538,8 @@ def format_result(res: dict) -> str:
         f"{res.get('decode', 'greedy')} decoding",
         f"trained {res['train']['steps']} steps ({res['train']['epochs']} epochs) on {d['train_transitions']} transitions "
         f"of {d['train_episodes']} episodes ({d['train_failed_share']:.0%} from failed/unfinished episodes)",
-        f"held out by episode: {res['n_eval']} transitions of {res['eval_episodes']} episodes",
+        f"held out (split {res.get('wm_split', 'episode')}): {res['n_eval']} transitions of "
+        f"{res['eval_episodes']} episodes",
         f"{'metric':16s} {'model':>8s} {'nothing-changes':>16s}  beats",
     ]
     for k in METRICS:
@@ -563,6 +566,13 @@ def format_result(res: dict) -> str:
             f"episodes dreamed open-loop; real-transition budget {d.get('real_transitions_budget')}"
         )
         lines += format_targets(st["targets"])
+    u = res.get("unseen_tasks")
+    if u:
+        lines.append(
+            f"unseen tasks {', '.join(d.get('unseen_tasks', []))}: {u['n_eval']} transitions, "
+            + ", ".join(f"{k} {u['model'][k]:.3f} / {u['baseline'][k]:.3f}" for k in METRICS)
+            + f", targets met {u['targets_met']}"
+        )
     lines.append(f"recompute the figures: {res['eval_command']}")
     return "\n".join(lines)
 
