@@ -502,3 +502,23 @@ def save_legacy(model, tokenizer, path, drop: tuple[str, ...] = ()) -> None:
             setattr(lm.config, old, state[new])
     lm.save_pretrained(path)
     tokenizer.save_pretrained(path)
+
+
+def git_checkout(root, statement: str = "docs/statement.md"):
+    """A git checkout under ``root`` with one committed file and a committed statement (the
+    study's pre-registration runs against it); returns its path."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+    root.mkdir(parents=True, exist_ok=True)
+    git("init", "-q")
+    git("config", "user.email", "study@example.invalid")
+    git("config", "user.name", "study")
+    (root / "code.py").write_text("x = 1\n")
+    (root / statement).parent.mkdir(parents=True, exist_ok=True)
+    (root / statement).write_text("# Statement\narms, tasks, seeds, contrast, effect, power\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "statement")
+    return root

@@ -326,7 +326,17 @@ def test_markdown_per_task_and_diagnostics_sections():
     assert meta["per_task"]["dynaweb"] == {"miniwob/a": 0.5}
     agg = aggregate(rows_from_cells(cells))
     md = markdown(agg, headline(agg), meta)
-    assert "| dynaweb | 50.0% |" in md and "topic_dream_success 0.0" in md
+    assert "| dynaweb | 50.0% | 50.0% |" in md and "topic_dream_success 0.0" in md
+    for c in cells:  # click-link apart: first, and out of the others' mean
+        c["points"][-1]["per_task"] = {
+            "miniwob/click-link": 0.9,
+            "miniwob/a": 0.2,
+            "miniwob/b": 0.4,
+        }
+    meta = {"per_task": _per_task(cells), "apart_tasks": ["miniwob/click-link"]}
+    md = markdown(agg, headline(agg), meta)
+    assert "| arm | click-link | a | b | mean of the others |" in md
+    assert "| dynaweb | 90.0% | 20.0% | 40.0% | 30.0% |" in md
 
 
 # --- the matched imitation control -----------------------------------------------------------------
@@ -751,8 +761,11 @@ def test_a_study_extended_by_seeds_or_arms_keeps_its_id_and_its_cells(tmp_path):
     import json
 
     from evaluation.studies.sample_efficiency.study import SampleEfficiency
+    from tests.factories import git_checkout
 
+    repo = git_checkout(tmp_path / "repo")  # a full study runs from a checkout with a statement
     cfg = SampleEfficiencyConfig()
+    cfg.experiment.statement = "docs/statement.md"
     ex = resolve_experiment(cfg, False)
     cfg.experiment.seeds = [0, 1, 2, 3, 4]
     cfg.experiment.arms = ["imitation", "imitation_matched", "real_only"]
@@ -763,13 +776,16 @@ def test_a_study_extended_by_seeds_or_arms_keeps_its_id_and_its_cells(tmp_path):
            "wall_s_total": 100.0}  # fmt: skip
     (out / "experiment.json").write_text(json.dumps(old))
     se = SampleEfficiency(cfg, out, start_stack=False, echo=False)
+    se.repo = repo
     se._check_out()
     meta = json.loads((out / "experiment.json").read_text())
     assert meta["experiment_id"] == se.id and meta["former_experiment_id"] == "seOLD"
     assert meta["config"]["seeds"] == [0, 1, 2, 3, 4] and meta["wall_s_total"] == 100.0
     cfg.experiment.online_policy_steps = 40  # a cell setting: another experiment
+    se = SampleEfficiency(cfg, out, start_stack=False, echo=False)
+    se.repo = repo
     with pytest.raises(ValueError, match="another configuration"):
-        SampleEfficiency(cfg, out, start_stack=False, echo=False)._check_out()
+        se._check_out()
 
 
 def test_two_live_groups_per_step_keep_the_matched_expert_samples():

@@ -67,7 +67,14 @@ def bc_temperature(ex: ExperimentConfig) -> float:
 
 # which cells a study runs, and how long one may take: not the configuration of any cell, so a
 # study extended by more training seeds or arms stays the same experiment (its cells are kept)
-NOT_CELL_SETTINGS = ("cell_timeout_s", "seeds", "arms", "keep_checkpoints")
+NOT_CELL_SETTINGS = (
+    "cell_timeout_s",
+    "seeds",
+    "arms",
+    "keep_checkpoints",
+    "statement",
+    "apart_tasks",
+)
 
 
 def cell_settings(ex: ExperimentConfig | dict) -> dict:
@@ -86,6 +93,10 @@ def cell_settings(ex: ExperimentConfig | dict) -> dict:
         d.pop("policy_pointer", None)
     if not d.get("policy_lr"):  # the trainer's: the same id as before the setting existed
         d.pop("policy_lr", None)
+    if not d.get("corpus_tasks"):  # the corpus's transitions of `tasks`: as before
+        d.pop("corpus_tasks", None)
+    if d.get("instruction_match", True):  # on: what every study before the switch ran
+        d.pop("instruction_match", None)
     return json.loads(json.dumps(d))
 
 
@@ -120,6 +131,7 @@ def cell_config(
     c.model.seed = int(seed)
     c.model.policy_match_feature = bool(ex.policy_match_feature)
     c.model.policy_pointer = bool(ex.policy_pointer)
+    c.model.instruction_match = bool(ex.instruction_match)
     if ex.policy_lr:
         c.trainer.lr = float(ex.policy_lr)
     cc = c.collector

@@ -312,6 +312,7 @@ def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> 
             "ci95": [_r(last["ci_low"], 4), _r(last["ci_high"], 4)],
             "real_steps": _r(last["real_steps"] + off, 1),  # every real step (the headline)
             "real_steps_online": _r(last["real_steps"], 1),
+            "online_real_steps": _r(last["real_steps"], 1),  # (the imagination study's name)
             "real_steps_offline": _r(off, 1),
             "policy_steps": _r(last.get("policy_steps"), 1),
             "nonzero_adv_share": nonzero_adv_share(gspo),
@@ -532,16 +533,23 @@ def _md_per_task(meta: dict) -> list[str]:
     per_task = meta.get("per_task") or {}
     if not per_task:
         return []
-    tasks = sorted({t for d in per_task.values() for t in d})
+    apart = [t for t in meta.get("apart_tasks") or [] if any(t in d for d in per_task.values())]
+    tasks = apart + sorted({t for d in per_task.values() for t in d} - set(apart))
     lines = [
         "",
         "## Final success per task (mean over seeds)",
         "",
-        "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " |",
-        "|---|" + "---|" * len(tasks),
+        "| arm | " + " | ".join(t.split("/")[-1] for t in tasks) + " | mean of the others |",
+        "|---|" + "---|" * (len(tasks) + 1),
     ]
     for arm, d in per_task.items():
-        lines.append(f"| {arm} | " + " | ".join(_pct(d.get(t)) for t in tasks) + " |")
+        rest = [d[t] for t in tasks if t not in apart and d.get(t) is not None]
+        others = sum(rest) / len(rest) if rest else None
+        cells = " | ".join(_pct(d.get(t)) for t in tasks)
+        lines.append(f"| {arm} | {cells} | {_pct(others)} |")
+    if apart:
+        names = ", ".join(t.split("/")[-1] for t in apart)
+        lines.append(f"\n({names} first; the last column is the mean of the other tasks.)")
     return lines
 
 

@@ -78,9 +78,14 @@ from evaluation.studies.sample_efficiency.config import (
     expert_samples_per_step,
 )
 from evaluation.studies.sample_efficiency.diagnostics import diag_by_arm, per_task
+from evaluation.studies.sample_efficiency.protocol import REPO as PROTOCOL_REPO
+from evaluation.studies.sample_efficiency.protocol import protocol, tasks_apart
 from evaluation.studies.sample_efficiency.report import ARMS, DREAM_ARMS, ONLINE_ARMS, write_all
 
 log = logging.getLogger(__name__)
+# how the world model's fidelity is held out: the probe scores real transitions of seeds the
+# arm never collected, and the corpus is of other tasks (experiment.corpus_tasks)
+WM_SPLIT = "task_seed"
 
 
 class SampleEfficiency:
@@ -110,6 +115,8 @@ class SampleEfficiency:
 
         self._stop = threading.Event()
         self.wm_pre: dict | None = None  # the DynaWeb arms' pretrained world model (wm_corpus)
+        self.prereg: dict | None = None  # the commit and statement (protocol.preregistration)
+        self.repo = PROTOCOL_REPO  # the checkout whose commit the study records
 
     def say(self, msg: str) -> None:
         if self.echo:
@@ -129,8 +136,11 @@ class SampleEfficiency:
             "config": dataclasses.asdict(self.ex),
         }
         f = self._meta_file()
-        if f.exists():
-            old = json.loads(f.read_text())
+        old = json.loads(f.read_text()) if f.exists() else None
+        self.prereg = self._preregistration(old)
+        meta["preregistration"] = self.prereg
+        meta["statement_commit"] = (self.prereg or {}).get("statement_commit")
+        if old is not None:
             # (an id from before seeds and arms left the hash: the same cells if the rest agrees)
             if old.get("experiment_id") != self.id and (
                 cell_settings(old.get("config") or {}) != cell_settings(self.ex)
@@ -144,6 +154,31 @@ class SampleEfficiency:
                 old["former_experiment_id"] = old.get("experiment_id")
             meta = {**old, **meta}  # more seeds or arms: the same cells, the study's list grows
         f.write_text(json.dumps(meta, indent=1))
+
+    def _preregistration(self, old: dict | None) -> dict | None:
+        """A full study: the checkout is clean, the statement committed, and a resumed study
+        runs the code it started with (``protocol``); the record kept in ``experiment.json``
+        (the first run's, with every commit a sitting ran from in ``commits``).  ``--quick``
+        records the commit when there is one and checks nothing."""
+        from evaluation.studies.sample_efficiency import protocol as p
+
+        if self.quick:
+            try:
+                return {"commit": p.git(self.repo, "rev-parse", "HEAD"), "checked": False}
+            except p.PreregistrationError:
+                return None
+        now = p.preregistration(self.ex.statement, self.out, self.repo)
+        first = (old or {}).get("preregistration") or {}
+        if first.get("checked", True) and first.get("commit"):
+            p.check_resume(first, now, self.out, self.repo)
+        rec = {**now, **first} if first.get("commit") else dict(now)
+        rec["checked"] = True
+        rec["commits"] = list(dict.fromkeys([*first.get("commits", []), now["commit"]]))
+        self.say(
+            f"stated in {rec['statement']} at {rec['statement_commit'][:10]}; running from "
+            f"{now['commit'][:10]}"
+        )
+        return rec
 
     def cell_file(self, arm: str, seed: int) -> Path:
         return self.cells_dir / f"{arm}-s{seed}.json"
@@ -237,6 +272,7 @@ class SampleEfficiency:
         )
         cell = CellRun(self.ex, c, arm, seed, demos, demo_steps, self._stop, self.say, online)
         res = cell.run()
+        res["commit"] = (self.prereg or {}).get("commit")
         if wm_init:  # the corpus it was pretrained on: real interactions charged to this arm
             res["offline_real_steps"] = int(self.wm_pre["real_transitions"])
             res["wm_pretrained"] = {k: v for k, v in self.wm_pre.items() if k != "settings"}
@@ -431,6 +467,9 @@ class SampleEfficiency:
             "seeds": list(ex.seeds),
             "arms": list(ex.arms),
             "eval_episodes_per_point": ex.eval_seeds_per_task * len(ex.tasks),
+            "instruction_match": ex.instruction_match,
+            "policy_pointer": ex.policy_pointer,
+            "corpus_tasks": list(ex.corpus_tasks) or None,
             "wm_corpus": ex.wm_corpus or None,
             "wm_pretrain_steps": ex.wm_pretrain_steps if ex.wm_corpus else None,
         }
@@ -450,6 +489,7 @@ class SampleEfficiency:
             "eval_seed_start": self.ex.eval_seed_start,
             "diagnostics": diag_by_arm(cells),
             "per_task": per_task(cells),
+            "apart_tasks": list(self.ex.apart_tasks),
             "frozen": self.frozen(),
             "world_model_pretrained": self.wm_pre,
         }
@@ -457,6 +497,7 @@ class SampleEfficiency:
         prev.update(wall_s_total=round(total_wall, 1), command=self.command)
         self._meta_file().write_text(json.dumps(prev, indent=1))
         out = {
+            "protocol": protocol(self.ex, self.prereg, WM_SPLIT),
             "arms": summary["arms"],
             "experiment_id": self.id,
             "quick": self.quick,
@@ -469,6 +510,7 @@ class SampleEfficiency:
             "headline_online": summary["headline_online"],
             "world_model_pretrained": self.wm_pre,
             "paired": summary["paired"],
+            "per_task_apart": tasks_apart(meta["per_task"], list(self.ex.apart_tasks)),
             "artifacts": {
                 k: str(self.out / k)
                 for k in ("results.csv", "success_vs_real.png", "results.md", "summary.json")
