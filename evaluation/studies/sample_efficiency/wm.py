@@ -2,7 +2,7 @@
 
 The DynaWeb arms dream in a world model; one trained only on a few demonstrations stays at
 "nothing changes" (docs/experiment.md).  With ``experiment.wm_corpus`` set, the study first
-trains a world model once, offline, on the corpus's real transitions of the study's tasks (the
+trains a world model once, offline, on the corpus's real transitions of ``corpus_tasks`` (the
 loss, batch and schedule of ``dynaweb experiment world-model``: ``evaluation.studies.world_model.study``), with
 the study's model size, and saves it as ``OUT/world_model/`` with ``OUT/world_model.json``
 (what it was trained on).  Every DynaWeb cell starts its world model there
@@ -53,6 +53,12 @@ def load_corpus(path: Path, tasks: list[str]) -> list:
     return [t for t in read_jsonl(str(path)) if t.task in tasks]
 
 
+def corpus_tasks(ex: ExperimentConfig) -> list[str]:
+    """The tasks whose corpus transitions the world model is pretrained on:
+    ``experiment.corpus_tasks`` (disjoint from the study's tasks), else the study's ``tasks``."""
+    return list(ex.corpus_tasks or ex.tasks)
+
+
 def corpus_files(spec: str) -> list[Path]:
     """``experiment.wm_corpus``'s files: one path, or several separated by commas (each found by
     ``corpus_path``)."""
@@ -82,13 +88,14 @@ def pretrain(ex: ExperimentConfig, base: Config, out: Path, quick: bool, say: An
     from evaluation.studies.world_model.study import train_world_model
 
     paths = corpus_files(ex.wm_corpus)
-    trans = [t for path in paths for t in load_corpus(path, list(ex.tasks))]
+    tasks = corpus_tasks(ex)
+    trans = [t for path in paths for t in load_corpus(path, tasks)]
     if not trans:
-        raise ValueError(f"experiment.wm_corpus {ex.wm_corpus} holds no transition of {ex.tasks}")
+        raise ValueError(f"experiment.wm_corpus {ex.wm_corpus} holds no transition of {tasks}")
     x = study_config(ex, base, quick)
     say(
         f"pretraining the DynaWeb arms' world model: {x.steps} steps on {len(trans)} real "
-        f"transitions of {len(ex.tasks)} tasks from {', '.join(map(str, paths))}"
+        f"transitions of {len(tasks)} tasks from {', '.join(map(str, paths))}"
     )
     threads = torch.get_num_threads()  # the study's own process: restored after training
     torch.set_num_threads(max(1, int(x.threads)))
