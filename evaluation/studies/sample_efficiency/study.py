@@ -508,6 +508,9 @@ class SampleEfficiency:
             "rows": summary["rows"],
             "headline": summary["headline"],
             "headline_online": summary["headline_online"],
+            # with a corpus of other tasks, the online real steps on the evaluated tasks are the
+            # fair count (the method's setting); every real step, corpus included, is beside it
+            "headline_accounting": "online" if self.ex.corpus_tasks else "every",
             "world_model_pretrained": self.wm_pre,
             "paired": summary["paired"],
             "per_task_apart": tasks_apart(meta["per_task"], list(self.ex.apart_tasks)),
