@@ -1,7 +1,7 @@
 """``dynaweb experiment world-model``: collect -> train -> evaluate the world model offline.
 
 The reproducible fidelity check of the world model against the trivial "nothing
-changes" baseline, on *held-out real transitions split by episode*:
+changes" baseline, on *held-out real transitions of (task, seed) pairs never trained on*:
 
 1. **collect** real transitions in the live browser (``collectors.collector.run_collector``
    on an in-process task server, no Kafka: the records are kept in memory and
@@ -10,9 +10,12 @@ changes" baseline, on *held-out real transitions split by episode*:
    the scripted experts (``source = expert``) and the random policy
    (``source = real``; most of its episodes fail or run out of steps) on several
    MiniWoB tasks;
-2. **split by episode** with the stream worker's own rule
-   (``streams.records.heldout(episode_id, heldout_fraction)``): the held-out
-   episodes are never trained on;
+2. **split** (``wm_study.split``, ``evaluation.studies.world_model.split``): whole
+   (task, seed) pairs held out (``heldout_fraction`` of them), the ``--train-data``
+   transitions of those pairs dropped, then the held-out transitions whose exact
+   world-model input occurs in training removed (``split episode``: the earlier
+   per-episode rule); ``wm_study.heldout_tasks`` never enter training and are scored
+   apart (``unseen_tasks``);
 3. **train** a world model from config on the training episodes with the
    trainer's loss (``models.world_model.loss.world_model_batch_loss``: change-text
    likelihood + ``infonce_weight`` x InfoNCE against the frozen MiniLM page
