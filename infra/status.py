@@ -55,6 +55,24 @@ def components(prom: Prom, R: str, at: float | None = None) -> dict[str, dict]:
     return comps
 
 
+def dream_pacing(q, R: str) -> dict:
+    """Dreamed episodes over the run, those dropped as stale (by the mixer and by the trainer) and
+    their share, and the pacing window's episodes in flight now (``dream.pace``)."""
+    episodes = q(total(f"dynaweb_dream_rollouts_total{{{R}}}"))
+    parts = (
+        q(total(f"dynaweb_stream_stale_dropped_dream_trajectories_total{{{R}}}")),
+        q(total(f'dynaweb_trainer_stale_dropped_total{{{R}, source="dream"}}')),
+    )
+    stale = None if all(p is None for p in parts) else sum(p or 0.0 for p in parts)
+    return {
+        "episodes": episodes,
+        "stale_dropped": stale,
+        "stale_share": min(1.0, stale / episodes) if episodes and stale is not None else None,
+        "in_flight": q(f"sum(dynaweb_dream_in_flight_episodes{{{R}}})"),
+        "pace_window": q(f"sum(dynaweb_dream_pace_window_episodes{{{R}}})"),
+    }
+
+
 def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     R = f'run="{run}"'
     W = "1m"
@@ -95,6 +113,7 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
         "world_model_version": q(f'min(dynaweb_dream_model_version{{{R}, kind="world_model"}})'),
         "success_rate": q(f"avg(dynaweb_dream_success_rate{{{R}}})"),
         "rate_factor": q(f"min(dynaweb_dream_rate_factor{{{R}}})"),
+        **dream_pacing(q, R),
     }
     out["real_steps"] = q(total(f"dynaweb_collector_steps_total{{{R}}}"))
     out["trainer"] = {
@@ -224,6 +243,11 @@ def render(s: dict) -> str:
         f"dream       {_n(d['steps_per_s'])} steps/s  dream/real {_n(ratio)}  policy v{_n(d['policy_version'], '{:.0f}')}"
         f" world model v{_n(d['world_model_version'], '{:.0f}')}  predicted success {_pct(d['success_rate'])}"
         f"  rate {_n(d['rate_factor'])}"
+    )
+    lines.append(
+        f"{'':11s} stale {_pct(d.get('stale_share'))} of {_n(d.get('episodes'), '{:.0f}')} dreamed "
+        f"episodes ({_n(d.get('stale_dropped'), '{:.0f}')} dropped)  in flight "
+        f"{_n(d.get('in_flight'), '{:.0f}')} / window {_n(d.get('pace_window'), '{:.0f}')}"
     )
     lines.append(
         f"trainer     policy {_n(t['policy_steps_per_s'], '{:.3f}')} steps/s ({_n(t['policy_steps'], '{:.0f}')} total)"

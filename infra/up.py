@@ -99,6 +99,20 @@ class CounterTotals:
 COUNTERS = {
     "dynaweb_collector_steps_total": ("policy", "expert", "expert_steps", "real_steps"),
     "dynaweb_dream_steps_total": (None, None, "dream_steps", "dream_steps"),
+    # dreamed episodes published, and those dropped as stale by the mixer and by the trainer
+    "dynaweb_dream_rollouts_total": (None, None, "dream_episodes", "dream_episodes"),
+    "dynaweb_stream_stale_dropped_dream_trajectories_total": (
+        None,
+        None,
+        "dream_stale_dropped",
+        "dream_stale_dropped",
+    ),
+    "dynaweb_trainer_stale_dropped_total": (
+        "source",
+        "dream",
+        "dream_stale_dropped",
+        "stale_other",
+    ),
     "dynaweb_trainer_steps_total": ("model", "policy", "policy_steps", "wm_steps"),
     "dynaweb_stream_batches_total": (None, None, "batches", "batches"),
     "dynaweb_stream_dead_letters_total": (None, None, "dead_letters", "dead_letters"),
@@ -134,6 +148,9 @@ def _empty_summary() -> dict:
             "batches",
             "dead_letters",
             "dream_steps_repaired",
+            "dream_episodes",
+            "dream_stale_dropped",
+            "stale_other",
         ),
         0.0,
     )
@@ -187,6 +204,8 @@ def summarize(cfg: Config, totals: CounterTotals | None = None) -> dict:
     # the share of dreamed steps whose world-model output applied as written
     d = s["dream_steps"]
     s["dream_apply_rate"] = 1.0 - min(d, s["dream_steps_repaired"]) / d if d else None
+    e = s["dream_episodes"]  # the stale share of dreamed episodes (dream.pace bounds it)
+    s["dream_stale_share"] = min(1.0, s["dream_stale_dropped"] / e) if e else None
     s["nonzero_adv_share"] = {
         src: (s["gspo_groups_nonzero"][src] / g if g else None)
         for src, g in s["gspo_groups"].items()
@@ -246,6 +265,12 @@ def dream_line(s: dict) -> str:
     fid = s.get("wm_fidelity") or {}
     text = "-" if rate is None else f"{100 * rate:.0f}%"
     out = f"[up] dreams: {text} of {s['dream_steps']:.0f} dreamed steps applied as written"
+    stale = s.get("dream_stale_share")
+    if stale is not None:
+        out += (
+            f"; {s['dream_stale_dropped']:.0f} of {s['dream_episodes']:.0f} dreamed episodes "
+            f"({100 * stale:.0f}%) dropped as stale"
+        )
     # the trainer's window of checked real transitions (the wm_gate's), else its last check
     pre = "window_" if "window_exact_match" in fid else ""
     if f"{pre}exact_match" in fid and f"{pre}baseline_exact_match" in fid:

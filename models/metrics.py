@@ -144,7 +144,8 @@ DREAM_GATE_OPEN = Gauge(
 DREAM_SECONDS = Counter(
     "dynaweb_dream_seconds_total",
     "Dream generator time by state: dreaming, gated (waiting for a world model worth dreaming "
-    "in), idle (no models or start states yet).",
+    "in), paced (a full window of dreams in flight ahead of the trainer: dream.pace), idle (no "
+    "models or start states yet).",
     ["run", "state"],
 )
 DREAM_ABANDONED = Counter(
@@ -185,6 +186,23 @@ RELOAD_TO_USE = Histogram(
 )
 DREAM_RATE_FACTOR = Gauge(
     "dynaweb_dream_rate_factor", "Back-pressure rate factor (1 = full speed).", ["run"]
+)
+DREAM_IN_FLIGHT = Gauge(
+    "dynaweb_dream_in_flight_episodes",
+    "Dreamed episodes published and not yet settled (neither consumed by the trainer's loss nor "
+    "older than its version - stream.max_staleness): what dream.pace bounds.",
+    ["run"],
+)
+DREAM_PACE_WINDOW = Gauge(
+    "dynaweb_dream_pace_window_episodes",
+    "This generator's pacing window: dreamed episodes it may keep in flight (dream.pace).",
+    ["run"],
+)
+DREAM_PACE_WRITTEN_OFF = Counter(
+    "dynaweb_dream_pace_written_off_episodes",
+    "Dreamed episodes in flight given up after dream.pace_timeout_s without any settling "
+    "(no trainer, a restart, dreams lost before the loss).",
+    ["run"],
 )
 DREAM_WM_INVALID = Counter(
     "dynaweb_dream_world_model_invalid_total",

@@ -71,6 +71,12 @@ dropped = Counter(
 stale_dropped = Counter(
     "dynaweb_stream_stale_dropped_trajectories", "Dream/on-policy trajectories dropped as stale.", L
 )
+stale_dropped_dreams = Counter(
+    "dynaweb_stream_stale_dropped_dream_trajectories",
+    "Dreamed trajectories the mixer dropped as stale (with dynaweb_trainer_stale_dropped_total"
+    "{source='dream'}, over dynaweb_dream_rollouts_total: the dreams' stale share).",
+    L,
+)
 groups = Counter(
     "dynaweb_stream_groups",
     "Dream/live groups closed, by outcome (complete, incomplete_emitted, incomplete_dropped); also trajectories "
@@ -200,6 +206,7 @@ class Bound:
         for metric in (
             duplicates,
             stale_dropped,
+            stale_dropped_dreams,
             publish_errors,
             backpressure_msgs,
             reuse_over_bound,
@@ -263,6 +270,7 @@ def sync_state(st, now: float, window_s: float) -> None:
     m.sync_value(forwarded, c["fwd_eval"], tag="eval", dest="eval")
     m.sync(dropped, mx.drops, label="reason")
     m.sync_value(stale_dropped, mx.drops["stale"])
+    m.sync_value(stale_dropped_dreams, mx.stale_by_source["dream"])
     m.sync(groups, st.groups.stats, label="outcome")
     m.sync(episodes, st.episodes.stats, label="outcome")
     m.sync(batch_trajectories, mx.emitted_by_source, label="source")

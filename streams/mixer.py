@@ -156,6 +156,7 @@ class HybridMixer:
         self._expert_seq = 0
         self.stats: Counter = Counter()
         self.drops: Counter = Counter()  # reason -> trajectories dropped
+        self.stale_by_source: Counter = Counter()  # source -> trajectories dropped as stale
         self.emitted_by_source: Counter = Counter()  # trajectories placed in batches
 
     # --- inputs -------------------------------------------------------------
@@ -192,6 +193,7 @@ class HybridMixer:
         kept = [t for t in rest if not self.is_stale(t)]
         if len(kept) < len(rest):
             self.drops["stale"] += len(rest) - len(kept)
+            self.stale_by_source.update(t.source for t in rest if self.is_stale(t))
         if not kept:
             return 0
         self.pending.append(_Pending(kept, now))
@@ -210,6 +212,7 @@ class HybridMixer:
         for p in self.pending:
             fresh = [t for t in p.trajs if not self.is_stale(t)]
             dropped += len(p.trajs) - len(fresh)
+            self.stale_by_source.update(t.source for t in p.trajs if self.is_stale(t))
             if fresh:
                 keep.append(_Pending(fresh, p.since))
         self.pending = keep

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from core.config.dream import DreamConfig as DreamConfig  # its own module (the pacing fields)
 from core.config.fields import _f
 
 
@@ -441,47 +442,6 @@ class TrainerConfig:
         if self.init_from and (not run or (sep and not version.isdigit())):
             return [("init_from", f"{self.init_from!r} is not 'RUN' or 'RUN:VERSION'")]
         return []
-
-
-@dataclass
-class DreamConfig:
-    group_size: int = _f(8, "Rollouts per start state (GSPO group).", ge=1)
-    horizon: int = _f(5, "Dream length in steps.", ge=1)
-    batch: int = _f(16, "Rollouts advanced together.", ge=1)
-    temperature: float = _f(1.0, "Policy sampling temperature.", gt=0)
-    max_change_tokens: int = _f(160, "World-model output budget per step (tokens).", ge=1)
-    wm_decode: Literal["greedy", "rerank", "head"] = _f(
-        "head",
-        "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text), "
-        "'rerank' (the generated text and proposals built from the page and the action, scored by the model, "
-        "the most likely kept; always parses, slower) or 'head' (the change head picks a proposal's kind, "
-        "or 'other' and the generated text; greedy until the head is trained; models/world_model/proposals.py). "
-        "Reward and done come from the reward/done heads (once trained) with every decoding.",
-    )
-    start_pool: int = _f(256, "Real start states kept.", ge=1)
-    wm_gate: bool = _f(
-        False,
-        "Dream only with a world model that beats 'nothing changes' on held-out real transitions "
-        "(models/dream/gate.py; off by default: a run from scratch starts at the baseline).",
-    )
-    wm_gate_margin: float = _f(
-        0.0,
-        "wm_gate: exact-match margin over 'nothing changes' the world model must reach.",
-        ge=-1,
-        le=1,
-    )
-    wm_gate_min_samples: int = _f(
-        32, "wm_gate: held-out transitions the margin must be measured on.", ge=1
-    )
-    start_from: Literal["any", "first"] = _f(
-        "any",
-        "Dream start states: 'any' real step's page (expert and live), or 'first' (step-0 pages "
-        "only). A dream from a later step starts with an empty action history, as its trajectory "
-        "is rebuilt by the trainer (its own steps only), so the behaviour log-probs match.",
-    )
-    rate_limit_per_s: float = _f(
-        0.0, "Max dream steps/s (0 = unlimited; back-pressure lowers it).", ge=0
-    )
 
 
 @dataclass

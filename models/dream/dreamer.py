@@ -10,7 +10,9 @@ Start states are real first observations (step 0) read from the real and
 expert topics.
 Dreamed transitions carry both model versions, the group id (one GSPO group
 per start state) and the behaviour log-probabilities.  Back-pressure messages
-from the stream worker scale the dream rate.
+from the stream worker scale the dream rate; with ``dream.pace`` a round is dreamed only while
+fewer than a window of this generator's dreamed episodes are in flight ahead of the trainer's
+consumption, which the trainer's progress message reports (``models/dream/pacing.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from models import metrics as M
 from models.checkpoints.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir
 from models.checkpoints.store import CheckpointStore
 from models.component import close_component
+from models.dream.pacing import CreditWindow, auto_window_groups
 from streams import records
 from streams.checkpoints import CheckpointWatcher
 from streams.kafka import ensure_topics, make_consumer, make_publisher
@@ -83,6 +86,10 @@ HOLD_WM_LOAD_S = 5.0  # the longest a world model's load waits for a new policy'
 
 
 class Dreamer:
+    credit: CreditWindow | None = None  # dream.pace's window (None: off)
+    pace_reason = ""  # why the last round waited for the trainer ("": it did not)
+    _pace_logged = 0.0
+
     def __init__(self, cfg: Config, producer_id: str, stop: threading.Event | None = None):
         self.cfg = cfg
         self.run = cfg.run_id
@@ -137,6 +144,7 @@ class Dreamer:
         self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.first_round = True  # no round has run with the loaded weights yet
         self.gate_reason = ""  # the last gate decision's reason (logged when it changes)
+        self.credit = pace_window(cfg)
         self.reload_clock = ReloadClock(self.run, "dream")
         self.watcher = CheckpointWatcher(
             cfg.kafka,
@@ -231,6 +239,8 @@ class Dreamer:
                     continue  # the stream worker dead-letters bad transitions; nothing to do here
                 if isinstance(rec, records.Control) and rec.kind == "backpressure":
                     self.set_rate_factor(float(rec.value), rec.info.get("lag"))
+                elif isinstance(rec, records.Control) and rec.kind == "consumed":
+                    self.on_consumed(rec)
                 elif isinstance(rec, records.Transition) and (
                     rec.step == 0 or self.cfg.dream.start_from == "any"
                 ):
@@ -276,6 +286,8 @@ class Dreamer:
         # the first round with new weights dreams one group: its group is out in half the time
         # of a full round (the reload's latency to first use), the next rounds are full
         n_start = 1 if self.first_round else max(1, cfg.batch // cfg.group_size)
+        if self.credit is not None:  # dream.pace: no more groups than the window has room for
+            n_start = self.credit.groups_allowed(n_start, cfg.group_size)
         starts = [self.rng.choice(self.starts) for _ in range(n_start)]
         pr, wr = self.runners()
         pv, wv = self.slots["policy"].version, self.slots["world_model"].version
@@ -297,6 +309,8 @@ class Dreamer:
         if not rollouts:
             M.DREAM_ABANDONED.labels(self.run).inc()
             return 0
+        if self.credit is not None:
+            self.credit.on_produced(int(pv or 0), len(rollouts), time.time())
         self.first_round = False
         if pv is not None and pv >= self._awaited_policy:
             self._round_done.set()  # the new policy's first round is out: the world model may load
@@ -360,15 +374,19 @@ class Dreamer:
         for task, (k, total) in per_task.items():
             M.DREAM_TASK_SUCCESS.labels(self.run, task or "unknown").set(k / total)
         self.steps_published += n
-        # the whole iteration's work (the consumer's poll, the round, publishing), not only the
-        # round: the rate scales with the factor however the loop's time is split
+        self._stretch(n, t0)
+        return n
+
+    def _stretch(self, n: int, t0: float) -> None:
+        """Back-pressure: stretch this iteration so the rate scales with the factor (the whole
+        iteration's work, the consumer's poll, the round and publishing, not only the round: the
+        rate scales however the loop's time is split)."""
+        cfg = self.cfg.dream
         elapsed = time.time() - (self.iteration_t0 or t0)
         limit = cfg.rate_limit_per_s * self.rate_factor if cfg.rate_limit_per_s else 0.0
         if self.rate_factor < 1.0 or limit:
-            # back-pressure: stretch this iteration so the rate scales with the factor
             target = n / limit if limit else elapsed / self.rate_factor
             self._pace(time.time() + max(0.0, target - elapsed))
-        return n
 
     def _used(self, pv: int, round_t0: float, first_step_at: float) -> None:
         """The round's policy version was used: at its first dreamed step (as a collector's
@@ -413,18 +431,58 @@ class Dreamer:
             self.gate_reason = why
         return ok
 
+    def on_consumed(self, rec: records.Control) -> None:
+        """The trainer's progress message: its version and this generator's consumed dreams."""
+        if self.credit is None or rec.sender != "trainer":
+            return
+        dreams = rec.info.get("dreams") or {}
+        mine = dreams.get(self.producer_id) or {}
+        producers = len(set(dreams) | {self.producer_id})
+        self.credit.on_consumed(int(rec.info.get("version", -1)), mine, producers, time.time())
+
+    def pace_open(self) -> bool:
+        """Whether a window's room is left (``dream.pace``); why not is logged when the wait
+        begins and every 30 s while it lasts, and the time is counted as ``paced``."""
+        c = self.credit
+        if c is None:
+            return True
+        now, version = time.time(), int(self.slots["policy"].version or 0)
+        c.on_version(version, now)
+        lost = c.written_off_total
+        ok, why = c.decide(now, version)
+        M.DREAM_IN_FLIGHT.labels(self.run).set(c.in_flight())
+        M.DREAM_PACE_WINDOW.labels(self.run).set(c.limit())
+        if c.written_off_total > lost:
+            M.DREAM_PACE_WRITTEN_OFF.labels(self.run).inc(c.written_off_total - lost)
+            log.warning(
+                "pacing: nothing in flight settled for %.0fs: %d dreamed episodes written off, "
+                "dreaming one more window",
+                c.timeout_s,
+                c.written_off_total - lost,
+            )
+        if why and (not self.pace_reason or now - self._pace_logged >= 30.0):
+            log.info("pacing: waiting: %s", why)
+            self._pace_logged = now
+        elif not why and self.pace_reason:
+            log.info("pacing: dreaming again (%d in flight, window %d)", c.in_flight(), c.limit())
+        self.pace_reason = why
+        return ok
+
     def loop(self) -> None:
         while not self.stop.is_set():
             t0 = self.iteration_t0 = time.time()
-            can_dream = self.ready and bool(self.starts)
+            can_dream = self.ready and bool(self.starts) and not self.pace_reason
+            # a paced wait polls with a timeout: the trainer's next progress message ends it
             self.poll(timeout_ms=0 if can_dream else 500)
             state = "idle"
             if self.ready and self.starts:
                 gate = self.gate_open()
                 M.DREAM_GATE_OPEN.labels(self.run).set(float(gate))
-                if gate:
+                if gate and self.pace_open():
                     self.dream_once()
                     state = "dreaming"
+                elif gate:
+                    state = "paced"
                 else:
                     state = "gated"
                     self.stop.wait(1.0)
@@ -438,12 +496,31 @@ class Dreamer:
         close_component(self.consumer, self.pub, self.work)
 
 
+def pace_window(cfg: Config) -> CreditWindow | None:
+    """The credit window ``dream.pace`` asks for (None when off): ``dream.pace_window_groups``
+    groups, or sized from the batch's dream share and ``stream.max_staleness``."""
+    d, s = cfg.dream, cfg.stream
+    if not d.pace:
+        return None
+    groups = d.pace_window_groups or auto_window_groups(
+        s.max_staleness,
+        cfg.trainer.checkpoint_every,
+        s.batch_trajectories,
+        s.expert_fraction,
+        1.0 if list(s.policy_sources) == ["dream"] else 0.5,
+        d.group_size,
+    )
+    return CreditWindow(groups * d.group_size, s.max_staleness, d.pace_timeout_s)
+
+
 def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = None) -> Dreamer:
     stop = start_component(cfg, "dream", producer_id, stop)
     M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(
         1.0
     )  # full speed until told otherwise (series exists from start)
     M.DREAM_HEADS_TRAINED.labels(cfg.run_id).set(0.0)
+    M.DREAM_IN_FLIGHT.labels(cfg.run_id).set(0.0)
+    M.DREAM_PACE_WRITTEN_OFF.labels(cfg.run_id)
     M.DREAM_P_SUCCESS.labels(cfg.run_id)
     for outcome in ("varied", "uniform"):
         M.DREAM_GROUPS.labels(cfg.run_id, outcome)

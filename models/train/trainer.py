@@ -51,6 +51,7 @@ from models.checkpoints.writer import CheckpointWriter
 from models.component import close_component
 from models.dream.gate import FidelityWindow
 from models.lm.base import state_has_every_weight
+from models.train.consumed import DreamConsumption
 from models.train.engine import current_lr, trainer_engine
 from models.train.prepare import BatchPreparer
 from models.train.rank import TrainerRank
@@ -120,6 +121,7 @@ class Trainer(TrainerRank):
         self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
         self.batches_consumed = 0
         self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
+        self.dreams_consumed = DreamConsumption()  # per dream producer: its pacing signal
         self.last_ckpt_time = time.time()
         self.embedder = None
         if cfg.trainer.infonce_weight > 0:
@@ -423,6 +425,7 @@ class Trainer(TrainerRank):
         if self.group is not None:
             self.group.send(("policy", trajs))
         loss, stats, gn = self.policy_update(trajs, prepared, t0)
+        self.dreams_consumed.add(trajs)
         M.TRAINER_STEPS.labels(self.run, "policy").inc()
         M.TRAINER_BATCH_KIND.labels(self.run, batch.kind).inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
@@ -514,6 +517,9 @@ class Trainer(TrainerRank):
                     "policy_steps": self.policy_steps,
                     "version": self.version,
                     "by_worker": dict(self.consumed_by_worker),
+                    "dreams": self.dreams_consumed.report(
+                        self.version, self.cfg.stream.max_staleness
+                    ),
                 },
             ),
         )

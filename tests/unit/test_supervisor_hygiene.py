@@ -265,7 +265,9 @@ def test_status_counts_live_components_and_totals_over_restarts() -> None:
     assert s["collectors"]["collector-a"]["episodes"] == 40
     window = f"[{RETENTION}]"
     totals = [q for q in prom.queries if "last_over_time" in q]
-    assert len(totals) == 4 and all(window in q for q in totals)
+    # 4 totals and the dream stale share's 3 (episodes, stale at the mixer and at the trainer)
+    assert len(totals) == 7 and all(window in q for q in totals)
+    assert s["dream"]["episodes"] == 128 and s["dream"]["stale_share"] == 1.0  # capped at 1
     assert any("dynaweb_collector_episodes_total" in q and "by (collector)" in q for q in totals)
     text = render(s)
     assert "components  dream 1  trainer 1  (registered, not answering: trainer 1)" in text

@@ -20,6 +20,8 @@ SELECTED = {  # metric -> key kept from a cell's last scrape (summed over label 
     "dynaweb_stream_dead_letters_total": "dead_letters",
     "dynaweb_dream_world_model_invalid_total": "wm_invalid_outputs",
     "dynaweb_dream_steps_total": "dream_steps",
+    "dynaweb_dream_rollouts_total": "dream_episodes",
+    "dynaweb_stream_stale_dropped_dream_trajectories_total": "stream_dream_stale_dropped",
     "dynaweb_trainer_nonzero_advantage_share": "nonzero_advantage_share_last",
 }
 # the trainer's per-source counters of what reached the policy loss (models/metrics.py), by exposed sample
@@ -66,7 +68,24 @@ def parse_scrape(scraped: list[tuple[dict, str]]) -> dict:
                     out[key] = round(out.get(key, 0.0) + v, 4)
     if gspo:
         out["gspo"] = gspo
+    out.update(dream_stale(out))
     return out
+
+
+def dream_stale(d: dict) -> dict:
+    """Dreamed episodes dropped as stale (by the mixer and at train time) and their share of the
+    dreamed episodes published (``dream_stale_share``; ``dream.pace`` keeps it low); {} without
+    dreams."""
+    episodes = d.get("dream_episodes") or 0.0
+    if not episodes:
+        return {}
+    dropped = float(d.get("stream_dream_stale_dropped") or 0.0) + float(
+        ((d.get("gspo") or {}).get("dream") or {}).get("stale_dropped") or 0.0
+    )
+    return {
+        "dream_stale_dropped": round(dropped, 4),
+        "dream_stale_share": round(min(1.0, dropped / episodes), 4),
+    }
 
 
 def scrape_selected(cfg: Config) -> dict:
@@ -135,6 +154,8 @@ DIAG_KEYS = (
     "trainer_wm_samples_expert",
     "trainer_wm_samples_real",
     "dream_steps",
+    "dream_episodes",
+    "dream_stale_dropped",
     "wm_invalid_outputs",
     "stale_dropped",
     "topic_live_episodes",
@@ -173,6 +194,11 @@ def diag_by_arm(cells: list[dict]) -> dict:
             v = _mean([c.get("diagnostics", {}).get(k) for c in cs])
             if v is not None:
                 d[k] = v
+        diag = [c.get("diagnostics", {}) for c in cs]
+        episodes = sum(float(x.get("dream_episodes") or 0.0) for x in diag)
+        if episodes:  # pooled over seeds: the arm's stale dreams over its dreamed episodes
+            dropped = sum(float(x.get("dream_stale_dropped") or 0.0) for x in diag)
+            d["dream_stale_share"] = round(min(1.0, dropped / episodes), 4)
         pooled = pooled_gspo([c.get("diagnostics", {}).get("gspo") or {} for c in cs])
         for name, src in (("live", "real"), ("dream", "dream")):
             g = pooled.get(src, {})

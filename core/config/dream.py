@@ -1,0 +1,72 @@
+"""The dream generator's section of the runtime configuration (``core.config.runtime.Config.dream``):
+what a dream round is, which world model may be dreamed in, and how fast dreams are made
+(back-pressure's rate limit and the pacing by the trainer's consumption, ``models/dream/pacing.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from core.config.fields import _f
+
+
+@dataclass
+class DreamConfig:
+    group_size: int = _f(8, "Rollouts per start state (GSPO group).", ge=1)
+    horizon: int = _f(5, "Dream length in steps.", ge=1)
+    batch: int = _f(16, "Rollouts advanced together.", ge=1)
+    temperature: float = _f(1.0, "Policy sampling temperature.", gt=0)
+    max_change_tokens: int = _f(160, "World-model output budget per step (tokens).", ge=1)
+    wm_decode: Literal["greedy", "rerank", "head"] = _f(
+        "head",
+        "World-model decoding in dreams and the trainer's fidelity check: 'greedy' (the generated text), "
+        "'rerank' (the generated text and proposals built from the page and the action, scored by the model, "
+        "the most likely kept; always parses, slower) or 'head' (the change head picks a proposal's kind, "
+        "or 'other' and the generated text; greedy until the head is trained; models/world_model/proposals.py). "
+        "Reward and done come from the reward/done heads (once trained) with every decoding.",
+    )
+    start_pool: int = _f(256, "Real start states kept.", ge=1)
+    wm_gate: bool = _f(
+        False,
+        "Dream only with a world model that beats 'nothing changes' on held-out real transitions "
+        "(models/dream/gate.py; off by default: a run from scratch starts at the baseline).",
+    )
+    wm_gate_margin: float = _f(
+        0.0,
+        "wm_gate: exact-match margin over 'nothing changes' the world model must reach.",
+        ge=-1,
+        le=1,
+    )
+    wm_gate_min_samples: int = _f(
+        32, "wm_gate: held-out transitions the margin must be measured on.", ge=1
+    )
+    start_from: Literal["any", "first"] = _f(
+        "any",
+        "Dream start states: 'any' real step's page (expert and live), or 'first' (step-0 pages "
+        "only). A dream from a later step starts with an empty action history, as its trajectory "
+        "is rebuilt by the trainer (its own steps only), so the behaviour log-probs match.",
+    )
+    rate_limit_per_s: float = _f(
+        0.0, "Max dream steps/s (0 = unlimited; back-pressure lowers it).", ge=0
+    )
+    pace: bool = _f(
+        True,
+        "Pace dreams by the trainer's consumption: dream a round only while fewer than the window's "
+        "dreamed episodes are in flight (published, neither consumed by the trainer's loss nor older "
+        "than its version - stream.max_staleness), from the per-producer counts in the trainer's "
+        "progress message (models/dream/pacing.py). Off: dream flat out (back-pressure only).",
+    )
+    pace_window_groups: int = _f(
+        0,
+        "pace: groups in flight per window, shared by the producers the trainer reports (0 = auto: "
+        "the dreamed episodes the trainer consumes in the shortest time a version stays fresh, "
+        "(stream.max_staleness - 1) x trainer.checkpoint_every + 1 steps of batch_trajectories x "
+        "(1 - expert_fraction) x the dream share of stream.policy_sources; at least one group).",
+        ge=0,
+    )
+    pace_timeout_s: float = _f(
+        60.0,
+        "pace: when no episode in flight settled for this long (no trainer, a restart, dreams lost "
+        "before the loss) they are written off and one more window is dreamed (logged, counted).",
+        gt=0,
+    )
