@@ -4,15 +4,15 @@ environment variables and overrides, then ``Config.validate``), ``apply_override
 ``describe`` (the reference ``dynaweb config --describe`` prints).
 
 The modules: ``runtime`` (``Config`` and its loading), ``sections`` (the runtime sections),
-``model`` (``ModelConfig``) and ``fields`` (how a field is declared, typed and bounded).  The
+``model`` (``ModelConfig``), ``dream`` (``DreamConfig``) and ``fields`` (how a field is declared, typed and bounded).  The
 studies' sections live with the studies (``evaluation.studies.*.config``) and compose with
 ``Config`` by subclassing it."""
 
+from core.config.dream import DreamConfig
 from core.config.model import ModelConfig
 from core.config.runtime import SECRETS, Config, apply_overrides, describe, load_config
 from core.config.sections import (
     CollectorConfig,
-    DreamConfig,
     GateConfig,
     KafkaConfig,
     S3Config,
