@@ -316,18 +316,24 @@ class SampleEfficiency:
 
     def wm_probe(self, seed: int) -> None:
         """World-model fidelity of each dream arm's final world model (and of arm 1's, its start)
-        on real transitions it never trained on: those the real-only arm of the same seed
-        collected, next to the "nothing changes" baseline."""
+        on at least 1,000 real transitions of (task, seed) pairs it never trained on, whole
+        episodes with every terminal step (``wm_heldout.probe_data``: the real-only arm's of
+        seeds this arm never collected, then the corpus when it was not trained on), next to the
+        "nothing changes" baseline."""
         f_r = self.cell_file("real_only", seed)
         if not f_r.exists():
             return
         from collectors.demos import to_line
-        from evaluation.eval.sources import read_topic
+        from evaluation.eval.sources import read_jsonl, read_topic
         from evaluation.eval.world_model import eval_world_model
+        from evaluation.studies.sample_efficiency.wm_heldout import PROBE_LEAST, probe_data
         from streams.topics import Topics
 
-        data = self.out / f"real-s{seed}.jsonl"
-        trans = None
+        def real_of(cell: dict) -> list:
+            cc = cell_config(self.base, self.ex, cell["run_id"], cell["arm"], seed)
+            return read_topic(cc, Topics(cc.run_id, cc.kafka.partitions).real, 60)
+
+        real_only = None
         for arm in DREAM_ARMS:
             f_d = self.cell_file(arm, seed)
             if not f_d.exists():
@@ -335,27 +341,28 @@ class SampleEfficiency:
             dyn = json.loads(f_d.read_text())
             if "wm_fidelity" in dyn:
                 continue
-            if trans is None:
-                ro = json.loads(f_r.read_text())
-                rc = cell_config(self.base, self.ex, ro["run_id"], "real_only", seed)
-                trans = read_topic(rc, Topics(rc.run_id, rc.kafka.partitions).real, 60)
-                data.write_text("".join(to_line(t) + "\n" for t in trans))
-            res: dict = {"data": str(data), "transitions": len(trans)}
-            if trans:
-                imit = json.loads(self.cell_file("imitation", seed).read_text())
-                for key, cell in (("dynaweb_final", dyn), ("imitation", imit)):
-                    cc = cell_config(self.base, self.ex, cell["run_id"], cell["arm"], seed)
-                    r = eval_world_model(cc, "latest", data=str(data), split="all", limit=200)
-                    res[key] = {
-                        k: r[k]
-                        for k in r
-                        if isinstance(r[k], int | float | dict) and k != "seconds"
-                    }
+            if real_only is None:
+                real_only = real_of(json.loads(f_r.read_text()))
+            # what the probed world models trained on: this arm's own real transitions and the
+            # demonstrations (arm 1's); the corpus when pretrained (wm_heldout.trained_on)
+            collected = real_of(dyn) + read_jsonl(str(self.out / f"demos-s{seed}.jsonl"))
+            least = 1 if self.quick else PROBE_LEAST  # (--quick checks the plumbing)
+            trans, rec = probe_data(self.ex, real_only, collected, bool(self.wm_pre), least)
+            data = self.out / f"wm-probe-{arm}-s{seed}.jsonl"
+            data.write_text("".join(to_line(t) + "\n" for t in trans))
+            res: dict = {"data": str(data), **rec}
+            imit = json.loads(self.cell_file("imitation", seed).read_text())
+            for key, cell in (("dynaweb_final", dyn), ("imitation", imit)):
+                cc = cell_config(self.base, self.ex, cell["run_id"], cell["arm"], seed)
+                r = eval_world_model(cc, "latest", data=str(data), split="all")
+                res[key] = {
+                    k: r[k] for k in r if isinstance(r[k], int | float | dict) and k != "seconds"
+                }
             dyn["wm_fidelity"] = res  # "dynaweb_final": this arm's final world model
             f_d.write_text(json.dumps(dyn, indent=1))
             self.say(
-                f"{arm} seed {seed}: world-model fidelity on {len(trans)} held-out real "
-                "transitions written"
+                f"{arm} seed {seed}: world-model fidelity on {len(trans)} real transitions of "
+                f"seeds it never collected ({rec['terminal_steps']} terminal steps) written"
             )
 
     def replay_probe(self, seed: int) -> None:
