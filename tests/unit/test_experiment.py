@@ -689,6 +689,15 @@ def test_arm_summary_shape_and_values():
         assert a["dream_apply_rate"] == pytest.approx(1 - 100 / 800)  # pooled over seeds
         assert a["dream_reward_auroc"] == 0.7  # the one seed that measured it
     assert arms["dynaweb_dream_only"]["nonzero_adv_share"] == {"live": None, "dream": 0.5}
+    assert arms["dynaweb"]["dream_stale_share"] is None  # these cells counted no dream episodes
+    cells = _study_cells()
+    for c in cells:  # seed 0: 30 of 100 dreamed episodes stale, seed 1: 10 of 300
+        if c["arm"] == "dynaweb":
+            c.setdefault("diagnostics", {}).update(
+                dream_episodes=100.0 if c["seed"] == 0 else 300.0,
+                dream_stale_dropped=30.0 if c["seed"] == 0 else 10.0,
+            )
+    assert arm_summary(cells)["dynaweb"]["dream_stale_share"] == 0.1  # pooled: 40 of 400
     assert ro["dream_steps"] == 0.0 and "wm_reward_bal_acc" not in ro
     assert arms["imitation_matched"]["world_model_steps_real"] is None  # not scraped
     one = arm_summary([c for c in _study_cells() if c["seed"] == 0])
