@@ -75,7 +75,16 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
     # full speed is a fixed 40 dream steps/s (the factor scales that limit): with tiny models the
     # unlimited generator outran the in-process stream worker (its lag then moved with the
     # worker's backlog, not with the trainer's pause), however fast this machine is
-    env = env_for(cfg, **SMALL, DYNAWEB_DREAM__RATE_LIMIT_PER_S="40", PYTHONPATH=str(ROOT))
+    # pacing off: the stand-in trainer reports consumed batches, not the dreams at its loss, so
+    # the credit window (dream.pace, tests/integration/test_dream_pacing.py) would hold the
+    # generator before the worker's lag bound could; this test is the lag bound's
+    env = env_for(
+        cfg,
+        **SMALL,
+        DYNAWEB_DREAM__RATE_LIMIT_PER_S="40",
+        DYNAWEB_DREAM__PACE="false",
+        PYTHONPATH=str(ROOT),
+    )
     log = open(tmp_path / "dream.log", "wb")
     dreamer = subprocess.Popen(
         [sys.executable, "-m", "infra.cli", "dream"],
