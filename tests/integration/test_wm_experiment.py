@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.studies.world_model.split import heldout_pair, pair
 from streams import records
-from streams.records import heldout
 from tests.integration.conftest_collectors import require_chromium
 
 pytestmark = pytest.mark.integration
@@ -70,19 +70,25 @@ def test_quick_world_model_experiment_end_to_end(tmp_path: Path) -> None:
         "eval",
         "total",
     }
-    # the artifacts: the data (split by episode with the stream worker's rule) and a loadable model
+    # the artifacts: the data (split by (task, seed), wm_study.split) and a loadable model
     trans = [
         records.decode(x, expect="transition")
         for x in (out / "transitions.jsonl").read_text().splitlines()
     ]
     assert len(trans) == d["transitions"]
-    held = [t for t in trans if heldout(t.episode_id, res["config"]["heldout_fraction"])]
-    assert len(held) == res["n_eval"]
+    # the task_seed split: whole (task, seed) pairs held out, then inputs seen in training removed
+    assert res["wm_split"] == res["config"]["split"] == "task_seed"
+    frac = res["config"]["heldout_fraction"]
+    held = [t for t in trans if heldout_pair(t.task, t.seed, frac)]
+    removed = d["heldout_removed_duplicates"]["transitions"]
+    assert len(held) - removed == res["n_eval"]
     written = [
         records.decode(x, expect="transition")
         for x in (out / "heldout.jsonl").read_text().splitlines()
     ]
-    assert sorted(t.key for t in written) == sorted(t.key for t in held)
+    assert {t.key for t in written} <= {t.key for t in held} and len(written) == res["n_eval"]
+    trained = {pair(t) for t in trans if not heldout_pair(t.task, t.seed, frac)}
+    assert not {pair(t) for t in written} & trained  # no held-out seed was trained on
     assert (out / "world_model" / "config.json").exists() and (out / "result.json").exists()
     # the printed command recomputes the same figures with `dynaweb eval world-model`
     cmd = res["eval_command"].split()
