@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from core.config import Config
 from core.metrics import scrape_targets
-from evaluation.studies.sample_efficiency.report import ARMS, pooled_gspo
+from evaluation.studies.sample_efficiency.report import ARMS, pooled_gspo, stale_share
 
 SELECTED = {  # metric -> key kept from a cell's last scrape (summed over label sets), for the diagnostics
     "dynaweb_stream_stale_dropped_trajectories_total": "stale_dropped",
@@ -194,11 +194,9 @@ def diag_by_arm(cells: list[dict]) -> dict:
             v = _mean([c.get("diagnostics", {}).get(k) for c in cs])
             if v is not None:
                 d[k] = v
-        diag = [c.get("diagnostics", {}) for c in cs]
-        episodes = sum(float(x.get("dream_episodes") or 0.0) for x in diag)
-        if episodes:  # pooled over seeds: the arm's stale dreams over its dreamed episodes
-            dropped = sum(float(x.get("dream_stale_dropped") or 0.0) for x in diag)
-            d["dream_stale_share"] = round(min(1.0, dropped / episodes), 4)
+        share = stale_share([c.get("diagnostics", {}) for c in cs])  # pooled over seeds
+        if share is not None:
+            d["dream_stale_share"] = share
         pooled = pooled_gspo([c.get("diagnostics", {}).get("gspo") or {} for c in cs])
         for name, src in (("live", "real"), ("dream", "dream")):
             g = pooled.get(src, {})

@@ -361,14 +361,14 @@ def imagination_summary(arm: str, cs: list[dict]) -> dict:
         "wm_exact_match": _r(_mean_of([f.get("exact_match") for f in fids]), 4),
         "wm_exact_match_baseline": _r(_mean_of([f.get("baseline_exact_match") for f in fids]), 4),
         "dream_apply_rate": _r(1.0 - bad / steps, 4) if steps else None,
-        "dream_stale_share": _stale_share(diag),
+        "dream_stale_share": stale_share(diag),
         "dream_reward_auroc": _r(
             _mean_of([(c.get("replay") or {}).get("dream_reward_auroc") for c in cs]), 4
         ),
     }
 
 
-def _stale_share(diag: list[dict]) -> float | None:
+def stale_share(diag: list[dict]) -> float | None:
     """Dreamed episodes dropped as stale over those dreamed, pooled over an arm's cells
     (``diagnostics.dream_stale``); None without dreams."""
     episodes = sum(float(d.get("dream_episodes") or 0.0) for d in diag)
