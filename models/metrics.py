@@ -236,9 +236,15 @@ DREAM_P_SUCCESS = Histogram(
 )
 DREAM_GROUPS = Counter(
     "dynaweb_dream_groups_total",
-    "Dream groups published, by whether their rollouts' final "
+    "Dream groups dreamed, by whether their rollouts' final "
     "rewards differ (varied: a nonzero GSPO advantage) or not (uniform).",
     ["run", "rewards"],
+)
+DREAM_GROUPS_DROPPED = Counter(
+    "dynaweb_dream_groups_dropped_total",
+    "Dream groups dreamed but not published, by reason "
+    "(uniform: every rollout got the same reward, no advantage; dream.drop_uniform_groups).",
+    ["run", "reason"],
 )
 DREAM_ROLLOUT_ENDS = Counter(
     "dynaweb_dream_rollout_ends_total",

@@ -25,6 +25,13 @@ class DreamConfig:
         "or 'other' and the generated text; greedy until the head is trained; models/world_model/proposals.py). "
         "Reward and done come from the reward/done heads (once trained) with every decoding.",
     )
+    drop_uniform_groups: bool = _f(
+        False,
+        "Publish only the groups whose rollouts' task-success rewards differ (a nonzero GSPO "
+        "advantage: DAPO's dynamic sampling). A group whose rollouts all succeeded or all failed "
+        "carries no policy gradient; it is counted (dynaweb_dream_groups_dropped_total) and not "
+        "published, and the generator dreams on. Off: every group is published.",
+    )
     start_pool: int = _f(256, "Real start states kept.", ge=1)
     wm_gate: bool = _f(
         False,

@@ -59,16 +59,32 @@ def rollout_end(ro: Any) -> str:
     return "stop" if last.get("reason") == "stop" else ("done" if last["done"] else "horizon")
 
 
-def group_outcomes(rollouts: list) -> dict[str, int]:
-    """Groups whose rollouts' final rewards (task success, as the learner scores them) differ
-    (``varied``: a nonzero GSPO advantage) and those where they do not (``uniform``)."""
+def varied_groups(rollouts: list) -> set[str]:
+    """The groups whose rollouts' final rewards (task success, as the learner scores them) differ:
+    those with a nonzero GSPO advantage."""
     from models.losses import task_success_reward
 
     finals: dict[str, set[float]] = {}
     for ro in rollouts:
         finals.setdefault(ro.group_id, set()).add(task_success_reward(float(ro.reward)))
-    varied = sum(len(v) > 1 for v in finals.values())
-    return {"varied": varied, "uniform": len(finals) - varied}
+    return {g for g, v in finals.items() if len(v) > 1}
+
+
+def group_outcomes(rollouts: list) -> dict[str, int]:
+    """Groups whose rollouts' final rewards differ (``varied``: a nonzero GSPO advantage) and
+    those where they do not (``uniform``)."""
+    varied = len(varied_groups(rollouts))
+    return {"varied": varied, "uniform": len({ro.group_id for ro in rollouts}) - varied}
+
+
+def keep_varied(rollouts: list) -> tuple[list, int]:
+    """``dream.drop_uniform_groups``: the rollouts of varied groups (in order) and how many
+    uniform groups were left out.  A group whose rollouts all succeeded or all failed has a zero
+    GSPO advantage everywhere: it carries no policy gradient, only dilutes the batch (the
+    dynamic sampling of DAPO, Yu et al. 2025)."""
+    varied = varied_groups(rollouts)
+    kept = [ro for ro in rollouts if ro.group_id in varied]
+    return kept, len({ro.group_id for ro in rollouts}) - len(varied)
 
 
 def observe_reward_signal(run: str, rollouts: list) -> None:
@@ -309,14 +325,17 @@ class Dreamer:
         if not rollouts:
             M.DREAM_ABANDONED.labels(self.run).inc()
             return 0
-        if self.credit is not None:
-            self.credit.on_produced(int(pv or 0), len(rollouts), time.time())
+        self._observe_dreamed(rollouts, starts)  # every group dreamed, published or not
         self.first_round = False
         if pv is not None and pv >= self._awaited_policy:
             self._round_done.set()  # the new policy's first round is out: the world model may load
+        if cfg.drop_uniform_groups:
+            rollouts, dropped = keep_varied(rollouts)
+            if dropped:
+                M.DREAM_GROUPS_DROPPED.labels(self.run, "uniform").inc(dropped)
+        if self.credit is not None and rollouts:
+            self.credit.on_produced(int(pv or 0), len(rollouts), time.time())
         n = 0
-        successes = 0
-        per_task: dict[str, list[int]] = {}
         for ro in rollouts:
             start = starts[ro.start_index]
             ep = records.new_id()
@@ -356,26 +375,31 @@ class Dreamer:
                 )
                 self.pub.send(self.topics.dream, rec, key=ro.group_id)
                 n += 1
-            successes += int(ro.steps[-1]["reward"] > 0)
-            by_task = per_task.setdefault(start.task, [0, 0])
-            by_task[0] += int(ro.steps[-1]["reward"] > 0)
+        M.DREAM_STEPS.labels(self.run).inc(n)
+        if n:
+            self._used(pv, t0, min(ro.steps[0].get("at") or t0 for ro in rollouts if ro.steps))
+        M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
+        self.steps_published += n
+        self._stretch(n, t0)
+        return n
+
+    def _observe_dreamed(self, rollouts: list, starts: list[StartState]) -> None:
+        """The round's dreamed rollouts, published or not: their success (overall and per task),
+        world-model repairs, lengths and the reward signal (``observe_reward_signal``)."""
+        observe_reward_signal(self.run, rollouts)
+        per_task: dict[str, list[int]] = {}
+        for ro in rollouts:
+            ok = int(ro.steps[-1]["reward"] > 0)
+            by_task = per_task.setdefault(starts[ro.start_index].task, [0, 0])
+            by_task[0] += ok
             by_task[1] += 1
             bad = sum(1 for st in ro.steps if not st.get("ok", True))
             if bad:
                 M.DREAM_WM_INVALID.labels(self.run, "repaired_or_rejected").inc(bad)
             M.DREAM_ROLLOUT_LEN.labels(self.run).observe(len(ro.steps))
-        observe_reward_signal(self.run, rollouts)
-        M.DREAM_STEPS.labels(self.run).inc(n)
-        if n:
-            self._used(pv, t0, min(ro.steps[0].get("at") or t0 for ro in rollouts if ro.steps))
-        M.DREAM_ROLLOUTS.labels(self.run).inc(len(rollouts))
-        if rollouts:
-            M.DREAM_SUCCESS.labels(self.run).set(successes / len(rollouts))
+        M.DREAM_SUCCESS.labels(self.run).set(sum(k for k, _ in per_task.values()) / len(rollouts))
         for task, (k, total) in per_task.items():
             M.DREAM_TASK_SUCCESS.labels(self.run, task or "unknown").set(k / total)
-        self.steps_published += n
-        self._stretch(n, t0)
-        return n
 
     def _stretch(self, n: int, t0: float) -> None:
         """Back-pressure: stretch this iteration so the rate scales with the factor (the whole

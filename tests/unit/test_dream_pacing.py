@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from core.config import Config
 from evaluation.studies.sample_efficiency.diagnostics import diag_by_arm, dream_stale
+from evaluation.studies.sample_efficiency.report import stale_share
 from infra import up as up_mod
 from models.dream.dreamer import pace_window
 from models.dream.pacing import CreditWindow, auto_window_groups
@@ -169,3 +170,16 @@ def test_diagnostics_stale_share_per_cell_and_pooled_per_arm() -> None:
         },
     ]
     assert diag_by_arm(cells)["dynaweb"]["dream_stale_share"] == 0.1
+
+
+def test_stale_share_falls_back_to_the_dream_topic_when_the_dreamer_was_not_scraped() -> None:
+    # the dreamer is stopped before a cell's final scrape: its episode counter is missing, the
+    # dream topic's count stands in, and the stale drops come from the stream and the trainer
+    cell = {"topic_dream_episodes": 600, "stream_dream_stale_dropped": 30.0}
+    cell["gspo"] = {"dream": {"stale_dropped": 60.0}}
+    assert dream_stale(cell) == {"dream_stale_dropped": 90.0, "dream_stale_share": 0.15}
+    assert stale_share([cell]) == 0.15
+    # the dreamer's own counter wins when it was scraped
+    assert dream_stale({**cell, "dream_episodes": 900.0})["dream_stale_share"] == 0.1
+    # no dreams at all: no share, not a zero
+    assert stale_share([{"topic_dream_episodes": 0}]) is None

@@ -16,6 +16,7 @@ from core.config import Config
 from evaluation.studies.sample_efficiency.arms import (
     QUICK,
     cell_config,
+    cell_settings,
     experiment_id,
     expert_samples_per_step,
     matched_points,
@@ -854,3 +855,17 @@ def test_episode_success_splits_the_policy_versions_in_halves():
     assert got["success_late"] == 1.0  # versions 2, 3, 4
     one = episode_success([NS(policy_version=7, reward=1.0)])
     assert one["success_early"] is None and one["success_late"] == 1.0
+
+
+def test_dream_drop_uniform_reaches_the_dynaweb_arms_and_names_its_own_experiment():
+    cfg = SampleEfficiencyConfig()
+    ex = resolve_experiment(cfg, False)
+    assert "dream_drop_uniform" not in cell_settings(ex)  # off: ids of earlier studies unchanged
+    cfg.experiment.dream_drop_uniform = True
+    ex2 = resolve_experiment(cfg, False)
+    assert experiment_id(ex2) != experiment_id(ex)
+    for arm in ("dynaweb", "dynaweb_dream_only"):
+        assert cell_config(cfg, ex2, f"r-{arm}", arm, 0, init_from="i:1").dream.drop_uniform_groups
+        assert not cell_config(
+            cfg, ex, f"r-{arm}", arm, 0, init_from="i:1"
+        ).dream.drop_uniform_groups

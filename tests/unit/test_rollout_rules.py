@@ -155,3 +155,15 @@ def test_dream_steps_carry_p_success_and_the_dreamer_counts_groups_and_ends():
     assert {rollout_end(ro) for ro in same} == {"stop"} and all(
         ro[-1]["p_success"] is None for ro in same
     )
+
+
+def test_keep_varied_publishes_only_groups_with_a_nonzero_advantage():
+    from models.dream.dreamer import keep_varied
+
+    # group 1: rewards differ (p_success 0.9, 0.2, 0.2); groups 2-3: every rollout stops, reward 0
+    varied = dream_rollouts(ClickPolicy(), HeadWorldModel(), [PAGE], group_size=3, horizon=2)
+    same = dream_rollouts(StopPolicy(), NoWorldModel(), [PAGE, PAGE], group_size=2, horizon=2)
+    kept, dropped = keep_varied(same + varied)
+    assert dropped == 2
+    assert kept == varied and len({ro.group_id for ro in kept}) == 1
+    assert keep_varied(same) == ([], 2)

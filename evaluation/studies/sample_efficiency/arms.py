@@ -97,6 +97,8 @@ def cell_settings(ex: ExperimentConfig | dict) -> dict:
         d.pop("corpus_tasks", None)
     if d.get("instruction_match", True):  # on: what every study before the switch ran
         d.pop("instruction_match", None)
+    if not d.get("dream_drop_uniform"):  # off: the same id as before the setting existed
+        d.pop("dream_drop_uniform", None)
     return json.loads(json.dumps(d))
 
 
@@ -156,6 +158,7 @@ def cell_config(
     t.wm_steps_per_policy_step = ex.wm_steps_per_policy_step
     c.dream.group_size = ex.group_size
     c.dream.horizon = ex.dream_horizon
+    c.dream.drop_uniform_groups = bool(ex.dream_drop_uniform)
     c.dream.temperature = (
         ex.temperature
     )  # frozen: live (collectors) and dreamed rollouts sample at it

@@ -23,7 +23,11 @@ from core.config import Config
 from core.supervise import Supervisor
 from evaluation.studies.sample_efficiency.arms import matched_points, online_points
 from evaluation.studies.sample_efficiency.config import ExperimentConfig, expert_samples_per_step
-from evaluation.studies.sample_efficiency.diagnostics import scrape_selected, topic_stats
+from evaluation.studies.sample_efficiency.diagnostics import (
+    dream_stale,
+    scrape_selected,
+    topic_stats,
+)
 from evaluation.studies.sample_efficiency.report import DREAM_ARMS, ONLINE_ARMS
 
 LINGER_S = 900  # a finished trainer keeps serving /metrics this long (or until stopped) for the final scrape
@@ -298,6 +302,7 @@ class CellRun:
     ) -> dict:
         c = self.cfg
         diag = {**final_metrics, **topic_stats(c)}
+        diag.update(dream_stale(diag))  # with the dream topic's episode count when need be
         return {
             "arm": self.arm,
             "seed": self.seed,

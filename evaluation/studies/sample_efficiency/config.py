@@ -114,6 +114,11 @@ class ExperimentConfig:
         le=1,
     )
     dream_horizon: int = _f(5, "Arm dynaweb: dream length in steps.", ge=1)
+    dream_drop_uniform: bool = _f(
+        False,
+        "The DynaWeb arms publish only dream groups with a nonzero GSPO advantage "
+        "(dream.drop_uniform_groups: DAPO's dynamic sampling); off: every dreamed group.",
+    )
     max_steps: int = _f(
         6, "Episode step limit (live training and evaluation; the experts need 2-3).", ge=1
     )

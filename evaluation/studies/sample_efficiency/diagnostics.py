@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from core.config import Config
 from core.metrics import scrape_targets
-from evaluation.studies.sample_efficiency.report import ARMS, pooled_gspo, stale_share
+from evaluation.studies.sample_efficiency.report import (
+    ARMS,
+    pooled_gspo,
+    stale_counts,
+    stale_share,
+)
 
 SELECTED = {  # metric -> key kept from a cell's last scrape (summed over label sets), for the diagnostics
     "dynaweb_stream_stale_dropped_trajectories_total": "stale_dropped",
@@ -74,14 +79,11 @@ def parse_scrape(scraped: list[tuple[dict, str]]) -> dict:
 
 def dream_stale(d: dict) -> dict:
     """Dreamed episodes dropped as stale (by the mixer and at train time) and their share of the
-    dreamed episodes published (``dream_stale_share``; ``dream.pace`` keeps it low); {} without
-    dreams."""
-    episodes = d.get("dream_episodes") or 0.0
+    dreamed episodes published (``dream_stale_share``; ``dream.pace`` keeps it low;
+    ``report.stale_counts`` says where each count comes from); {} without dreams."""
+    episodes, dropped = stale_counts({k: v for k, v in d.items() if k != "dream_stale_dropped"})
     if not episodes:
         return {}
-    dropped = float(d.get("stream_dream_stale_dropped") or 0.0) + float(
-        ((d.get("gspo") or {}).get("dream") or {}).get("stale_dropped") or 0.0
-    )
     return {
         "dream_stale_dropped": round(dropped, 4),
         "dream_stale_share": round(min(1.0, dropped / episodes), 4),

@@ -19,11 +19,7 @@ from pathlib import Path
 from evaluation.studies.sample_efficiency.plot import write_png
 
 ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only")
-ONLINE_ARMS = (
-    "real_only",
-    "dynaweb",
-    "dynaweb_dream_only",
-)  # the arms that interact (and run GSPO)
+ONLINE_ARMS = ("real_only", "dynaweb", "dynaweb_dream_only")  # they interact (and run GSPO)
 DREAM_ARMS = ("dynaweb", "dynaweb_dream_only")  # a dream generator and an online world model
 LABELS = {
     "imitation": "Imitation only (K demos)",
@@ -368,11 +364,24 @@ def imagination_summary(arm: str, cs: list[dict]) -> dict:
     }
 
 
+def stale_counts(d: dict) -> tuple[float, float]:
+    """A cell's (dreamed episodes published: the dreamer's counter, else the dream topic's count,
+    as the dreamer is stopped before the final scrape; dropped as stale: by the mixer and at
+    train time, unless ``dream_stale_dropped`` was recorded)."""
+    episodes = float(d.get("dream_episodes") or d.get("topic_dream_episodes") or 0.0)
+    if d.get("dream_stale_dropped") is not None:
+        return episodes, float(d["dream_stale_dropped"])
+    dropped = float(d.get("stream_dream_stale_dropped") or 0.0) + float(
+        ((d.get("gspo") or {}).get("dream") or {}).get("stale_dropped") or 0.0
+    )
+    return episodes, dropped
+
+
 def stale_share(diag: list[dict]) -> float | None:
     """Dreamed episodes dropped as stale over those dreamed, pooled over an arm's cells
-    (``diagnostics.dream_stale``); None without dreams."""
-    episodes = sum(float(d.get("dream_episodes") or 0.0) for d in diag)
-    dropped = sum(float(d.get("dream_stale_dropped") or 0.0) for d in diag)
+    (``stale_counts``); None without dreams."""
+    counts = [stale_counts(d) for d in diag] or [(0.0, 0.0)]
+    episodes, dropped = (sum(x) for x in zip(*counts, strict=True))
     return _r(min(1.0, dropped / episodes), 4) if episodes else None
 
 
