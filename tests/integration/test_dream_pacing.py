@@ -8,6 +8,7 @@ stale (by the mixer or at train time), although the trainer moves a version ever
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from core.config import Config
 from core.metrics import scrape_targets
+from core.spaces import Observation
 from models.train.trainer import Trainer
 from streams import kafka as sk
 from streams import records
@@ -54,8 +56,36 @@ def _sum(scraped: list, component: str, name: str, **labels: str) -> float:
     return total
 
 
-def test_paced_dreams_reach_the_loss_and_few_go_stale(run_cfg: Config, tmp_path) -> None:
-    cfg = run_cfg
+def _two_button_episode(run: str, i: int) -> list[records.Transition]:
+    """A one-step expert episode on a page with two buttons: clicking "OK" succeeds (even
+    ``i``), clicking "No" fails (odd ``i``), so the reward the world model learns depends on
+    the action and the policy imitates both."""
+    page = Observation(
+        'Click on the "OK" button.', "", '[1] button "OK"\n[2] button "No"', None, "", 3, [1, 2]
+    )
+    ok = i % 2 == 0
+    after = Observation(
+        page.instruction, "", f'[{1 if ok else 2}] button "clicked"', None, "", 3, [1]
+    )
+    t = transition(run, f"expert-{uuid.uuid4().hex[:10]}", 0, "expert", True, seed=i)
+    return [
+        dataclasses.replace(
+            t,
+            obs=page.to_dict(),
+            action="click(1)" if ok else "click(2)",
+            next_obs=after.to_dict(),
+            reward=1.0 if ok else 0.0,
+        )
+    ]
+
+
+def _dream_and_train(
+    cfg: Config, tmp_path, at_loss: int = 40, two_buttons: bool = False, **env_extra: str
+) -> tuple[dict, float, str]:
+    """The trainer and a dream generator on the session's stack until ``at_loss`` dreamed
+    episodes reached the policy loss over 8 versions: (the components' counters, the mixer's
+    stale drops, the dream generator's log).  The experts are two-step episodes that all
+    succeed, or with ``two_buttons`` ``_two_button_episode``s."""
     cfg.model.layers, cfg.model.d_model, cfg.model.heads = 1, 32, 2
     topics = sk.ensure_topics(cfg)
     tr = Trainer(cfg)
@@ -78,12 +108,16 @@ def test_paced_dreams_reach_the_loss_and_few_go_stale(run_cfg: Config, tmp_path)
     p = sk.make_producer(cfg.kafka, linger_ms=0)
     for i in range(12):  # experts: start states for the dreamer and the worker's pool
         ep = f"expert-{uuid.uuid4().hex[:10]}"
-        for s in range(2):
-            t = transition(cfg.run_id, ep, s, "expert", s == 1, seed=i)
-            p.send(topics.expert, value=records.encode(t), key=ep.encode())
+        steps = (
+            _two_button_episode(cfg.run_id, i)
+            if two_buttons
+            else [transition(cfg.run_id, ep, s, "expert", s == 1, seed=i) for s in range(2)]
+        )
+        for t in steps:
+            p.send(topics.expert, value=records.encode(t), key=t.episode_id.encode())
     p.flush()
     p.close()
-    env = env_for(cfg, **SMALL, PYTHONPATH=str(ROOT))
+    env = env_for(cfg, **SMALL, **env_extra, PYTHONPATH=str(ROOT))
     procs, logs = {}, {}
     for name in ("train", "dream"):
         logs[name] = open(tmp_path / f"{name}.log", "wb")
@@ -103,8 +137,15 @@ def test_paced_dreams_reach_the_loss_and_few_go_stale(run_cfg: Config, tmp_path)
                 raise AssertionError(f"{name} exited {proc.returncode}:\n{tail}")
         sc = scrape_targets(cfg)
         counts["produced"] = _sum(sc, "dream", "dynaweb_dream_rollouts_total")
+        counts["uniform_dropped"] = _sum(
+            sc, "dream", "dynaweb_dream_groups_dropped_total", reason="uniform"
+        )
         counts["at_loss"] = _sum(
             sc, "trainer", "dynaweb_trainer_gspo_trajectories_total", source="dream"
+        )
+        counts["groups"] = _sum(sc, "trainer", "dynaweb_trainer_gspo_groups_total", source="dream")
+        counts["groups_nonzero"] = _sum(
+            sc, "trainer", "dynaweb_trainer_gspo_groups_nonzero_total", source="dream"
         )
         counts["trainer_stale"] = _sum(
             sc, "trainer", "dynaweb_trainer_stale_dropped_total", source="dream"
@@ -112,10 +153,14 @@ def test_paced_dreams_reach_the_loss_and_few_go_stale(run_cfg: Config, tmp_path)
         counts["versions"] = _sum(
             sc, "trainer", "dynaweb_trainer_checkpoint_version", kind="policy"
         )
-        return counts["at_loss"] >= 40 and counts["versions"] >= 8
+        return counts["at_loss"] >= at_loss and counts["versions"] >= 8
 
     try:
-        wait_for(progress, 400, "40 dreamed episodes at the loss over 8 versions", every=2.0)
+        try:
+            wait_for(progress, 400, f"{at_loss} dreamed episodes at the loss", every=2.0)
+        except AssertionError as e:
+            tail = (tmp_path / "dream.log").read_text(errors="replace")[-2000:]
+            raise AssertionError(f"{e}: {counts}\n{tail}") from None
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -130,9 +175,13 @@ def test_paced_dreams_reach_the_loss_and_few_go_stale(run_cfg: Config, tmp_path)
         w.stop()
         if os.environ.get("DYNAWEB_TEST_KEEP_LOGS"):
             print((tmp_path / "dream.log").read_text()[-3000:])
+    return counts, mixer_stale, (tmp_path / "dream.log").read_text(errors="replace")
+
+
+def test_paced_dreams_reach_the_loss_and_few_go_stale(run_cfg: Config, tmp_path) -> None:
+    counts, mixer_stale, dream_log = _dream_and_train(run_cfg, tmp_path)
     stale = mixer_stale + counts["trainer_stale"]
     share = stale / counts["produced"]
-    dream_log = (tmp_path / "dream.log").read_text(errors="replace")
     print(
         f"\n{counts['produced']:.0f} dreamed episodes, {counts['at_loss']:.0f} at the loss, "
         f"{stale:.0f} stale (mixer {mixer_stale:.0f}, trainer {counts['trainer_stale']:.0f}): "
@@ -141,3 +190,22 @@ def test_paced_dreams_reach_the_loss_and_few_go_stale(run_cfg: Config, tmp_path)
     )
     assert share <= 0.25, (counts, mixer_stale, dream_log[-3000:])
     assert "pacing: waiting" in dream_log  # the window was full at least once: pacing, not luck
+
+
+def test_dropping_uniform_groups_puts_only_groups_with_an_advantage_at_the_loss(
+    run_cfg: Config, tmp_path
+) -> None:
+    # the world model learns that "OK" succeeds and "No" fails; the policy imitates both clicks,
+    # so some groups' rollouts differ in reward and others (every rollout clicked alike) do not
+    counts, mixer_stale, dream_log = _dream_and_train(
+        run_cfg, tmp_path, at_loss=20, two_buttons=True, DYNAWEB_DREAM__DROP_UNIFORM_GROUPS="true"
+    )
+    print(
+        f"\n{counts['groups']:.0f} dream groups at the loss, {counts['groups_nonzero']:.0f} with "
+        f"a nonzero advantage; {counts['uniform_dropped']:.0f} uniform groups not published"
+    )
+    assert counts["uniform_dropped"] > 0, counts  # some groups had no advantage: they were left out
+    assert counts["groups"] >= 10, counts
+    # read from the trainer's own counters: every dream group that reached the loss carried an
+    # advantage (an incomplete group cut by a timeout or a stale drop may not: at most one in 10)
+    assert counts["groups_nonzero"] >= 0.9 * counts["groups"], (counts, dream_log[-3000:])
