@@ -478,6 +478,41 @@ UP_SETTINGS = {
 # --- the models' legacy saved layout (tests/unit/test_model_migration.py, test_wm_heads.py) -----
 
 
+def real_transition(
+    task: str = "miniwob/a",
+    seed: int = 0,
+    ep: str = "e",
+    step: int = 0,
+    *,
+    last_step: int = 1,
+    success: bool = True,
+    tree: str = "[1] button",
+    action: str = "click(1)",
+    instruction: str = "Click.",
+    run: str = "r",
+    **obs_extra,
+) -> Transition:
+    """A real transition of a world-model study's data: the episode ends at ``last_step`` (reward
+    1 there if ``success``); the next page is the tree with ``!`` appended."""
+    done = step == last_step
+    obs = {"instruction": instruction, "url": "", "tree": tree, **obs_extra}
+    return Transition(
+        run_id=run,
+        episode_id=ep,
+        step=step,
+        task=task,
+        seed=seed,
+        source="real",
+        policy_version=0,
+        world_model_version=0,
+        obs=obs,
+        action=action,
+        next_obs={"instruction": instruction, "url": "", "tree": tree + "!"},
+        reward=1.0 if done and success else 0.0,
+        done=done,
+    )
+
+
 def save_legacy(model, tokenizer, path, drop: tuple[str, ...] = ()) -> None:
     """Save ``model`` (a ``Policy`` or a ``WorldModel``) as the builds before
     ``models.lm.base.FORMAT`` 2 did: its parts attached to the Hugging Face model under their old

@@ -13,28 +13,23 @@ from evaluation.studies.sample_efficiency.wm_heldout import (
     trained_on,
 )
 from evaluation.studies.world_model.split import pair
-from streams.records import Transition
+from tests.factories import real_transition
 
 pytestmark = pytest.mark.unit
 
 
 def _t(task, seed, ep, step, n_steps=3, run="r", tree=None):
-    done = step == n_steps - 1
-    obs = {"instruction": "Do.", "url": "", "tree": tree or f"[1] {task} {seed} {step}"}
-    return Transition(
-        run_id=run,
-        episode_id=ep,
-        step=step,
-        task=task,
-        seed=seed,
-        source="real",
-        policy_version=0,
-        world_model_version=0,
-        obs=obs,
-        action="click(1)",
-        next_obs={**obs, "tree": obs["tree"] + "!"},
-        reward=1.0 if done and seed % 2 else 0.0,
-        done=done,
+    """Step ``step`` of an ``n_steps`` episode; odd seeds succeed."""
+    return real_transition(
+        task,
+        seed,
+        ep,
+        step,
+        last_step=n_steps - 1,
+        success=bool(seed % 2),
+        tree=tree or f"[1] {task} {seed} {step}",
+        instruction="Do.",
+        run=run,
     )
 
 

@@ -15,29 +15,14 @@ from evaluation.studies.world_model.split import (
     split_sides,
     split_tasks,
 )
-from streams.records import Transition
+from tests.factories import real_transition
 
 pytestmark = pytest.mark.unit
 
 
 def _t(task="miniwob/a", seed=0, ep="e", step=0, tree="[1] button", action="click(1)", **kw):
-    obs = {"instruction": kw.pop("instruction", "Click."), "url": "", "tree": tree, **kw}
-    done = step == 1
-    return Transition(
-        run_id="r",
-        episode_id=ep,
-        step=step,
-        task=task,
-        seed=seed,
-        source="real",
-        policy_version=0,
-        world_model_version=0,
-        obs=obs,
-        action=action,
-        next_obs={"instruction": "Click.", "url": "", "tree": tree + "!"},
-        reward=1.0 if done else 0.0,
-        done=done,
-    )
+    """Step ``step`` of a two-step episode that succeeds."""
+    return real_transition(task, seed, ep, step, tree=tree, action=action, **kw)
 
 
 def _corpus(tasks=("miniwob/a", "miniwob/b"), seeds=40, episodes=3):
