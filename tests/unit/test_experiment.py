@@ -869,3 +869,15 @@ def test_dream_drop_uniform_reaches_the_dynaweb_arms_and_names_its_own_experimen
         assert not cell_config(
             cfg, ex, f"r-{arm}", arm, 0, init_from="i:1"
         ).dream.drop_uniform_groups
+
+
+def test_the_report_pools_only_the_cells_of_its_arms_and_seeds(tmp_path):
+    from evaluation.studies.sample_efficiency.study import SampleEfficiency
+
+    cfg = SampleEfficiencyConfig()
+    cfg.experiment.seeds, cfg.experiment.arms = [1, 2], ["imitation", "real_only"]
+    se = SampleEfficiency(cfg, tmp_path, start_stack=False, echo=False)
+    se.cells_dir.mkdir(parents=True)
+    for arm, seed in [("imitation", 1), ("real_only", 2), ("real_only", 3), ("dynaweb", 1)]:
+        se.cell_file(arm, seed).write_text(json.dumps({"arm": arm, "seed": seed}))
+    assert [(c["arm"], c["seed"]) for c in se.load_cells()] == [("imitation", 1), ("real_only", 2)]

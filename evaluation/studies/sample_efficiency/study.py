@@ -454,7 +454,15 @@ class SampleEfficiency:
         return self.report(time.time() - t0)
 
     def load_cells(self) -> list[dict]:
-        return [json.loads(f.read_text()) for f in sorted(self.cells_dir.glob("*-s*.json"))]
+        """The finished cells of this study's arms and seeds (a report with fewer seeds, e.g. a
+        partial one, pools only those)."""
+        return [
+            json.loads(f.read_text())
+            for a in ARMS
+            if a in self.ex.arms
+            for seed in self.ex.seeds
+            if (f := self.cell_file(a, seed)).exists()
+        ]
 
     def frozen(self) -> dict:
         """The study's fixed configuration, as stated in the summary."""
