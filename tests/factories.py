@@ -448,36 +448,6 @@ def transition(
     )
 
 
-# --- dynaweb up (tests/e2e/test_up.py, tests/faults/test_loop_faults.py) -------------------------
-
-UP_SETTINGS = {
-    "DYNAWEB_TRAINER__CHECKPOINT_EVERY": "2",
-    "DYNAWEB_TRAINER__CHECKPOINT_EVERY_S": "40",
-    "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "8",
-    "DYNAWEB_DREAM__GROUP_SIZE": "4",
-    "DYNAWEB_DREAM__BATCH": "8",
-    "DYNAWEB_DREAM__HORIZON": "3",
-    "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "96",
-    "DYNAWEB_STREAM__GROUP_SIZE": "4",
-    "DYNAWEB_UP__EXPERT_CONTEXTS": "1",
-    "DYNAWEB_UP__PROGRESS_EVERY_S": "10",
-    # one task where an untrained policy succeeds often enough (it clicks one of a few buttons) for
-    # the G = 4 rollouts of a live group to differ in reward
-    "DYNAWEB_COLLECTOR__TASKS": "miniwob/click-button",
-    "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
-    # a checkpoint every 2 steps: 4 versions of staleness is the default's window in steps (2 x 5)
-    "DYNAWEB_STREAM__MAX_STALENESS": "4",
-    # 1 expert step/s (default 4) is still ~200 experts, several times what the policy batches use; the CPU
-    # goes to the trainer instead (about twice the world-model steps), and the world model's batches hold
-    # more of the live policy's transitions, whose failures (clicks on texts, wrong buttons, scrolls) teach
-    # the reward head which actions do not succeed (with experts only, every action looks like success)
-    "DYNAWEB_UP__EXPERT_STEPS_PER_S": "1",
-}
-
-
-# --- the models' legacy saved layout (tests/unit/test_model_migration.py, test_wm_heads.py) -----
-
-
 def real_transition(
     task: str = "miniwob/a",
     seed: int = 0,
@@ -511,6 +481,36 @@ def real_transition(
         reward=1.0 if done and success else 0.0,
         done=done,
     )
+
+
+# --- dynaweb up (tests/e2e/test_up.py, tests/faults/test_loop_faults.py) -------------------------
+
+UP_SETTINGS = {
+    "DYNAWEB_TRAINER__CHECKPOINT_EVERY": "2",
+    "DYNAWEB_TRAINER__CHECKPOINT_EVERY_S": "40",
+    "DYNAWEB_STREAM__BATCH_TRAJECTORIES": "8",
+    "DYNAWEB_DREAM__GROUP_SIZE": "4",
+    "DYNAWEB_DREAM__BATCH": "8",
+    "DYNAWEB_DREAM__HORIZON": "3",
+    "DYNAWEB_DREAM__MAX_CHANGE_TOKENS": "96",
+    "DYNAWEB_STREAM__GROUP_SIZE": "4",
+    "DYNAWEB_UP__EXPERT_CONTEXTS": "1",
+    "DYNAWEB_UP__PROGRESS_EVERY_S": "10",
+    # one task where an untrained policy succeeds often enough (it clicks one of a few buttons) for
+    # the G = 4 rollouts of a live group to differ in reward
+    "DYNAWEB_COLLECTOR__TASKS": "miniwob/click-button",
+    "DYNAWEB_COLLECTOR__MAX_STEPS": "6",
+    # a checkpoint every 2 steps: 4 versions of staleness is the default's window in steps (2 x 5)
+    "DYNAWEB_STREAM__MAX_STALENESS": "4",
+    # 1 expert step/s (default 4) is still ~200 experts, several times what the policy batches use; the CPU
+    # goes to the trainer instead (about twice the world-model steps), and the world model's batches hold
+    # more of the live policy's transitions, whose failures (clicks on texts, wrong buttons, scrolls) teach
+    # the reward head which actions do not succeed (with experts only, every action looks like success)
+    "DYNAWEB_UP__EXPERT_STEPS_PER_S": "1",
+}
+
+
+# --- the models' legacy saved layout (tests/unit/test_model_migration.py, test_wm_heads.py) -----
 
 
 def save_legacy(model, tokenizer, path, drop: tuple[str, ...] = ()) -> None:

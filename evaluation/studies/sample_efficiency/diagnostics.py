@@ -81,7 +81,7 @@ def dream_stale(d: dict) -> dict:
     """Dreamed episodes dropped as stale (by the mixer and at train time) and their share of the
     dreamed episodes published (``dream_stale_share``; ``dream.pace`` keeps it low;
     ``report.stale_counts`` says where each count comes from); {} without dreams."""
-    episodes, dropped = stale_counts({k: v for k, v in d.items() if k != "dream_stale_dropped"})
+    episodes, dropped = stale_counts(d)
     if not episodes:
         return {}
     return {
