@@ -96,7 +96,8 @@ def check_value(value: Any, hint: Any, path: str) -> Any:
 def coerce(text: str, hint: Any, path: str) -> Any:
     """The value a field annotated ``hint`` gets from ``text`` (an environment variable, ``--set``):
     ``true``/``false`` (``1``/``0``, ``yes``/``no``, ``on``/``off``) for a bool, a number, or for a
-    list JSON (``[0, 1]``) or comma-separated items (``a,b``: each read as the element type)."""
+    list JSON (``[0, 1]``) or comma-separated items, bracketed or not (``a,b``, ``[a,b]``: each
+    read as the element type)."""
     origin = typing.get_origin(hint)
     s = text.strip()
     try:
@@ -110,9 +111,15 @@ def coerce(text: str, hint: Any, path: str) -> Any:
             value = float(s)
         elif origin is list:
             (elem,) = typing.get_args(hint) or (Any,)
+            value = None
             if s.startswith("["):
-                value = json.loads(s)
-            else:
+                try:
+                    value = json.loads(s)
+                except ValueError:
+                    if not s.endswith("]"):
+                        raise
+                    s = s[1:-1]  # a bracketed list of bare items: [a,b]
+            if value is None:
                 items = [x for x in (p.strip() for p in s.split(",")) if x]
                 value = [coerce(x, elem, f"{path}[{i}]") for i, x in enumerate(items)]
         else:

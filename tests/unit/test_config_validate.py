@@ -251,6 +251,12 @@ def test_list_items_are_read_as_the_element_type() -> None:
     cfg = _load({}, SampleEfficiencyConfig, env={"DYNAWEB_EXPERIMENT__SEEDS": "[5, 6]"})
     assert cfg.experiment.seeds == [5, 6]
     assert _load({"gate.probes": "policy"}).gate.probes == ["policy"]
+    # bare items in brackets, as a shell user writes them (the imagination statement's command)
+    cfg = _load(
+        {"experiment.arms": "[imitation,imitation_matched, real_only]"}, SampleEfficiencyConfig
+    )
+    assert cfg.experiment.arms == ["imitation", "imitation_matched", "real_only"]
+    assert _load({"experiment.seeds": "[7,8]"}, SampleEfficiencyConfig).experiment.seeds == [7, 8]
     assert _load({"stream.policy_sources": ["dream"]}).stream.policy_sources == ["dream"]
 
 
@@ -259,6 +265,7 @@ WRONG_TYPES = [
     ({"experiment.seeds": '["0"]'}, r"experiment.seeds\[0\] = '0': expected int"),
     ({"experiment.seeds": [0, True]}, r"experiment.seeds\[1\] = True: expected int"),
     ({"experiment.tasks": "[1]"}, r"experiment.tasks\[0\] = 1: expected str"),
+    ({"experiment.seeds": "[0,a]"}, r"experiment.seeds\[1\] = 'a': expected int"),
     ({"experiment.arms": "imitation"}, None),  # one item: fine
     ({"experiment.tasks": 3}, "experiment.tasks = 3: expected a list of str"),
     ({"experiment.seeds": "[0, 1"}, r"experiment.seeds = '\[0, 1': expected a list of int"),
