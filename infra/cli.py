@@ -368,6 +368,17 @@ def _experiment_command(add: AddCommand) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     _experiment_world_model_args(p)
 
+    p = add(
+        "ablation",
+        "the share of one setting: two sample-efficiency runs that differ only in it, paired "
+        "by arm and training seed (final success on - off, per task, and its effect on the "
+        "within-run contrasts); reads their finished cells, reruns nothing",
+    )
+    p.add_argument("on", help="the --out of the run with the setting on")
+    p.add_argument("off", help="the --out of the run with the setting off")
+    p.add_argument("--md", help="also write the tables as Markdown to this file")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
+
 
 def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
     """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.studies.world_model.config.WorldModelStudyConfig``)."""

@@ -405,6 +405,15 @@ def cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
     return main(args, cfg, stack_factory=Stack)
 
 
+def cmd_ablation(args: argparse.Namespace, cfg: Config) -> int:
+    from evaluation.studies.sample_efficiency.ablation import main
+
+    res = main(args.on, args.off, out=args.md, as_json=args.json)
+    if args.json:
+        print(json.dumps(res))
+    return 0
+
+
 def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
     from pathlib import Path
 
@@ -475,6 +484,7 @@ COMMANDS = {
     "demos": cmd_demos,
     "eval": cmd_eval,
     "experiment": cmd_experiment,
+    "ablation": cmd_ablation,
     "gate": cmd_gate,
     "tokenizer": cmd_tokenizer,
 }
