@@ -379,6 +379,16 @@ def _experiment_command(add: AddCommand) -> None:
     p.add_argument("--md", help="also write the tables as Markdown to this file")
     p.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
 
+    p = add(
+        "dream-fidelity",
+        "a sample-efficiency run's DynaWeb world models against reality, per task: reward and "
+        "page fidelity on the probe, dreamed against real success, beside each arm's gain; "
+        "reads the finished cells, reruns nothing",
+    )
+    p.add_argument("out", help="the --out of `dynaweb experiment sample-efficiency`")
+    p.add_argument("--md", help="also write the tables as Markdown to this file")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
+
 
 def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
     """Options of ``dynaweb experiment world-model`` (defaults: ``evaluation.studies.world_model.config.WorldModelStudyConfig``)."""

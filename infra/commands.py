@@ -414,6 +414,15 @@ def cmd_ablation(args: argparse.Namespace, cfg: Config) -> int:
     return 0
 
 
+def cmd_dream_fidelity(args: argparse.Namespace, cfg: Config) -> int:
+    from evaluation.studies.sample_efficiency.fidelity import main
+
+    res = main(args.out, md=args.md, as_json=args.json)
+    if args.json:
+        print(json.dumps(res))
+    return 0
+
+
 def cmd_tokenizer(args: argparse.Namespace, cfg: Config) -> int:
     from pathlib import Path
 
@@ -485,6 +494,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "experiment": cmd_experiment,
     "ablation": cmd_ablation,
+    "dream-fidelity": cmd_dream_fidelity,
     "gate": cmd_gate,
     "tokenizer": cmd_tokenizer,
 }
