@@ -75,6 +75,7 @@ class FirstUse:
         self.topics = topics
         self.first: dict[str, dict[int, float]] = {"dream": {}, "dream_published": {}, "live": {}}
         self.group_versions: dict[str, set[int]] = defaultdict(set)
+        self.group_source: dict[str, str] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="bench-reload-tail", daemon=True)
 
@@ -102,6 +103,7 @@ class FirstUse:
         v = int(t.policy_version)
         if t.group_id:
             self.group_versions[t.group_id].add(v)
+            self.group_source[t.group_id] = "dream" if topic == self.topics.dream else "live"
         sent = m.timestamp / 1000.0
         if topic == self.topics.dream:
             self.first["dream_published"].setdefault(v, sent)
@@ -117,7 +119,17 @@ class FirstUse:
         return self.first[kind].get(version)
 
     def mixed_groups(self, max_staleness: int) -> int:
-        return sum(1 for vs in self.group_versions.values() if max(vs) - min(vs) > max_staleness)
+        return len(self.mixed_detail(max_staleness, limit=None))
+
+    def mixed_detail(self, max_staleness: int, limit: int | None = 5) -> list[dict]:
+        """The groups whose records' policy versions lie more than ``max_staleness`` apart: their
+        id, source (dream or live) and versions (the first ``limit``)."""
+        out = [
+            {"group": g, "source": self.group_source.get(g), "versions": sorted(vs)}
+            for g, vs in self.group_versions.items()
+            if max(vs) - min(vs) > max_staleness
+        ]
+        return out if limit is None else out[:limit]
 
 
 def _save_models(cfg: Config, work: Path) -> dict[str, Path]:
@@ -262,6 +274,7 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
         "readers_own_metric": own,
         "groups": len(tail.group_versions),
         "groups_mixing_beyond_max_staleness": tail.mixed_groups(cfg.stream.max_staleness),
+        "groups_mixing_detail": tail.mixed_detail(cfg.stream.max_staleness),
         "max_staleness": cfg.stream.max_staleness,
         # fresh weights never write eos: every world-model call writes this many tokens (a trained
         # world model writes its change and stops: 31 tokens on average on the committed corpus)

@@ -32,6 +32,8 @@ def test_bench_reload_times_each_version_where_each_reader_starts_with_it(run_cf
     assert all(0.0 <= s <= p for s, p in zip(started, published, strict=True))
     assert sum(published) > sum(started)
     assert res["reload_p95_s"] is not None and res["dream_published_p95_s"] >= res["dream_p95_s"]
-    assert res["groups"] > 0 and res["groups_mixing_beyond_max_staleness"] == 0
+    assert res["groups"] > 0 and res["groups_mixing_beyond_max_staleness"] == 0, res[
+        "groups_mixing_detail"
+    ]
     own = res["readers_own_metric"]
     assert own["dream"]["count"] >= 2 and own["collector"]["count"] >= 2, own

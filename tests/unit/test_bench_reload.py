@@ -49,6 +49,9 @@ def test_first_use_per_version_and_groups_mixing_versions() -> None:
     assert fu.used("dream_published", 1) == 6.0
     assert fu.used("live", 2) == 8.0 and fu.used("live", 5) == 9.0
     assert fu.mixed_groups(max_staleness=2) == 1 and fu.mixed_groups(max_staleness=3) == 0
+    assert fu.mixed_detail(max_staleness=2) == [
+        {"group": "g2", "source": "live", "versions": [2, 5]}
+    ]
 
 
 def test_the_bench_uploads_the_trainers_state_beside_the_weights(tmp_path) -> None:
