@@ -16,10 +16,9 @@ Pure functions on cell dicts, no services.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-from evaluation.studies.sample_efficiency.report import ARMS, PAIRS, t975
+from evaluation.studies.sample_efficiency.report import ARMS, PAIRS, _r, difference_ci, mean_of
 
 
 def read_cells(out: Path) -> dict[tuple[str, int], dict]:
@@ -51,23 +50,28 @@ def final(cell: dict) -> tuple[float, dict[str, float]]:
 def paired(diffs: dict[int, float]) -> dict:
     """Mean of per-seed differences with a Student-t 95 % interval (None bounds with one seed)."""
     seeds = sorted(diffs)
-    d = [diffs[s] for s in seeds]
-    m = sum(d) / len(d)
-    lo = hi = None
-    if len(d) > 1:
-        sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
-        h = t975(len(d) - 1) * sd / math.sqrt(len(d))
-        lo, hi = round(m - h, 4), round(m + h, 4)
+    m, lo, hi = difference_ci([diffs[s] for s in seeds])
     return {
-        "mean": round(m, 4),
-        "ci95": [lo, hi],
-        "per_seed": {s: round(diffs[s], 4) for s in seeds},
+        "mean": _r(m, 4),
+        "ci95": [_r(lo, 4), _r(hi, 4)],
+        "per_seed": {s: _r(diffs[s], 4) for s in seeds},
         "seeds": len(seeds),
     }
 
 
-def _mean(xs: list[float]) -> float:
-    return round(sum(xs) / len(xs), 4)
+def mean4(xs: list) -> float | None:
+    """``report.mean_of`` rounded to 4 places (None without any number)."""
+    return _r(mean_of(xs), 4)
+
+
+def write_and_print(res: dict, text: str, md: str | None, as_json: bool) -> dict:
+    """A read-only command's ending: the Markdown ``text`` written to ``md`` when given, printed
+    unless ``as_json`` (the caller prints the JSON line); returns ``res``."""
+    if md:
+        Path(md).write_text(text)
+    if not as_json:
+        print(text)
+    return res
 
 
 def share(on: dict[tuple[str, int], dict], off: dict[tuple[str, int], dict]) -> dict:
@@ -81,14 +85,14 @@ def share(on: dict[tuple[str, int], dict], off: dict[tuple[str, int], dict]) -> 
         f_off = {s: final(off[(arm, s)]) for s in seeds}
         tasks = sorted(set.intersection(*(set(f_on[s][1]) & set(f_off[s][1]) for s in seeds)))
         arms[arm] = {
-            "on": _mean([f_on[s][0] for s in seeds]),
-            "off": _mean([f_off[s][0] for s in seeds]),
+            "on": mean4([f_on[s][0] for s in seeds]),
+            "off": mean4([f_off[s][0] for s in seeds]),
             "on - off": paired({s: f_on[s][0] - f_off[s][0] for s in seeds}),
             "per_task": {
                 t: {
-                    "on": _mean([f_on[s][1][t] for s in seeds]),
-                    "off": _mean([f_off[s][1][t] for s in seeds]),
-                    "on - off": _mean([f_on[s][1][t] - f_off[s][1][t] for s in seeds]),
+                    "on": mean4([f_on[s][1][t] for s in seeds]),
+                    "off": mean4([f_off[s][1][t] for s in seeds]),
+                    "on - off": mean4([f_on[s][1][t] - f_off[s][1][t] for s in seeds]),
                 }
                 for t in tasks
             },
@@ -177,9 +181,4 @@ def main(on: str, off: str, out: str | None = None, as_json: bool = False) -> di
         "off_experiment": experiment_id(Path(off)),
         **res,
     }
-    md = markdown(res)
-    if out:
-        Path(out).write_text(md)
-    if not as_json:
-        print(md)
-    return res
+    return write_and_print(res, markdown(res), out, as_json)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evaluation.studies.sample_efficiency.ablation import final, read_cells
+from evaluation.studies.sample_efficiency.ablation import final, mean4, read_cells, write_and_print
 from evaluation.studies.sample_efficiency.report import DREAM_ARMS
 
 SCALARS = (
@@ -35,11 +35,6 @@ SCALARS = (
 )
 
 
-def _mean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return round(sum(xs) / len(xs), 4) if xs else None
-
-
 def _gain(
     cells: dict[tuple[str, int], dict], arm: str, task: str, seeds: list[int]
 ) -> float | None:
@@ -49,7 +44,7 @@ def _gain(
         a, b = cells.get((arm, s)), cells.get(("imitation_matched", s))
         if a and b and task in final(a)[1] and task in final(b)[1]:
             d.append(final(a)[1][task] - final(b)[1][task])
-    return _mean(d)
+    return mean4(d)
 
 
 def dream_fidelity(cells: dict[tuple[str, int], dict]) -> dict:
@@ -65,8 +60,8 @@ def dream_fidelity(cells: dict[tuple[str, int], dict]) -> dict:
             continue
         seeds = sorted(probed)
         res: dict = {"seeds": seeds}
-        res.update({k: _mean([probed[s].get(k) for s in seeds]) for k in SCALARS})
-        res["own_dreams_replayed_auroc"] = _mean(
+        res.update({k: mean4([probed[s].get(k) for s in seeds]) for k in SCALARS})
+        res["own_dreams_replayed_auroc"] = mean4(
             [(cells[(arm, s)].get("replay") or {}).get("dream_reward_auroc") for s in seeds]
         )
         tasks = sorted({t for s in seeds for t in probed[s].get("replay_by_task", {})})
@@ -86,7 +81,7 @@ def dream_fidelity(cells: dict[tuple[str, int], dict]) -> dict:
                 "real_success": round(sum(r["real_success"] * r["episodes"] for r in rows) / n, 4)
                 if n
                 else None,
-                "reward_bal_acc_terminal": _mean(
+                "reward_bal_acc_terminal": mean4(
                     [probed[s].get("reward_bal_acc_terminal_by_task", {}).get(t) for s in seeds]
                 ),
                 f"{arm} - imitation_matched": _gain(cells, arm, t, seeds),
@@ -140,9 +135,4 @@ def main(out: str, md: str | None = None, as_json: bool = False) -> dict:
     """``dynaweb dream-fidelity OUT``: print the tables (``md``: also write them); returns the
     result (the ``--json`` line)."""
     res = {"out": str(out), "arms": dream_fidelity(read_cells(Path(out)))}
-    text = markdown(res)
-    if md:
-        Path(md).write_text(text)
-    if not as_json:
-        print(text)
-    return res
+    return write_and_print(res, markdown(res), md, as_json)

@@ -73,17 +73,23 @@ def t975(df: int) -> float:
     return _T975[max(k for k in _T975 if k <= df)]
 
 
+def difference_ci(d: list[float]) -> tuple[float, float | None, float | None]:
+    """Mean of paired differences and its Student-t 95 % interval, not clipped (a difference may
+    be negative; None bounds with one value)."""
+    m = sum(d) / len(d)
+    if len(d) < 2:
+        return m, None, None
+    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
+    h = t975(len(d) - 1) * sd / math.sqrt(len(d))
+    return m, m - h, m + h
+
+
 def mean_ci(xs: list[float]) -> tuple[float, float | None, float | None]:
     """Mean and Student-t 95% interval over seeds (``None`` bounds with a single seed), clipped to [0, 1]."""
-    n = len(xs)
-    if n == 0:
+    if not xs:
         raise ValueError("no values")
-    m = sum(xs) / n
-    if n == 1:
-        return m, None, None
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-    h = t975(n - 1) * sd / math.sqrt(n)
-    return m, max(0.0, m - h), min(1.0, m + h)
+    m, lo, hi = difference_ci(xs)
+    return (m, None, None) if lo is None else (m, max(0.0, lo), min(1.0, hi))
 
 
 PAIRS = (
@@ -108,12 +114,7 @@ def paired_differences(rows: list[dict]) -> dict:
         if not seeds:
             continue
         d = [final[(a, s)] - final[(b, s)] for s in seeds]
-        m = sum(d) / len(d)
-        lo = hi = None
-        if len(d) > 1:
-            sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
-            h = t975(len(d) - 1) * sd / math.sqrt(len(d))
-            lo, hi = m - h, m + h
+        m, lo, hi = difference_ci(d)
         out[f"{a} - {b}"] = {
             "mean": _r(m, 4),
             "ci95": [_r(lo, 4), _r(hi, 4)],
@@ -322,7 +323,8 @@ def arm_summary(cells: list[dict], agg: dict[str, list[dict]] | None = None) -> 
     return out
 
 
-def _mean_of(xs: list) -> float | None:
+def mean_of(xs: list) -> float | None:
+    """The mean of the numbers among ``xs`` (None, missing values, are skipped); None without any."""
     xs = [float(x) for x in xs if isinstance(x, int | float)]
     return sum(xs) / len(xs) if xs else None
 
@@ -343,8 +345,8 @@ def imagination_summary(arm: str, cs: list[dict]) -> dict:
         if "trainer_wm_samples_real" in d or "trainer_wm_samples_expert" in d
     ]
     out = {
-        "world_model_steps_real": _r(_mean_of(wm_real), 1),
-        "dream_steps": _r(_mean_of([d.get("topic_dream_steps", 0.0) for d in diag]), 1),
+        "world_model_steps_real": _r(mean_of(wm_real), 1),
+        "dream_steps": _r(mean_of([d.get("topic_dream_steps", 0.0) for d in diag]), 1),
     }
     if arm not in DREAM_ARMS:
         return out
@@ -353,13 +355,13 @@ def imagination_summary(arm: str, cs: list[dict]) -> dict:
     bad = steps - sum(float(d.get("topic_dream_wm_ok") or 0.0) for d in diag)
     return {
         **out,
-        "wm_reward_bal_acc": _r(_mean_of([f.get("reward_bal_acc") for f in fids]), 4),
-        "wm_exact_match": _r(_mean_of([f.get("exact_match") for f in fids]), 4),
-        "wm_exact_match_baseline": _r(_mean_of([f.get("baseline_exact_match") for f in fids]), 4),
+        "wm_reward_bal_acc": _r(mean_of([f.get("reward_bal_acc") for f in fids]), 4),
+        "wm_exact_match": _r(mean_of([f.get("exact_match") for f in fids]), 4),
+        "wm_exact_match_baseline": _r(mean_of([f.get("baseline_exact_match") for f in fids]), 4),
         "dream_apply_rate": _r(1.0 - bad / steps, 4) if steps else None,
         "dream_stale_share": stale_share(diag),
         "dream_reward_auroc": _r(
-            _mean_of([(c.get("replay") or {}).get("dream_reward_auroc") for c in cs]), 4
+            mean_of([(c.get("replay") or {}).get("dream_reward_auroc") for c in cs]), 4
         ),
     }
 
