@@ -1,32 +1,55 @@
-"""The size limits of the architecture (docs/architecture.md), outside tests: no module over 600
-lines and no function over 100 lines.  Complexity (C901 <= 15, PLR0915 <= 60 statements) is
-ruff's part, configured in pyproject.toml."""
+"""The size limits of the architecture (docs/architecture.md), outside tests.
+
+A module past 500 lines is a review signal: the run warns and names it (split it where a concept
+boundary is clear).  A module past 800 lines or a function past 150 lines fails.  Complexity
+(C901 <= 15, PLR0915 <= 60 statements) is ruff's part, configured in pyproject.toml."""
 
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "streams", "models", "collectors", "evaluation", "infra")
-MAX_MODULE_LINES = 600
-MAX_FUNCTION_LINES = 100
+WARN_MODULE_LINES = 500
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 150
+
+
+class ModuleSizeWarning(UserWarning):
+    """A module past WARN_MODULE_LINES: a signal for review, not a failure."""
 
 
 def _sources() -> list[Path]:
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
 
+def _module_lines() -> dict[str, int]:
+    return {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _sources()}
+
+
 def test_the_packages_are_all_measured() -> None:
     assert len(_sources()) > 50
 
 
+def test_modules_past_the_review_size_are_named() -> None:
+    """Never fails: names every module past WARN_MODULE_LINES in the run's warnings summary."""
+    big = sorted(
+        ((n, name) for name, n in _module_lines().items() if n > WARN_MODULE_LINES), reverse=True
+    )
+    if big:
+        listed = "\n".join(f"  {name}: {n} lines" for n, name in big)
+        warnings.warn(
+            f"{len(big)} modules past {WARN_MODULE_LINES} lines (review: split by concept):\n"
+            + listed,
+            ModuleSizeWarning,
+            stacklevel=1,
+        )
+
+
 def test_no_module_over_the_line_limit() -> None:
-    long = {
-        str(p.relative_to(ROOT)): n
-        for p in _sources()
-        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
-    }
+    long = {name: n for name, n in _module_lines().items() if n > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
