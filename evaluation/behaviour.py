@@ -9,6 +9,8 @@ real pages once and compares it offline::
     ... change the code ...
     dynaweb check-behaviour snapshot obs.json --out after.json
     dynaweb check-behaviour compare before.json after.json                    # exit 1 if any differ
+    dynaweb check-behaviour models --out models.json    # seeded model outputs (evaluation.fingerprint)
+    dynaweb check-behaviour models models.json          # the code now against them: exit 1 if any differ
 
 ``capture`` starts an in-process task server and one Chromium, opens one ``WebEnv`` (the run's
 ``collector`` config: the default tree budget, as the collectors run) and, for every registered
@@ -394,6 +396,10 @@ def compare(a_path: str, b_path: str, show: int = 5) -> int:
 def main(args: argparse.Namespace, cfg: Config) -> int:
     """``dynaweb check-behaviour capture|snapshot|compare``."""
     files = list(args.files or [])
+    if args.action == "models":
+        from evaluation.fingerprint import main as models_main
+
+        return models_main(args)
     if args.action == "capture":
         if files or not args.out:
             raise ValueError("check-behaviour capture takes no file, and needs --out FILE")

@@ -144,11 +144,16 @@ def _task_commands(add: AddCommand) -> None:
         "check-behaviour",
         "before/after check of a refactor: capture every task's start page (real browser), "
         "snapshot what the experts, the random policy and the policy's candidates make of them, "
-        "compare two snapshots (exit 1 on any difference)",
+        "compare two snapshots (exit 1 on any difference); models: the seeded models' outputs "
+        "byte for byte (acting, updates, predictions), written or compared",
     )
-    p.add_argument("action", choices=["capture", "snapshot", "compare"])
-    p.add_argument("files", nargs="*", help="snapshot: OBS.json; compare: A.json B.json")
-    p.add_argument("--out", help="capture / snapshot: the file to write")
+    p.add_argument("action", choices=["capture", "snapshot", "compare", "models"])
+    p.add_argument(
+        "files",
+        nargs="*",
+        help="snapshot: OBS.json; compare: A.json B.json; models: a fingerprint to compare with",
+    )
+    p.add_argument("--out", help="capture / snapshot / models: the file to write")
     p.add_argument("--seed", type=int, default=0, help="capture: the seed of every task")
     p.add_argument("--tasks", help="capture: comma separated (default: every registered task)")
     p.add_argument("--timeout", type=float, default=90.0, help="capture: per-task reset limit (s)")
