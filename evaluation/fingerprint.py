@@ -287,7 +287,7 @@ def world_model_fingerprint() -> dict:
             "grad_norm": _num(float(gn)),
             "weights": weights_digest(model),
         }
-    out["heads_trained"] = bool(model.heads_trained)
+    out["heads_trained"] = bool(model.heads_trained())
     out["predict.trained"] = _predict(model.eval(), tok)
     return out
 
