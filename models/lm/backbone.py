@@ -27,12 +27,13 @@ import torch
 from core.config import ModelConfig
 from models.lm.base import LanguageModel
 from models.lm.tokenizer import build_tokenizer, load_tokenizer, pad_id
+from models.lm.types import CausalLM, Tokenizer
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import GPTNeoConfig, PreTrainedModel
 
 
-def gpt_neo_config(model_cfg: ModelConfig, tokenizer: Any) -> Any:
+def gpt_neo_config(model_cfg: ModelConfig, tokenizer: Tokenizer) -> GPTNeoConfig:
     from transformers import GPTNeoConfig
 
     return GPTNeoConfig(
@@ -136,7 +137,7 @@ def resolve_model_path(path: str) -> str:
     return full
 
 
-def load_gguf(path: str) -> tuple[Any, Any]:
+def load_gguf(path: str) -> tuple[CausalLM, Tokenizer]:
     """(model, tokenizer) from a GGUF file (Llama, Qwen, ... as transformers reads them with
     the ``gguf`` package), dequantised to float32 and rebuilt as a plain model of its class (a
     model read from GGUF keeps quantisation state that ``save_pretrained`` refuses), eval mode."""
@@ -156,7 +157,7 @@ def load_gguf(path: str) -> tuple[Any, Any]:
     return model.eval(), tok
 
 
-def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[Any, Any]:
+def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[CausalLM, Tokenizer]:
     """(model, tokenizer) from a local Hugging Face directory or a GGUF file (``load_gguf``; no
     hub, no pickle, no remote code), in eval mode.  ``own`` names the extra modules a legacy
     directory holds beside the backbone (``models.lm.base.migrate_legacy``): their saved weights
@@ -180,7 +181,7 @@ def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[Any, Any]:
     return model, tok
 
 
-def make_causal_lm(model_cfg: ModelConfig, path: str = "") -> tuple[Any, Any]:
+def make_causal_lm(model_cfg: ModelConfig, path: str = "") -> tuple[CausalLM, Tokenizer]:
     """(model, tokenizer): from a local HF directory (its own tokenizer), or GPT-Neo from config
     (seeded) with the ``model_cfg.tokenizer`` tokenizer ("bpe" or "byte")."""
     from transformers import GPTNeoForCausalLM

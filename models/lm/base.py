@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from models.lm.match import MatchFeature, match_flags
+from models.lm.types import CausalLM
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 FORMAT = 2  # dynaweb.json's layout; a directory without the file is the legacy layout
 META = "dynaweb.json"
@@ -36,20 +40,23 @@ PARTS = "parts.safetensors"
 
 
 class LanguageModel(torch.nn.Module):
-    """``lm`` (a Hugging Face causal LM) and ``match`` (the instruction-match feature or None)."""
+    """``lm`` (a Hugging Face causal LM), ``match`` (the instruction-match feature or None) and
+    ``base_ref`` (the base model LoRA adapters on ``lm`` stand on, None without adapters)."""
 
     spec: Any  # the subclass's spec (saved in ``dynaweb.json``)
 
-    def __init__(self, lm: Any, match: MatchFeature | None) -> None:
+    def __init__(
+        self, lm: CausalLM, match: MatchFeature | None, base_ref: dict[str, str] | None = None
+    ) -> None:
         super().__init__()
         self.lm = lm
         self.match = match
         # the base model LoRA adapters on ``lm`` stand on, ``{"path", "sha256"}``
         # (``models.lm.lora.base_ref``); None without adapters
-        self.base_ref: dict[str, str] | None = None
+        self.base_ref = base_ref
 
     @property
-    def config(self) -> Any:
+    def config(self) -> PretrainedConfig:
         """The backbone's Hugging Face config (hidden size, positions, ...)."""
         return self.lm.config
 
@@ -264,7 +271,7 @@ def legacy_names(kind: str) -> tuple[str, ...]:
     return tuple(LEGACY_NAMES[kind])
 
 
-def state_has_every_weight(path: Any, module: torch.nn.Module) -> bool:
+def state_has_every_weight(path: str | os.PathLike[str], module: torch.nn.Module) -> bool:
     """Whether the trainer's optimizer state saved beside the model in ``path`` holds every weight
     of ``module`` (it is then loaded strictly): not for the legacy layout (the weights come from
     ``path``) nor for a model with a frozen base (LoRA: the state holds the weights that train

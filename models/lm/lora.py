@@ -35,6 +35,7 @@ import torch
 
 from models.lm.backbone import load_causal_lm, resolve_model_path
 from models.lm.base import LanguageModel
+from models.lm.types import CausalLM, Tokenizer
 
 ADAPTERS = "adapter_model.safetensors"  # the adapters' weights in a saved LoRA model
 ADAPTER = "default"  # peft's adapter name (one adapter per model)
@@ -71,7 +72,7 @@ def lora_fields(rank: int, alpha: float, targets: list[str]) -> dict[str, Any]:
     return {"lora_rank": int(rank), "lora_alpha": a, "lora_targets": ",".join(targets)}
 
 
-def add_lora(lm: Any, shape: LoraShape) -> Any:
+def add_lora(lm: CausalLM, shape: LoraShape) -> CausalLM:
     """``lm`` with LoRA adapters of ``shape`` injected in place (seeded, dropout 0) and every
     other weight frozen; ``lm`` unchanged for rank 0 or when it holds adapters already.  No
     target module in ``lm``: ValueError."""
@@ -103,7 +104,7 @@ def has_adapters(module: torch.nn.Module) -> bool:
     return any(".lora_" in name for name, _ in module.named_parameters())
 
 
-def adapter_state(lm: Any) -> dict[str, torch.Tensor]:
+def adapter_state(lm: CausalLM) -> dict[str, torch.Tensor]:
     """The adapters' weights (peft's names, without the adapter name), on the CPU."""
     from peft import get_peft_model_state_dict
 
@@ -126,7 +127,7 @@ def save_adapters(model: LanguageModel, path: str) -> dict[str, str] | None:
     return dict(model.base_ref)
 
 
-def load_adapters(lm: Any, path: str) -> None:
+def load_adapters(lm: CausalLM, path: str) -> None:
     """The adapters saved in ``path`` into ``lm`` (safetensors; every adapter weight must be
     there and nothing else)."""
     from peft import set_peft_model_state_dict
@@ -222,16 +223,16 @@ def share_base(model: M) -> M:
 def load_adapted(
     path: str,
     meta: dict,
-    build: Callable[[Any, Any], M],
-    reuse: tuple[M, Any] | None = None,
-) -> tuple[M, Any]:
+    build: Callable[[CausalLM, Tokenizer, dict[str, str]], M],
+    reuse: tuple[M, Tokenizer] | None = None,
+) -> tuple[M, Tokenizer]:
     """(model, tokenizer) of the LoRA model saved in ``path`` (``meta``: its ``dynaweb.json``),
     adapters loaded, parts left to the caller.
 
     ``reuse`` (a loaded model and its tokenizer) on the same base (digest) with the same spec:
     ``share_base`` of it.  Else the base is read from ``meta["base"]["path"]`` after its digest is
-    checked (``BaseMismatch``), and ``build(lm, tokenizer)`` makes the model (adapters added by
-    its constructor, per its spec)."""
+    checked (``BaseMismatch``), and ``build(lm, tokenizer, base_ref)`` makes the model (adapters
+    added by its constructor, per its spec)."""
     ref = meta.get("base")
     if not isinstance(ref, dict) or not ref.get("path") or not ref.get("sha256"):
         raise ValueError(f"{path}: a LoRA model without its base (dynaweb.json's 'base')")
@@ -240,8 +241,7 @@ def load_adapted(
     else:
         check_base(ref, path)
         lm, tok = load_causal_lm(ref["path"])
-        model = build(lm, tok)
-        model.base_ref = dict(ref)
+        model = build(lm, tok, dict(ref))
     load_adapters(model.lm, path)
     return model.eval(), tok
 

@@ -30,11 +30,11 @@ the policy scores is never flagged.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import torch
 
 from models.lm.tokenizer import decode
+from models.lm.types import Tokenizer
 
 _WORD = re.compile(r"\w+")
 TASK = "Task: "
@@ -43,7 +43,7 @@ ACTION = "\nAction: "  # the prompts' action line (models.lm.prompts)
 POLICY_END = ACTION  # the policy's flagged span ends before its action line
 
 
-def token_pieces(tokenizer: Any) -> list[str]:
+def token_pieces(tokenizer: Tokenizer) -> list[str]:
     """Each id's own text (special ids: empty).  Byte-level pieces of a multi-byte character
     decode to replacement characters; they are never part of an ASCII word match anyway."""
     special = set(getattr(tokenizer, "all_special_ids", []) or [])

@@ -39,10 +39,10 @@ the tail (history + ``Action:``) always survive.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from core.spaces import Observation
 from models.lm.tokenizer import encode
+from models.lm.types import Tokenizer
 
 HISTORY_K = 4
 POLICY_ACTION_RESERVE = 96  # tokens kept free for the action (+eos) after the prompt
@@ -90,7 +90,7 @@ def fit_tree(tree: str, budget: int, count) -> str:
     return out
 
 
-def _fit(tokenizer: Any, obs: Observation, tail: str, budget: int) -> list[int]:
+def _fit(tokenizer: Tokenizer, obs: Observation, tail: str, budget: int) -> list[int]:
     """Render ``obs`` + ``tail`` into at most ``budget`` tokens."""
 
     def count(s: str) -> int:
@@ -110,7 +110,7 @@ def _fit(tokenizer: Any, obs: Observation, tail: str, budget: int) -> list[int]:
 
 
 def policy_prompt_ids(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     obs: Observation,
     history: list[str],
     max_positions: int,
@@ -126,13 +126,13 @@ def policy_prompt(obs: Observation, history: list[str]) -> str:
     return obs.render() + "\n" + history_line(history) + "\nAction: "
 
 
-def action_ids(tokenizer: Any, action_text: str) -> list[int]:
+def action_ids(tokenizer: Tokenizer, action_text: str) -> list[int]:
     """The tokens the policy generates for an action: its text, then eos."""
     return encode(tokenizer, action_text) + [int(tokenizer.eos_token_id)]
 
 
 def world_model_prompt_ids(
-    tokenizer: Any, obs: Observation, action_text: str, max_positions: int, reserve: int
+    tokenizer: Tokenizer, obs: Observation, action_text: str, max_positions: int, reserve: int
 ) -> list[int]:
     """Token ids of the world-model prompt (ends with ``Change:\\n``).
 

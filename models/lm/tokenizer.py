@@ -40,13 +40,18 @@ tokens of whichever tokenizer the model has, while the collector's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from models.lm.types import Tokenizer
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as Backend
 
 KINDS = ("bpe", "byte")
 BPE_DIR = Path(__file__).resolve().parents[1] / "assets" / "tokenizer-bpe"
 
 
-def build_tokenizer(kind: str = "bpe") -> Any:
+def build_tokenizer(kind: str = "bpe") -> Tokenizer:
     """A fresh tokenizer of ``kind`` (``model.tokenizer``): ``"bpe"`` (the shipped BPE) or
     ``"byte"`` (ByT5, no files).  No network."""
     if kind == "byte":
@@ -58,7 +63,7 @@ def build_tokenizer(kind: str = "bpe") -> Any:
     raise ValueError(f"model.tokenizer must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def load_tokenizer(path: str = "", gguf_file: str | None = None) -> Any:
+def load_tokenizer(path: str = "", gguf_file: str | None = None) -> Tokenizer:
     """``AutoTokenizer.from_pretrained(path)`` (local only), or ``build_tokenizer()`` for ''.
 
     Makes sure a pad token exists (falls back to eos) so batching works, and that
@@ -80,7 +85,7 @@ def load_tokenizer(path: str = "", gguf_file: str | None = None) -> Any:
     return tok
 
 
-def _byte_offset(tokenizer: Any) -> int | None:
+def _byte_offset(tokenizer: Tokenizer) -> int | None:
     """ByT5 maps byte b to id b + offset (3); None for any other tokenizer."""
     off = getattr(tokenizer, "offset", None)
     if type(tokenizer).__name__ == "ByT5Tokenizer" and isinstance(off, int):
@@ -88,7 +93,7 @@ def _byte_offset(tokenizer: Any) -> int | None:
     return None
 
 
-def _backend(tokenizer: Any) -> Any:
+def _backend(tokenizer: Tokenizer) -> Backend | None:
     """The ``tokenizers.Tokenizer`` of a fast tokenizer (None for a Python one)."""
     return (
         getattr(tokenizer, "backend_tokenizer", None)
@@ -97,7 +102,7 @@ def _backend(tokenizer: Any) -> Any:
     )
 
 
-def _split_backend(tokenizer: Any) -> Any:
+def _split_backend(tokenizer: Tokenizer) -> Backend | None:
     """The backend with ``encode_special_tokens`` on (a call of the tokenizer itself may have reset it
     to the tokenizer's ``split_special_tokens``), or None."""
     backend = _backend(tokenizer)
@@ -106,7 +111,7 @@ def _split_backend(tokenizer: Any) -> Any:
     return backend
 
 
-def encode(tokenizer: Any, text: str) -> list[int]:
+def encode(tokenizer: Tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` without special tokens (no eos appended).
 
     Page text that happens to contain ``</s>`` or ``<extra_id_0>`` stays text: the
@@ -122,7 +127,7 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
 
 
-def count_tokens(tokenizer: Any, texts: list[str]) -> list[int]:
+def count_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
     """``[len(encode(tokenizer, t)) for t in texts]``, batched where the tokenizer allows."""
     if _byte_offset(tokenizer) is not None:
         return [len(t.encode("utf-8")) for t in texts]
@@ -132,7 +137,7 @@ def count_tokens(tokenizer: Any, texts: list[str]) -> list[int]:
     return [len(encode(tokenizer, t)) for t in texts]
 
 
-def decode(tokenizer: Any, ids: list[int]) -> str:
+def decode(tokenizer: Tokenizer, ids: list[int]) -> str:
     """Text of generated ids, special tokens (pad/eos/unk/extra) skipped, no space clean-up."""
     off = _byte_offset(tokenizer)
     if off is not None:
@@ -143,10 +148,10 @@ def decode(tokenizer: Any, ids: list[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
-def eos_id(tokenizer: Any) -> int:
+def eos_id(tokenizer: Tokenizer) -> int:
     return int(tokenizer.eos_token_id)
 
 
-def pad_id(tokenizer: Any) -> int:
+def pad_id(tokenizer: Tokenizer) -> int:
     p = tokenizer.pad_token_id
     return int(p if p is not None else tokenizer.eos_token_id)

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
 
 import torch
 
 from core.pagetree import Node, parse_tree
 from core.spaces import Action, Observation
 from models.lm.prompts import action_ids
+from models.lm.types import Tokenizer
 from models.policy.mouse_candidates import pointer_candidates
 
 TYPEABLE = ("textbox", "searchbox", "textarea", "input", "combobox", "spinbutton", "searchfield")
@@ -282,7 +282,7 @@ def candidates_hash(texts: list[str]) -> str:
 
 
 def policy_candidates(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     obs: Observation,
     prompt_ids: list[int],
     max_positions: int,

@@ -54,6 +54,7 @@ from core.config import ModelConfig, TrainerConfig
 from core.spaces import Observation, parse_action
 from models.lm.prompts import action_ids, policy_prompt_ids
 from models.lm.tokenizer import pad_id
+from models.lm.types import Tokenizer
 from models.losses import (
     bc_loss,
     group_advantages,
@@ -123,7 +124,7 @@ def _trie_row(
 
 def action_logprobs(
     model: Policy,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     rows: list[tuple[list[int], list[int]]],
     rows_per_forward: int = 16,
     hidden: dict[int, torch.Tensor] | None = None,
@@ -197,7 +198,7 @@ def action_logprobs(
 
 
 def trajectory_rows(
-    tokenizer: Any, steps: list, max_positions: int
+    tokenizer: Tokenizer, steps: list, max_positions: int
 ) -> list[tuple[list[int], list[int]]]:
     """(policy prompt, action tokens) per step, history = the trajectory's previous action texts."""
     rows, history = [], []
@@ -236,7 +237,7 @@ def _canonical(text: str) -> str:
 
 
 def trajectory_decisions(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     steps: list,
     max_positions: int,
     default_temperature: float = 1.0,
@@ -408,7 +409,7 @@ def _plan_step(rows: _Rows, d: Decision, gspo: bool, cnt: dict) -> tuple:
 
 
 def prepare_decisions(
-    tokenizer: Any, trajectories: list, max_positions: int, default_temperature: float = 1.0
+    tokenizer: Tokenizer, trajectories: list, max_positions: int, default_temperature: float = 1.0
 ) -> dict[int, list[Decision]]:
     """Each trajectory's ``trajectory_decisions`` (candidates and tokens: the loss's CPU work before
     any forward) by ``id``, computed ahead: the trainer builds the next batch's while the current
@@ -420,7 +421,7 @@ def prepare_decisions(
 
 
 def _plan_chunk(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     chunk: list[tuple],
     max_pos: int,
     t_default: float,
@@ -441,7 +442,7 @@ def _plan_chunk(
 
 
 def _decision_logprobs(
-    model: Policy, tokenizer: Any, rows: _Rows, plan: list[list[tuple]]
+    model: Policy, tokenizer: Tokenizer, rows: _Rows, plan: list[list[tuple]]
 ) -> list[torch.Tensor]:
     """Per item, ``log pi_T(a|s)`` of each decision (with grad): ``candidate_logprobs`` of the
     candidates' summed token log-probs, or, for an expert action outside C(s), the mean token
@@ -550,7 +551,7 @@ def _policy_metrics(
 
 def policy_batch_loss(
     model: Policy,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     trajectories: list,
     cfg: TrainerConfig,
     model_cfg: ModelConfig,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+
+import torch
 
 from core.config.model import ModelConfig
 from models.lm.backbone import load_causal_lm, make_causal_lm, resolve_model_path
@@ -31,6 +32,7 @@ from models.lm.lora import (
     save_adapters,
 )
 from models.lm.match import POLICY_END, MatchFeature, token_pieces
+from models.lm.types import CausalLM, Tokenizer
 from models.policy.element_head import ElementHead
 
 KIND = "policy"
@@ -62,19 +64,25 @@ class Policy(LanguageModel):
     """The backbone, the match feature and the element head (the last two None when the spec
     leaves them out); ``tokenizer`` is needed for the parts' token texts."""
 
-    def __init__(self, lm: Any, tokenizer: Any, spec: PolicySpec) -> None:
+    def __init__(
+        self,
+        lm: CausalLM,
+        tokenizer: Tokenizer,
+        spec: PolicySpec,
+        base_ref: dict[str, str] | None = None,
+    ) -> None:
         lm = add_lora(lm, LoraShape.of(spec))  # the base frozen, when the spec has adapters
         dim = int(lm.get_input_embeddings().weight.shape[1])
         dev = lm.get_input_embeddings().weight.device
         pieces = token_pieces(tokenizer) if (spec.match_feature or spec.element_head) else []
         match = MatchFeature(dim, pieces, POLICY_END).to(dev) if spec.match_feature else None
-        super().__init__(lm, match)
+        super().__init__(lm, match, base_ref)
         self.spec = spec
         self.element_head = (
             ElementHead(dim, pieces, spec.element_named).to(dev) if spec.element_head else None
         )
 
-    def parts(self) -> dict[str, Any]:
+    def parts(self) -> dict[str, torch.nn.Module | None]:
         """The modules saved in ``parts.safetensors``."""
         return {"match": self.match, "element_head": self.element_head}
 
@@ -86,7 +94,7 @@ class Policy(LanguageModel):
         save_parts(self, path, KIND, dataclasses.asdict(self.spec), {}, self.parts(), base)
 
 
-def make_policy(model_cfg: ModelConfig) -> tuple[Policy, Any]:
+def make_policy(model_cfg: ModelConfig) -> tuple[Policy, Tokenizer]:
     """(policy, tokenizer): a policy this project saved at ``model_cfg.policy_path``
     (``load_policy``), or a new one (the spec of ``PolicySpec.of``, new parts at zero) on the base
     model there (a GGUF file, ``package:NAME/FILE``, a Hugging Face directory), or on GPT-Neo
@@ -98,12 +106,12 @@ def make_policy(model_cfg: ModelConfig) -> tuple[Policy, Any]:
     spec = PolicySpec.of(model_cfg)
     base = new_base_ref(path, spec.lora_rank, "policy")
     lm, tok = load_causal_lm(path) if path else make_causal_lm(model_cfg)
-    policy = Policy(lm, tok, spec)
-    policy.base_ref = base
-    return policy.eval(), tok
+    return Policy(lm, tok, spec, base_ref=base).eval(), tok
 
 
-def load_policy(path: str, reuse: tuple[Policy, Any] | None = None) -> tuple[Policy, Any]:
+def load_policy(
+    path: str, reuse: tuple[Policy, Tokenizer] | None = None
+) -> tuple[Policy, Tokenizer]:
     """A saved policy (``Policy.save_pretrained`` and the tokenizer in one directory; or the
     legacy layout), with its spec and its parts' saved weights.  A LoRA policy's base is read
     from the path its ``dynaweb.json`` names, its sha256 checked (``models.lm.lora.BaseMismatch``);
@@ -114,7 +122,9 @@ def load_policy(path: str, reuse: tuple[Policy, Any] | None = None) -> tuple[Pol
     legacy = int(meta.get("format", 1)) < 2
     spec = PolicySpec(**meta["spec"])
     if spec.lora_rank:
-        policy, tok = load_adapted(path, meta, lambda lm, t: Policy(lm, t, spec), reuse)
+        policy, tok = load_adapted(
+            path, meta, lambda lm, t, ref: Policy(lm, t, spec, base_ref=ref), reuse
+        )
     else:
         lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
         policy = Policy(lm, tok, spec)

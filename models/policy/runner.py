@@ -22,8 +22,6 @@ Scoring is ``models.lm.backbone.score_continuations`` (shared prefixes, token tr
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from core.config import ModelConfig
@@ -31,6 +29,7 @@ from core.spaces import Action, Observation
 from models.lm.backbone import score_continuations
 from models.lm.prompts import policy_prompt_ids
 from models.lm.tokenizer import pad_id
+from models.lm.types import Tokenizer
 from models.policy.candidates import (
     MAX_CANDIDATES,
     candidate_logprobs,
@@ -63,7 +62,7 @@ class PolicyRunner:
     def __init__(
         self,
         model: Policy,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         cfg: ModelConfig,
         max_candidates: int = MAX_CANDIDATES,
         policy_version: int = 0,

@@ -100,14 +100,19 @@ class WorldModel(LanguageModel):
     token texts."""
 
     def __init__(
-        self, lm: Any, tokenizer: Any, spec: WorldModelSpec, state: WorldModelState | None = None
+        self,
+        lm: Any,
+        tokenizer: Any,
+        spec: WorldModelSpec,
+        state: WorldModelState | None = None,
+        base_ref: dict[str, str] | None = None,
     ) -> None:
         lm = add_lora(lm, LoraShape.of(spec))  # the base frozen, when the spec has adapters
         dim = int(lm.get_input_embeddings().weight.shape[1])
         dev = lm.get_input_embeddings().weight.device
         pieces = token_pieces(tokenizer) if (spec.match_feature or spec.head_lines) else []
         match = MatchFeature(dim, pieces, END).to(dev) if spec.match_feature else None
-        super().__init__(lm, match)
+        super().__init__(lm, match, base_ref)
         self.spec = spec
         self.state = state or WorldModelState()
         self.page_head = _seeded_linear(dim, DIM, 1234)
@@ -170,8 +175,7 @@ def make_world_model(
         lm, tok = load_causal_lm(path)
     else:
         lm, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
-    model = WorldModel(lm, tok, spec)
-    model.base_ref = base
+    model = WorldModel(lm, tok, spec, base_ref=base)
     return model.eval(), tok
 
 
@@ -192,7 +196,7 @@ def load_world_model(
     )
     spec = WorldModelSpec(**meta["spec"])
     if spec.lora_rank:
-        build = lambda lm, t: WorldModel(lm, t, spec, state)  # noqa: E731
+        build = lambda lm, t, ref: WorldModel(lm, t, spec, state, base_ref=ref)  # noqa: E731
         model, tok = load_adapted(path, meta, build, reuse)
         model.state = state
     else:
