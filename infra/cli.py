@@ -214,10 +214,14 @@ def _bench_command(add: AddCommand) -> None:
         "bench",
         "benchmarks on a broker of their own (collect: expert steps/s for 1 and 4 contexts; "
         "streams: worker vs a raw consumer, latency; reload: checkpoint announcement -> first "
-        "dream group and live episode with it)",
+        "dream group and live episode with it; act: acting's scored tokens/s against a forward "
+        "pass)",
     )
     p.add_argument(
-        "target", choices=["collect", "dream", "train", "streams", "reload", "wm-decode"]
+        "target", choices=["collect", "dream", "train", "streams", "reload", "wm-decode", "act"]
+    )
+    p.add_argument(
+        "--decisions", type=int, default=32, help="act: start pages acted on, one at a time"
     )
     p.add_argument(
         "--world-model",

@@ -352,6 +352,10 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
         from evaluation.bench.wm_decode import main as wm_decode_main
 
         return wm_decode_main(args, cfg)
+    if args.target == "act":
+        from evaluation.bench.act import main as act_main
+
+        return act_main(args, cfg)
     if args.target in ("collect", "dream", "train"):
         module = {
             "collect": "evaluation.bench.collect",
