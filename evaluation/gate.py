@@ -178,7 +178,7 @@ class Probes:
                 runner = WorldModelRunner(
                     ck.model,
                     ck.tokenizer,
-                    self.cfg,
+                    self.cfg.dream,
                     max_positions=int(ck.model.config.max_position_embeddings),
                     world_model_version=version,
                 )

@@ -17,7 +17,7 @@
     ``streams.records.heldout(episode_id, HELDOUT)``) into exactly the texts the
     models read and write -- the policy prompt (``models.lm.prompts.policy_prompt``:
     task, page tree, focus, error, history) + the action text, and the
-    world-model prompt + its target (``models.world_model.runner.change_target``: why
+    world-model prompt + its target (``models.world_model.outputs.change_target``: why
     line, change script, reward, done) -- and trains a byte-level BPE on them
     (``train_bpe``), saved with ``save_pretrained`` (what ``load_tokenizer(DIR)``
     reads).  The shipped tokenizer is ``models/assets/tokenizer-bpe`` and is the
@@ -78,7 +78,7 @@ def transition_texts(rows: list[dict]) -> list[tuple[str, str, str, str]]:
     with the episode's own action history (rows of an episode in step order)."""
     from core.spaces import Observation
     from models.lm.prompts import policy_prompt, world_model_prompt
-    from models.world_model.runner import change_target
+    from models.world_model.outputs import change_target
 
     history: dict[str, list[tuple[int, str]]] = {}
     for r in rows:

@@ -21,7 +21,7 @@ from models.dream.env import dream_rollouts
 from models.policy.loss import policy_batch_loss
 from models.policy.runner import PolicyRunner
 from models.world_model.model import make_world_model
-from models.world_model.runner import Prediction
+from models.world_model.outputs import Prediction
 from streams import records
 from streams.mixer import HybridMixer
 from streams.records import Trajectory, Transition

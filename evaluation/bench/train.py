@@ -412,7 +412,7 @@ def tokens_per_transition(cfg: Config, tok: Any, obs: list[Observation], steps: 
     from models.lm.tokenizer import encode
     from models.policy.loss import trajectory_rows
     from models.world_model.loss import _wm_rows
-    from models.world_model.runner import change_target
+    from models.world_model.outputs import change_target
 
     mp = cfg.model.max_positions
     pol = pol_full = n_pol = wm = wm_full = n_wm = 0

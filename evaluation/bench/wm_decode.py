@@ -33,9 +33,10 @@ DEFAULT_DATA = "docs/results/world-model/heldout.jsonl.gz"
 def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -> dict:
     from core.spaces import Observation
     from models.checkpoints.store import wm_init_dir
+    from models.world_model.heads import try_parse_action
     from models.world_model.model import load_world_model
     from models.world_model.proposals import choose
-    from models.world_model.runner import WorldModelRunner, try_parse_action
+    from models.world_model.runner import WorldModelRunner
 
     from .runners import TextThenHeadRunner
 
@@ -47,9 +48,9 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
     obs = [Observation.from_dict(t.obs) for t in rows]
     acts = [t.action for t in rows]
     runners = {
-        "head_first": WorldModelRunner(model, tok, cfg),
-        "text_then_head": TextThenHeadRunner(model, tok, cfg),
-        "greedy": WorldModelRunner(model, tok, cfg),
+        "head_first": WorldModelRunner(model, tok, cfg.dream, cfg.model.max_positions),
+        "text_then_head": TextThenHeadRunner(model, tok, cfg.dream, cfg.model.max_positions),
+        "greedy": WorldModelRunner(model, tok, cfg.dream, cfg.model.max_positions),
     }
 
     def timed(mode: str) -> tuple[float, list[str]]:
@@ -67,12 +68,9 @@ def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -
         res[f"{mode}_steps_per_s"], trees[mode] = timed(mode)
     runner = runners["head_first"]
     prompts = [runner.prompt_ids(o, a) for o, a in zip(obs, acts, strict=True)]
-    picks = choose(
-        model.change_head,
-        runner.prefill_head_input(prompts),
-        obs,
-        [try_parse_action(a) for a in acts],
-    )
+    with torch.no_grad():
+        change = model.head_logits(runner.prefill_head_input(prompts))[2].float()
+    picks = choose(change, obs, [try_parse_action(a) for a in acts])
     real = [t.next_obs["tree"] for t in rows]
     return {
         **{k: round(v, 2) for k, v in res.items()},

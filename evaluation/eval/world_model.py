@@ -11,7 +11,7 @@ predicted next page, line-level F1 of the change, balanced accuracy of
 reward > 0 and of done, the share of outputs that parsed (ok_rate) -- and the
 same figures for the trivial "nothing changes" baseline (page unchanged,
 reward 0, not done) side by side.  Greedy decoding, or with ``--decode rerank``
-the generated text and the proposals of ``models.world_model.runner.candidate_outputs``
+the generated text and the proposals of ``models.world_model.outputs.candidate_outputs``
 (unchanged / emptied page, the acted-on line with a toggled state or the typed
 value, each with every reward/done trailer) scored by the model, the most
 likely kept (default: ``dream.wm_decode``, what dreams use).  Reward and done
@@ -125,7 +125,7 @@ def eval_world_model(
         runner = WorldModelRunner(
             ck.model,
             ck.tokenizer,
-            cfg,
+            cfg.dream,
             max_positions=int(ck.model.config.max_position_embeddings),
             world_model_version=ck.version or 0,
         )

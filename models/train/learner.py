@@ -119,7 +119,10 @@ def world_model_update(
     group: RankGroup | None = None,
 ) -> tuple:
     """``world_model_batch_loss`` + the engine's step, chunked by ``cfg.wm_chunk_rows`` where the
-    engine allows it; ``group`` as for ``policy_update``.  Returns ``(loss, stats, grad_norm)``."""
+    engine allows it; ``group`` as for ``policy_update``.  With ``cfg.wm_head_weight`` above 0 the
+    step trains the heads, and the model is marked so (``WorldModel.mark_heads_trained``: the
+    runner's ``predict`` then reads reward and done from them).  Returns ``(loss, stats,
+    grad_norm)``."""
     chunked = cfg.wm_chunk_rows > 0 and chunked_backward_ok(engine, cfg.zero_stage)
     scale = loss_scale(cfg.zero_stage)
     loss, stats = world_model_batch_loss(
@@ -137,6 +140,8 @@ def world_model_update(
     gn = _step(
         engine, None if chunked else _to_backward(engine, loss, scale, cfg, group), cfg, group
     )
+    if cfg.wm_head_weight > 0:  # the step trained the heads: predict uses them from now on
+        engine.module.mark_heads_trained(change_head=True)
     if group is not None:
         stats = merge_wm_stats(group.gather(stats))
         loss = torch.tensor(stats["loss"])

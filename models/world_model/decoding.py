@@ -31,7 +31,7 @@ from core.waiting import Aborted
 from models.lm.backbone import prefix_groups
 from models.lm.lean_decode import LeanStep, SharedPrefixCache
 from models.lm.match import left_padded
-from models.world_model.lines import RowLines, line_positions
+from models.world_model.heads import HeadPlaces
 from models.world_model.model import WorldModel
 
 
@@ -225,15 +225,13 @@ def _head_hidden(
     lay: _Layout,
     hp: torch.Tensor | None,
     ht: torch.Tensor,
-    positions: list[list[int]],
-    model: WorldModel | None = None,
-    lines: list[RowLines] | None = None,
+    model: WorldModel,
+    places: HeadPlaces,
 ) -> torch.Tensor:
-    """(B, d): row b's mean last-layer hidden state over prompt positions ``positions[b]``; a
-    position inside the row's shared prefix is read from its prefix group's row of the prefix pass
-    (``hp``), the others from the row's own tail pass (``ht``).  With ``lines`` (a ``model`` with
-    the named lines' layer, ``models.world_model.lines``): plus that layer on the hidden states at
-    ``lines[b]``, read the same way."""
+    """(B, d): the heads' input at ``places`` (``WorldModel.head_input``: row b's mean last-layer
+    hidden state over ``places.positions[b]``, plus the named lines' layer on ``places.lines``);
+    a position inside the row's shared prefix is read from its prefix group's row of the prefix
+    pass (``hp``), the others from the row's own tail pass (``ht``)."""
 
     def at(b: int, qs: list[int]) -> torch.Tensor:
         L, off, g = int(lay.plen_b[b]), lay.S - len(lay.tails[b]), int(lay.gi[b])
@@ -248,10 +246,7 @@ def _head_hidden(
         out[~pre] = ht[b, off + q[~pre] - L]
         return out
 
-    mean = torch.stack([at(b, pos).mean(0) for b, pos in enumerate(positions)])
-    if lines is None:
-        return mean
-    return mean + model.lines(at, lines, mean)
+    return model.head_input(at, places)
 
 
 def _prefill_tails(
@@ -407,13 +402,13 @@ def generate_tokens(
     temperature: float = 1.0,
     return_hidden: bool = False,
     ignore_eos: bool = False,
-    hidden_positions: list[list[int]] | None = None,
+    heads: HeadPlaces | None = None,
     lean: bool = True,
     abort: Callable[[], bool] | None = None,
 ) -> tuple[list[list[int]], torch.Tensor | None]:
     """Up to ``new`` generated token ids per prompt (greedy, or sampled at ``temperature``), and with
-    ``return_hidden`` each row's mean last-layer hidden state over its prompt positions
-    ``hidden_positions[b]`` (default: its last prompt token), (B, d), read from the prefill passes
+    ``return_hidden`` the heads' input at ``heads`` (``WorldModel.head_input``; default: each
+    row's last prompt token), (B, d), read from the prefill passes
     (``output_hidden_states`` on them, no extra forward; else None).  Call under
     ``torch.no_grad()``.  ``lean``: decode with ``models.lm.lean_decode.LeanStep`` where it supports
     the model (the same logits, about 1.3x faster per token), else the model's own forward.
@@ -429,9 +424,8 @@ def generate_tokens(
     out = _prefill_tails(model, lay, cache, keep, pad, return_hidden, flags)
     last_hidden = None
     if return_hidden:
-        positions = hidden_positions or [[len(p) - 1] for p in prompts]
-        lines = line_positions(model.lines, prompts) if hidden_positions is not None else None
-        last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], positions, model, lines)
+        places = heads or HeadPlaces([[len(p) - 1] for p in prompts])
+        last_hidden = _head_hidden(lay, hp, out.hidden_states[-1], model, places)
     plen = torch.tensor([len(p) for p in prompts])
     step = LeanStep(model.lm) if lean and LeanStep.supports(model.lm) else None
     P = lay.Pp + lay.S

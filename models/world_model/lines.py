@@ -4,7 +4,7 @@ What it is: ``model.match_lines``, a linear layer (d_model -> d_model, zero at i
 the last layer's hidden states over every page line that holds a word of the instruction
 (``models.lm.match.match_line_positions``: the whole line, so its state words, ``checked``,
 ``selected``, a ``value``, are in it).  The reward, done and change heads read the mean over the
-acted element's line and the action (``models.world_model.runner.head_positions``) *plus* this.
+acted element's line and the action (``models.world_model.heads.head_positions``) *plus* this.
 
 Why: on the steps that decide a task by a click on "Submit", the acted element's line says
 nothing about what was asked: whether the asked option is the selected one (choose-list), whether

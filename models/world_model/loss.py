@@ -6,7 +6,7 @@
 frozen MiniLM embedding of the real next page, other distinct pages of the batch
 as negatives) + ``wm_head_weight`` * (class-balanced CE of ``reward_head`` on task
 success + the same of ``done_head`` on done), both heads on the mean hidden state
-over the acted element's page line and the action (``models.world_model.runner.head_positions``).
+over the acted element's page line and the action (``models.world_model.heads.head_positions``).
 Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
 With ``backward=True`` a batch larger than ``chunk_rows`` runs in micro-batches
 (``_wm_loss_chunked``: GradCache for the InfoNCE term), with the whole batch's gradient.
@@ -15,14 +15,15 @@ With ``backward=True`` a batch larger than ``chunk_rows`` runs in micro-batches
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
 
 import torch
 
 from core.config import TrainerConfig
 from core.spaces import Observation
+from models.lm.embedder import PageEmbedder
 from models.lm.prompts import world_model_prompt_ids
 from models.lm.tokenizer import encode, pad_id
+from models.lm.types import Tokenizer
 from models.losses import (
     balanced_cross_entropy,
     class_balanced_weights,
@@ -30,10 +31,10 @@ from models.losses import (
     lm_loss,
     task_success_reward,
 )
-from models.world_model.lines import line_positions
-from models.world_model.model import HEADS, WorldModel
+from models.world_model.heads import try_parse_action
+from models.world_model.model import HEADS, WorldModel, WorldModelOutput
+from models.world_model.outputs import change_target
 from models.world_model.proposals import change_label
-from models.world_model.runner import change_target, head_input, head_positions, try_parse_action
 
 INFONCE_TEMPERATURE = 0.1
 
@@ -47,7 +48,7 @@ def _pad_rows(rows: list[list[int]], pad: int) -> torch.Tensor:
 
 
 def _wm_rows(
-    tokenizer: Any, transitions: list, max_pos: int, max_change_tokens: int
+    tokenizer: Tokenizer, transitions: list, max_pos: int, max_change_tokens: int
 ) -> tuple[list, list, int]:
     """(rows of (prompt ids, target ids + eos), real next trees, number of ``page`` targets)."""
     eos = int(tokenizer.eos_token_id)
@@ -64,53 +65,56 @@ def _wm_rows(
 
 
 def _wm_forward(
-    model: WorldModel, tokenizer: Any, rows: list, hidden: bool, heads: bool = False
-) -> tuple[Any, torch.Tensor, torch.Tensor, Any, Any]:
+    model: WorldModel,
+    tokenizer: Tokenizer,
+    rows: list,
+    hidden: bool,
+    heads: bool = False,
+    page_rows: list[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, WorldModelOutput]:
     """One padded forward (train mode) of ``rows`` -> (the logits of the target tokens, (1, n, V),
-    their labels, (1, n), a mask of ones, pooled change hidden | None, the reward/done heads'
-    input | None (``heads``: ``models.world_model.runner.head_input``)).  The LM head runs on the
-    target positions only, so memory grows with the target tokens, not the rows' whole length
-    times the vocabulary."""
-    was_training = model.training
-    model.train()
-    try:
-        ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
-        dev = next(model.parameters()).device
-        out = model.base(ids.to(dev), use_cache=False)
-    finally:
-        model.train(was_training)
-    h_last = out.last_hidden_state
+    their labels, (1, n), a mask of ones, the model's output: ``pooled`` over the change tokens
+    with ``hidden``, the heads' logits with ``heads``).  The LM head runs on the target positions
+    only (``WorldModel.forward``'s ``logits_at``), so memory grows with the target tokens, not
+    the rows' whole length times the vocabulary.  ``page_rows``: the rows of ``pooled`` the
+    page head embeds (``page_embedding``)."""
+    ids = _pad_rows([p + c for p, c in rows], pad_id(tokenizer))
+    dev = next(model.parameters()).device
     T = ids.shape[1]
     labels = torch.zeros(len(rows), T - 1, dtype=torch.long, device=dev)
     mask = torch.zeros(len(rows), T - 1, device=dev)
     for i, (p, c) in enumerate(rows):
         labels[i, len(p) - 1 : len(p) - 1 + len(c)] = torch.tensor(c, device=dev)
         mask[i, len(p) - 1 : len(p) - 1 + len(c)] = 1.0
-    pooled = None
-    if hidden:
+    tmask = None
+    if hidden:  # the change tokens, whose mean state the page head embeds
         tmask = torch.zeros(len(rows), T, device=dev)
         for i, (p, c) in enumerate(rows):
             tmask[i, len(p) : len(p) + len(c)] = 1.0
-        pooled = (h_last * tmask[..., None]).sum(1) / tmask.sum(1, keepdim=True).clamp(min=1.0)
-    last = None
-    if heads:  # the heads' input, as WorldModelRunner's prefill reads it
-        pos = [head_positions(tokenizer, p) for p, _ in rows]
-        lines = line_positions(model.lines, [p for p, _ in rows])
-        last = head_input(h_last, pos, model, lines)
-    # the LM head on the target positions only (position t predicts token t + 1)
+    # position t predicts token t + 1: the target positions, the last column never
     at = mask.bool()
-    logits = model.logits_at(h_last[:, :-1][at])[None]  # (1, target tokens, vocabulary)
-    return (
-        logits,
-        labels[at][None],
-        torch.ones_like(labels[at][None], dtype=torch.float),
-        pooled,
-        last,
-    )
+    at_full = torch.cat([at, at.new_zeros(len(rows), 1)], 1)
+    places = model.head_places(tokenizer, [p for p, _ in rows]) if heads else None
+    was_training = model.training
+    model.train()
+    try:
+        out = model(
+            ids.to(dev),
+            lm_head=False,
+            use_cache=False,
+            heads=places,
+            pool=tmask,
+            page_rows=page_rows if hidden else None,
+            logits_at=at_full,
+        )
+    finally:
+        model.train(was_training)
+    target = labels[at][None]
+    return out.logits[None], target, torch.ones_like(target, dtype=torch.float), out
 
 
 def _wm_head_targets(
-    transitions: list, dev: Any, model: WorldModel | None = None
+    transitions: list, dev: torch.device, model: WorldModel | None = None
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """head name -> (labels, whole-batch weights): reward_head = task success
     (``task_success_reward(raw) > 0``), done_head = done, class-balanced; change_head (when the
@@ -141,14 +145,21 @@ def _wm_head_targets(
 
 
 def _wm_head_loss(
-    model: WorldModel, last: torch.Tensor, targets: dict, idx: list[int]
+    out: WorldModelOutput, targets: dict, idx: list[int]
 ) -> tuple[torch.Tensor, dict]:
-    """Sum over the heads of their class-balanced CE on rows ``idx`` (weights of the whole batch, so
-    micro-batches add up to the whole batch's loss) -> (loss, {name: (loss, weighted correct)})."""
+    """Sum over the heads of their class-balanced CE (on the logits of ``out``) on rows ``idx``
+    (weights of the whole batch, so micro-batches add up to the whole batch's loss) -> (loss,
+    {name: (loss, weighted correct)})."""
+    logits = {
+        "reward_head": out.reward_logits,
+        "done_head": out.done_logits,
+        "change_head": out.change_logits,
+    }
+    last = out.head_input
     sel = torch.tensor(idx, device=last.device)
     total, parts = last.new_zeros((), dtype=torch.float32), {}
     for name, (y, w) in targets.items():
-        loss, st = balanced_cross_entropy(model.parts()[name](last), y[sel], w[sel])
+        loss, st = balanced_cross_entropy(logits[name], y[sel], w[sel])
         total = total + loss
         parts[name] = (float(loss.detach()), st["acc"])
     return total, parts
@@ -186,10 +197,10 @@ def wm_chunks(rows: list, chunk_rows: int) -> list[list[int]]:
 
 def world_model_batch_loss(
     model: WorldModel,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     transitions: list,
     cfg: TrainerConfig,
-    embedder: Any = None,
+    embedder: PageEmbedder | None = None,
     max_change_tokens: int = 160,
     backward: bool = False,
     chunk_rows: int = 8,
@@ -231,18 +242,14 @@ def world_model_batch_loss(
     head_w = float(cfg.wm_head_weight)
     dev = next(model.parameters()).device
     targets = _wm_head_targets(transitions, dev, model) if head_w > 0 else {}
-    if targets and torch.is_grad_enabled():
-        model.mark_heads_trained()
-        if "change_head" in targets:
-            model.state.change_head_trained = True
     args = (model, tokenizer, rows, next_trees, n_page, keep if use_nce else [], cfg, embedder)
     bw = backward_fn or (lambda x: x.backward())
     if select is not None:
         return _wm_share_loss(args, chunk_rows, bw if backward else None, targets, head_w, select)
     if backward and len(rows) > max(1, int(chunk_rows)):
         return _wm_loss_chunked(*args, chunk_rows, bw, targets, head_w)
-    logits, labels, mask, pooled, last = _wm_forward(
-        model, tokenizer, rows, hidden=use_nce, heads=bool(targets)
+    logits, labels, mask, out = _wm_forward(
+        model, tokenizer, rows, hidden=use_nce, heads=bool(targets), page_rows=keep
     )
     loss_lm = lm_loss(logits, labels, mask)
     loss = loss_lm
@@ -255,13 +262,12 @@ def world_model_batch_loss(
         "page_fraction": n_page / max(1, len(rows)),
     }
     if use_nce:
-        pred = model.page_head(pooled[keep])
         target = embedder.embed([next_trees[i] for i in keep]).to(dev)
-        loss_nce, st = info_nce(pred, target, INFONCE_TEMPERATURE)
+        loss_nce, st = info_nce(out.page_embedding, target, INFONCE_TEMPERATURE)
         loss = loss + cfg.infonce_weight * loss_nce
         metrics.update(infonce=float(loss_nce.detach()), infonce_acc=st["acc"])
     if targets:
-        loss_h, parts = _wm_head_loss(model, last, targets, list(range(len(rows))))
+        loss_h, parts = _wm_head_loss(out, targets, list(range(len(rows))))
         loss = loss + head_w * loss_h
         metrics.update(_wm_head_metrics(parts, targets))
     metrics["loss"] = float(loss.detach())
@@ -311,13 +317,13 @@ def _set_rng_state(state: tuple) -> None:
 
 def _wm_loss_chunked(
     model: WorldModel,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     rows: list,
     next_trees: list,
     n_page: int,
     keep: list[int],
     cfg: TrainerConfig,
-    embedder: Any,
+    embedder: PageEmbedder | None,
     chunk_rows: int,
     backward_fn: Callable,
     targets: dict | None = None,
@@ -332,7 +338,6 @@ def _wm_loss_chunked(
         mine = [[select[k] for k in c] for c in wm_chunks([rows[i] for i in select], chunk_rows)]
     n_tok = sum(len(c) for _, c in rows)
     dev = next(model.parameters()).device
-    head = model.page_head if keep else None
     states: list = []
     grad_pooled: dict[int, torch.Tensor] = {}
     nce_head = None
@@ -342,14 +347,12 @@ def _wm_loss_chunked(
         with torch.no_grad():
             for ch in chunks:
                 states.append(_rng_state())
-                _, _, _, pooled, _ = _wm_forward(
-                    model, tokenizer, [rows[i] for i in ch], hidden=True
-                )
+                pooled = _wm_forward(model, tokenizer, [rows[i] for i in ch], hidden=True)[3].pooled
                 for k, i in enumerate(ch):
                     pooled_all[i] = pooled[k]
         leaf = torch.stack([pooled_all[i] for i in keep]).detach().requires_grad_(True)  # type: ignore[misc]
         target = embedder.embed([next_trees[i] for i in keep]).to(dev)
-        loss_nce, st = info_nce(head(leaf), target, INFONCE_TEMPERATURE)
+        loss_nce, st = info_nce(model.embed_page(leaf), target, INFONCE_TEMPERATURE)
         (g,) = torch.autograd.grad(cfg.infonce_weight * loss_nce, leaf)
         grad_pooled = {i: g[k] for k, i in enumerate(keep)}
         nce_head = (leaf.detach(), target)
@@ -360,9 +363,10 @@ def _wm_loss_chunked(
     for c, ch in enumerate(mine):
         if states and select is None:
             _set_rng_state(states[c])
-        logits, labels, mask, pooled, last = _wm_forward(
+        logits, labels, mask, out = _wm_forward(
             model, tokenizer, [rows[i] for i in ch], hidden=bool(keep), heads=bool(targets)
         )
+        pooled = out.pooled
         w = float(mask.sum()) / max(1, n_tok)
         loss_c = lm_loss(logits, labels, mask)
         total_lm += w * float(loss_c.detach())
@@ -375,10 +379,10 @@ def _wm_loss_chunked(
             part = (
                 part
                 + cfg.infonce_weight
-                * info_nce(head(nce_head[0]), nce_head[1], INFONCE_TEMPERATURE)[0]
+                * info_nce(model.embed_page(nce_head[0]), nce_head[1], INFONCE_TEMPERATURE)[0]
             )
         if targets:  # this micro-batch's rows' share of the heads' whole-batch weighted CE
-            loss_h, parts = _wm_head_loss(model, last, targets, ch)
+            loss_h, parts = _wm_head_loss(out, targets, ch)
             part = part + head_w * loss_h
             for name, (lo, acc) in parts.items():
                 head_parts[name][0] += lo

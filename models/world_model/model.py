@@ -8,7 +8,7 @@ that order):
   ``models.lm.match``);
 - ``page_head``: d_model -> 384, the InfoNCE term's projection (``models.lm.embedder.DIM``);
 - ``reward_head``, ``done_head``: d_model -> 2 classifiers on the heads' input
-  (``models.world_model.runner.head_input``);
+  (``models.world_model.model.WorldModel.head_input``);
 - ``change_head``: d_model -> the proposal kinds (``models.world_model.proposals``);
 - ``lines``: the named lines' layer, with line counts and the acted line's maximum
   (``WorldModelSpec.head_lines``, ``head_counts``, ``head_acted``; ``models.world_model.lines``).
@@ -42,11 +42,13 @@ from models.lm.lora import (
     save_adapters,
 )
 from models.lm.match import END, MatchFeature, token_pieces
-from models.world_model.lines import MatchLines
+from models.lm.types import CausalLM, Tokenizer
+from models.world_model.heads import HeadPlaces, head_positions
+from models.world_model.lines import Gather, MatchLines, line_positions
 from models.world_model.proposals import KINDS
 
 KIND = "world_model"
-# what the reward/done heads read (``models.world_model.runner.head_positions``); heads trained
+# what the reward/done heads read (``models.world_model.heads.head_positions``); heads trained
 # on another input count as untrained
 HEAD_FEATURE = "element_line+action"
 HEADS = ("reward_head", "done_head")
@@ -95,14 +97,44 @@ def _seeded_linear(dim_in: int, dim_out: int, seed: int) -> torch.nn.Linear:
     return head
 
 
+@dataclass
+class WorldModelOutput:
+    """What one forward pass of the world model gives (None: not asked for).
+
+    ``logits``: the LM head's, (B, T, V) on a whole forward, or (n, V) on the positions
+    ``logits_at`` names; ``hidden``: the last layer's states (B, T, d) after the final norm;
+    ``hidden_states`` and ``past_key_values``: the backbone's, as asked in the forward's keyword
+    arguments (``output_hidden_states``, ``use_cache``).  With ``heads`` (``HeadPlaces``):
+    ``head_input`` (B, d) and the logits of the reward (task success vs not), done and change
+    (proposal kinds) heads on it.  With ``pool`` (a (B, T) mask): ``pooled``, the mean hidden
+    state over the masked positions, and with ``page_rows`` ``page_embedding``, the page head on
+    those rows of it (the InfoNCE term's prediction)."""
+
+    logits: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    past_key_values: Any = None  # the backbone's KV cache (a transformers ``Cache``)
+    head_input: torch.Tensor | None = None
+    reward_logits: torch.Tensor | None = None
+    done_logits: torch.Tensor | None = None
+    change_logits: torch.Tensor | None = None
+    pooled: torch.Tensor | None = None
+    page_embedding: torch.Tensor | None = None
+
+
+def gather_rows(hidden: torch.Tensor) -> Gather:
+    """``Gather`` of a (B, T, d) tensor: row b's states at the given positions."""
+    return lambda b, q: hidden[b, q]
+
+
 class WorldModel(LanguageModel):
     """The backbone and every head (see the module doc); ``tokenizer`` is needed for the parts'
     token texts."""
 
     def __init__(
         self,
-        lm: Any,
-        tokenizer: Any,
+        lm: CausalLM,
+        tokenizer: Tokenizer,
         spec: WorldModelSpec,
         state: WorldModelState | None = None,
         base_ref: dict[str, str] | None = None,
@@ -115,7 +147,7 @@ class WorldModel(LanguageModel):
         super().__init__(lm, match, base_ref)
         self.spec = spec
         self.state = state or WorldModelState()
-        self.page_head = _seeded_linear(dim, DIM, 1234)
+        self.page_head = _seeded_linear(dim, DIM, 1234).to(dev)
         self.reward_head = _seeded_linear(dim, 2, 4321).to(dev)
         self.done_head = _seeded_linear(dim, 2, 4322).to(dev)
         self.change_head = _seeded_linear(dim, len(KINDS), 4329).to(dev)
@@ -125,7 +157,7 @@ class WorldModel(LanguageModel):
             else None
         )
 
-    def parts(self) -> dict[str, Any]:
+    def parts(self) -> dict[str, torch.nn.Module | None]:
         """The modules saved in ``parts.safetensors``."""
         return {
             "match": self.match,
@@ -136,17 +168,101 @@ class WorldModel(LanguageModel):
             "lines": self.lines,
         }
 
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        match_flags: torch.Tensor | None = None,
+        lm_head: bool = True,
+        heads: HeadPlaces | None = None,
+        pool: torch.Tensor | None = None,
+        page_rows: list[int] | None = None,
+        logits_at: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> WorldModelOutput:
+        """One pass of the backbone (``LanguageModel.forward``: ``match_flags``, ``lm_head`` and
+        the backbone's keyword arguments) and of the heads asked for: ``heads`` (where each row's
+        heads read), ``pool`` (a (B, T) mask to average the last layer over; ``page_rows``: the
+        rows of that mean the page head embeds) and ``logits_at`` (a (B, T) boolean mask: the
+        LM head on those positions only, after a backbone-only pass, so a loss's logits are
+        bounded by its target tokens).  See ``WorldModelOutput``."""
+        want = heads is not None or pool is not None or logits_at is not None
+        if want and lm_head:
+            kwargs["output_hidden_states"] = True
+        out = super().forward(input_ids, match_flags=match_flags, lm_head=lm_head, **kwargs)
+        states = getattr(out, "hidden_states", None)
+        hidden = getattr(out, "last_hidden_state", None)
+        if hidden is None and states:
+            hidden = states[-1]
+        res = WorldModelOutput(
+            logits=getattr(out, "logits", None),
+            hidden=hidden,
+            hidden_states=states,
+            past_key_values=getattr(out, "past_key_values", None),
+        )
+        if heads is not None:
+            res.head_input = self.head_input(gather_rows(hidden), heads)
+            res.reward_logits, res.done_logits, res.change_logits = self.head_logits(res.head_input)
+        if pool is not None:
+            res.pooled = (hidden * pool[..., None]).sum(1) / pool.sum(1, keepdim=True).clamp(
+                min=1.0
+            )
+            if page_rows is not None:
+                res.page_embedding = self.embed_page(res.pooled[page_rows])
+        if logits_at is not None:
+            res.logits = self.logits_at(hidden[logits_at])
+        return res
+
+    def head_places(self, tokenizer: Tokenizer, prompts: list[list[int]]) -> HeadPlaces:
+        """Where the heads read each of ``prompts`` (world-model prompt ids): ``head_positions``
+        and, with the named lines' layer, each prompt's ``RowLines``."""
+        return HeadPlaces(
+            [head_positions(tokenizer, p) for p in prompts], line_positions(self.lines, prompts)
+        )
+
+    def head_input(self, gather: Gather, places: HeadPlaces) -> torch.Tensor:
+        """(B, d): row b's mean of the last layer's states at ``places.positions[b]`` (read by
+        ``gather``), plus the named lines' layer on ``places.lines`` when given."""
+        mean = torch.stack([gather(b, pos).mean(0) for b, pos in enumerate(places.positions)])
+        if places.lines is None or self.lines is None:
+            return mean
+        return mean + self.lines(gather, places.lines, mean)
+
+    def head_logits(
+        self, head_input: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(reward, done, change) logits of the heads on ``head_input`` (B, d)."""
+        r, d, c = self.reward_head, self.done_head, self.change_head
+        return (
+            r(head_input.to(r.weight.dtype)),
+            d(head_input.to(d.weight.dtype)),
+            c(head_input.to(c.weight.dtype)),
+        )
+
+    def head_probs(self, head_input: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(p(success), p(done)) per row of ``head_input`` (B, d)."""
+        reward, done, _ = self.head_logits(head_input)
+        return torch.softmax(reward.float(), -1)[:, 1], torch.softmax(done.float(), -1)[:, 1]
+
+    def embed_page(self, pooled: torch.Tensor) -> torch.Tensor:
+        """The page head on pooled change states (n, d) -> (n, 384): the InfoNCE term's
+        prediction of the next page's embedding (``models.lm.embedder``)."""
+        return self.page_head(pooled)
+
     def heads_trained(self) -> bool:
         """True once the reward/done heads were trained on ``HEAD_FEATURE`` (``predict`` then
         uses them; else the text)."""
         return self.state.heads_trained and self.state.head_feature == HEAD_FEATURE
 
-    def mark_heads_trained(self) -> None:
-        self.state.heads_trained = True
-        self.state.head_feature = HEAD_FEATURE
-
     def change_head_trained(self) -> bool:
         return self.state.change_head_trained
+
+    def mark_heads_trained(self, change_head: bool = False) -> None:
+        """A training step trained the reward/done heads on ``HEAD_FEATURE`` (and, with
+        ``change_head``, the change head): the trainer calls it after the step."""
+        self.state.heads_trained = True
+        self.state.head_feature = HEAD_FEATURE
+        if change_head:
+            self.state.change_head_trained = True
 
     def save_pretrained(self, path: str) -> None:
         """The backbone as a Hugging Face directory (with LoRA adapters: the adapters, and the

@@ -9,7 +9,7 @@ selected`` and the others ``collapsed`` (``tab``), for a drag the item moved (``
 ``models.world_model.mouse``).  ``candidate_trees`` is their deduplicated pages (``decode="rerank"``).
 
 The **change head** (``change_head``: d_model -> ``len(KINDS)``, on the same input as the
-reward/done heads, ``models.world_model.runner.head_input``) is a classifier over these kinds plus
+reward/done heads, ``models.world_model.model.WorldModel.head_input``) is a classifier over these kinds plus
 ``other`` (no proposal is the real next page).  Its training label (``change_label``) is the first
 kind, in ``KINDS`` order, whose page equals the real next page; it is trained with plain
 cross-entropy (``models.world_model.loss``).  To predict (``choose``), the most likely kind among those
@@ -124,13 +124,9 @@ def change_label(obs: Observation, action: Action | None, real_next_tree: str) -
     return OTHER
 
 
-def choose(
-    head: torch.nn.Linear, hidden: torch.Tensor, obs_list: list[Observation], actions: list
-) -> list[str | None]:
+def choose(logits: torch.Tensor, obs_list: list[Observation], actions: list) -> list[str | None]:
     """Per row, the page of the most likely kind the row offers, or None for ``other`` (the text
-    decides).  ``head``: the world model's ``change_head``; ``hidden``: the heads' input (B, d)."""
-    with torch.no_grad():
-        logits = head(hidden.to(head.weight.dtype)).float()
+    decides).  ``logits``: the change head's, (B, len(KINDS)) (``WorldModel.head_logits``)."""
     out: list[str | None] = []
     for b, (obs, act) in enumerate(zip(obs_list, actions, strict=True)):
         offered = dict(proposals(obs, act if isinstance(act, Action) else None))

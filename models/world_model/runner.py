@@ -68,15 +68,15 @@ generated text).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from core.config import Config, DreamConfig
-from core.spaces import Action, Observation, ids_in_tree, parse_action
+from core.config import DreamConfig
+from core.spaces import Action, Observation
+from models.lm.backbone import score_continuations
 from models.lm.prompts import world_model_prompt_ids
 from models.lm.tokenizer import decode, encode, eos_id, pad_id
+from models.lm.types import Tokenizer
 from models.world_model.change import (
     apply_change,
     diff_to_change,
@@ -84,142 +84,10 @@ from models.world_model.change import (
     parse_model_output,
 )
 from models.world_model.decoding import generate_tokens
-from models.world_model.lines import RowLines, line_positions
+from models.world_model.heads import try_parse_action
 from models.world_model.model import WorldModel
-from models.world_model.proposals import (
-    candidate_trees,
-    choose,
-)
-
-
-def head_positions(tokenizer: Any, prompt: list[int]) -> list[int]:
-    """Positions of ``prompt`` (world-model prompt ids) whose last-layer hidden states the reward/done
-    heads average: the line of the element the action names (``[k] ...`` up to its newline, its first
-    occurrence at a line start, when the page shows it) and the action tail (``Action: ...`` up to the
-    last prompt token).  Only the last prompt token when there is no ``Action:`` marker.
-
-    Why not the last prompt token alone: its hidden state has to gather the action from a few tokens
-    among the whole page by attention, which a fresh model had not learned after 60 steps (p(success)
-    within 0.01 across every action of a page), while the action's own tokens and the acted element's
-    line (its role, its label, the instruction it can attend to) carry it from the first step."""
-    n = len(prompt)
-    mark = encode(tokenizer, "Action:")
-    m = len(mark)
-    start = next((i for i in range(n - m, -1, -1) if prompt[i : i + m] == mark), None)
-    if start is None or not m:
-        return [n - 1]
-    tail = list(range(start, n))
-    act = try_parse_action(decode(tokenizer, prompt[start + m :]).split("\n", 1)[0].strip())
-    if act is None or act.element is None:
-        return tail
-    digits = encode(tokenizer, f"{act.element}]")
-    k = len(digits)
-    for j in range(start - k):
-        if (
-            prompt[j + 1 : j + 1 + k] == digits
-            and decode(tokenizer, [prompt[j]]).strip() == "["
-            and (j == 0 or not decode(tokenizer, [prompt[j - 1]]).strip())
-        ):
-            end = j + 1 + k
-            while end < start and "\n" not in decode(tokenizer, [prompt[end]]):
-                end += 1
-            return list(range(j, end)) + tail
-    return tail
-
-
-def head_input(
-    hidden: torch.Tensor,
-    positions: list[list[int]],
-    model: WorldModel | None = None,
-    lines: list[RowLines] | None = None,
-) -> torch.Tensor:
-    """(B, d): row b's mean of ``hidden[b, positions[b]]`` (hidden: (B, T, d), positions in its
-    columns), plus, for a ``model`` with the named lines' layer (``models.world_model.lines``), that layer
-    on the rows' ``lines`` (``models.world_model.lines.line_positions``)."""
-    mean = torch.stack([hidden[b, pos].mean(0) for b, pos in enumerate(positions)])
-    if lines is None:  # line_positions gives None for a model without the layer
-        return mean
-    return mean + model.lines(lambda b, q: hidden[b, q], lines, mean)
-
-
-def head_probs(model: WorldModel, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(p(success), p(done)) per row of ``hidden`` (B, d): the heads' input (``head_input``)."""
-    h = hidden.to(model.reward_head.weight.dtype)
-    return (
-        torch.softmax(model.reward_head(h).float(), -1)[:, 1],
-        torch.softmax(model.done_head(h).float(), -1)[:, 1],
-    )
-
-
-def change_target(obs: Observation, next_obs: Observation, reward: float, done: bool) -> str:
-    """Training target text for a real transition."""
-    return format_output(diff_to_change(obs.tree, next_obs.tree, next_id=obs.next_id), reward, done)
-
-
-@dataclass
-class Prediction:
-    next_obs: Observation
-    reward: float
-    done: bool
-    ok: bool
-    reason: str
-    text: str
-    obs_tree: str = ""  # the page the change was applied to (for fidelity)
-    # diagnostics: the text's own reward/done lines (0 / not done when rejected), and the heads'
-    # probabilities (None when the heads are not trained: reward and done are then the text's)
-    text_reward: float = 0.0
-    text_done: bool = False
-    p_success: float | None = None
-    p_done: float | None = None
-
-
-def next_observation(obs: Observation, tree: str, action: Action | None) -> Observation:
-    """The predicted next observation around a predicted tree."""
-    ids = ids_in_tree(tree)
-    focused = obs.focused if obs.focused in ids else None
-    if action is not None and action.kind in ("click", "type", "select") and action.element in ids:
-        focused = action.element
-    return Observation(
-        instruction=obs.instruction,
-        url=obs.url,
-        tree=tree,
-        focused=focused,
-        last_action_error="",
-        next_id=max([obs.next_id] + [i + 1 for i in ids]),
-        element_ids=ids,
-    )
-
-
-def try_parse_action(text: str) -> Action | None:
-    try:
-        return parse_action(text)
-    except ValueError:
-        return None
-
-
-TRAILERS = ((0.0, False), (1.0, True), (-1.0, True))  # (reward, done): step, success, failure
-
-
-def candidate_outputs(
-    obs: Observation, action: Action | None, generated: str | None = None
-) -> list[str]:
-    """Full world-model outputs to score: every candidate tree's change x every trailer,
-    plus the freely generated text (if it parses) and its change with every trailer."""
-    changes = [
-        diff_to_change(obs.tree, t, next_id=obs.next_id) for t in candidate_trees(obs, action)
-    ]
-    out = []
-    if (
-        generated is not None
-    ):  # kept when it parses (a rejected text would only mean "unchanged, reward 0")
-        change, _r, _d, ok, _why = parse_model_output(generated, tree=obs.tree, next_id=obs.next_id)
-        if ok:
-            out.append(generated)
-            changes.append(change)
-    for c in dict.fromkeys(changes):
-        out += [format_output(c, r, d) for r, d in TRAILERS]
-    return list(dict.fromkeys(out))
-
+from models.world_model.outputs import Prediction, candidate_outputs, next_observation
+from models.world_model.proposals import choose
 
 DECODES = ("greedy", "rerank", "head")
 
@@ -238,20 +106,20 @@ class WorldModelRunner:
     def __init__(
         self,
         model: WorldModel,
-        tokenizer: Any,
-        cfg: Config | DreamConfig | None = None,
+        tokenizer: Tokenizer,
+        dream: DreamConfig | None = None,
         max_positions: int | None = None,
         max_change_tokens: int | None = None,
         world_model_version: int = 0,
     ):
-        if isinstance(cfg, Config):  # a whole Config (the gate, eval)
-            dream, cfg_positions = cfg.dream, cfg.model.max_positions
-        else:  # a DreamConfig (the dream generator, the trainer), or None: its defaults
-            dream, cfg_positions = (cfg if cfg is not None else DreamConfig()), 0
+        """``dream``: ``wm_decode`` and ``max_change_tokens`` (None: ``DreamConfig``'s defaults);
+        ``max_positions``: the prompts' budget (the run's ``model.max_positions``; None: the
+        model's own position table)."""
+        dream = dream if dream is not None else DreamConfig()
         self.model = model
         self.tokenizer = tokenizer
         own = model.max_positions
-        want = int(max_positions or cfg_positions or own)
+        want = int(max_positions or own)
         # never past the model's own position table (a world model trained offline with fewer
         # positions than the run's model.max_positions: trainer.wm_init_from)
         self.max_positions = min(want, own) if own > 0 else want
@@ -259,7 +127,7 @@ class WorldModelRunner:
         self.world_model_version = world_model_version
         # "greedy": the generated text; "rerank": the generated text and the proposals of
         # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept.
-        # From ``DreamConfig.wm_decode`` (cfg: a DreamConfig or a whole Config); settable afterwards.
+        # From ``DreamConfig.wm_decode``; settable afterwards.
         self.decode = str(dream.wm_decode or "greedy")
         if self.decode not in DECODES:
             raise ValueError(f"dream.wm_decode must be one of {DECODES}, got {self.decode!r}")
@@ -319,9 +187,7 @@ class WorldModelRunner:
             temperature=temperature,
             return_hidden=return_hidden,
             ignore_eos=ignore_eos,
-            hidden_positions=[head_positions(self.tokenizer, p) for p in prompts]
-            if return_hidden
-            else None,
+            heads=self.model.head_places(self.tokenizer, prompts) if return_hidden else None,
             abort=abort,
         )
 
@@ -358,7 +224,7 @@ class WorldModelRunner:
         p_succ = p_done = None
         if hidden is not None:
             with torch.no_grad():
-                ps, pd = head_probs(self.model, hidden)
+                ps, pd = self.model.head_probs(hidden)
             p_succ, p_done = ps.cpu().tolist(), pd.cpu().tolist()
         if self.decode == "rerank":
             outs = self.rerank(obs_list, acts, prompts, outs)
@@ -394,7 +260,12 @@ class WorldModelRunner:
         return preds
 
     def _generate(
-        self, prompts: list, sample: bool, temperature: float, want_hidden: bool, abort: Any
+        self,
+        prompts: list,
+        sample: bool,
+        temperature: float,
+        want_hidden: bool,
+        abort: Callable[[], bool] | None,
     ) -> tuple[list[str], torch.Tensor | None]:
         """(texts, the heads' input or None) of every prompt; greedy generates identical prompts once."""
         if sample:
@@ -419,7 +290,7 @@ class WorldModelRunner:
         prompts: list,
         sample: bool,
         temperature: float,
-        abort: Any,
+        abort: Callable[[], bool] | None,
     ) -> tuple[list[str], torch.Tensor]:
         """``decode="head"``: the heads' input from one forward pass over the distinct prompts, the
         change head's pick per row, and text generated only for the rows it leaves to the text
@@ -427,7 +298,7 @@ class WorldModelRunner:
         uniq, idx = _distinct(prompts)
         hid_u = self.prefill_head_input(uniq)
         hidden = hid_u[torch.tensor(idx, device=hid_u.device)]
-        picks = choose(self.model.change_head, hidden, obs_list, acts)
+        picks = self._choose(hidden, obs_list, acts)
         need = [b for b, pick in enumerate(picks) if pick is None]
         texts = (
             self._generate([prompts[b] for b in need], sample, temperature, False, abort)[0]
@@ -438,11 +309,23 @@ class WorldModelRunner:
         texts_all = [got.get(b, "") for b in range(len(picks))]
         return self._picked(obs_list, acts, hidden, texts_all, picks), hidden
 
+    def _choose(self, hidden: torch.Tensor, obs_list: list, acts: list) -> list[str | None]:
+        """Per row, the page of the change head's pick on the heads' input ``hidden``, or None
+        for ``other`` (``models.world_model.proposals.choose``)."""
+        with torch.no_grad():
+            logits = self.model.head_logits(hidden)[2].float()
+        return choose(logits, obs_list, acts)
+
     def _picked(
-        self, obs_list: list, acts: list, hidden: Any, texts: list[str], picks: list | None = None
+        self,
+        obs_list: list,
+        acts: list,
+        hidden: torch.Tensor,
+        texts: list[str],
+        picks: list | None = None,
     ) -> list[str]:
         """Per row: the change head's proposal as an edit script, or the row's text on ``other``."""
-        picks = choose(self.model.change_head, hidden, obs_list, acts) if picks is None else picks
+        picks = self._choose(hidden, obs_list, acts) if picks is None else picks
         return [
             texts[b]
             if pick is None
@@ -452,9 +335,10 @@ class WorldModelRunner:
 
     @torch.no_grad()
     def prefill_head_input(self, prompts: list[list[int]], chunk: int = 16) -> torch.Tensor:
-        """The heads' input (B, d) of each prompt (``head_input`` at ``head_positions`` of the last
-        layer, after the final norm, as the prefill of ``generate_texts`` reads it) from a forward
-        pass of the transformer alone (no language-model head, no decoding)."""
+        """The heads' input (B, d) of each prompt (``WorldModel.head_input`` at its
+        ``head_places``, on the last layer after the final norm, as the prefill of
+        ``generate_texts`` reads it) from a forward pass of the transformer alone (no
+        language-model head, no decoding)."""
         self.model.eval()
         dev = next(self.model.parameters()).device
         pad, out = pad_id(self.tokenizer), []
@@ -466,9 +350,8 @@ class WorldModelRunner:
             for r, p in enumerate(part):
                 ids[r, : len(p)] = torch.tensor(p, device=dev)
                 att[r, : len(p)] = 1
-            h = self.model.base(ids, attention_mask=att).last_hidden_state
-            pos = [head_positions(self.tokenizer, p) for p in part]
-            out.append(head_input(h, pos, self.model, line_positions(self.model.lines, part)))
+            places = self.model.head_places(self.tokenizer, part)
+            out.append(self.model(ids, attention_mask=att, lm_head=False, heads=places).head_input)
         return torch.cat(out)
 
     @torch.no_grad()
@@ -480,8 +363,6 @@ class WorldModelRunner:
         generated: list[str],
     ) -> list[str]:
         """Per row, the most likely of ``candidate_outputs`` (the generated text is one of them)."""
-        from models.lm.backbone import score_continuations
-
         eos = eos_id(self.tokenizer)
         cands = [
             candidate_outputs(o, a, g) for o, a, g in zip(obs_list, acts, generated, strict=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from core.spaces import Observation
 from models.world_model.change import change_f1
-from models.world_model.runner import Prediction
+from models.world_model.outputs import Prediction
 
 
 def balanced_accuracy(pred: list[bool], real: list[bool]) -> float:

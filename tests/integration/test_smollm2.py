@@ -63,7 +63,7 @@ def test_smollm2_learns_checkpoints_and_hot_reloads_on_the_real_stack(
         assert logp <= 0.0 and info["n_candidates"] > 1
         world = ModelSlot(store, "world_model", tmp_path / "w", cfg.run_id)
         assert world.refresh() and world.version == 1
-        wm = WorldModelRunner(world.model, world.tokenizer, cfg)
+        wm = WorldModelRunner(world.model, world.tokenizer, cfg.dream, cfg.model.max_positions)
         (pred,) = wm.predict([PAGE], [action])
         assert isinstance(pred.next_obs, Observation) and pred.reward in (0.0, 1.0)
     finally:

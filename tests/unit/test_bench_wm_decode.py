@@ -27,6 +27,7 @@ def test_head_first_and_text_then_head_predict_the_same_pages(tmp_path):
             0
         ].backward()
         opt.step()
+        model.mark_heads_trained(change_head=True)  # as the trainer does after a step
     assert model.state.change_head_trained
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)

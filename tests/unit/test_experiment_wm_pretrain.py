@@ -113,9 +113,9 @@ def test_the_world_model_never_decodes_past_its_own_position_table():
 
     model, tok = make_world_model(cfg.model)
     cfg.model.max_positions = 1024  # the run's setting is larger than the model's table
-    assert WorldModelRunner(model, tok, cfg).max_positions == 256
+    assert WorldModelRunner(model, tok, cfg.dream, cfg.model.max_positions).max_positions == 256
     cfg.model.max_positions = 128
-    assert WorldModelRunner(model, tok, cfg).max_positions == 128
+    assert WorldModelRunner(model, tok, cfg.dream, cfg.model.max_positions).max_positions == 128
 
 
 def _cell(arm, seed, pts, offline=0):

@@ -11,7 +11,7 @@ from core.spaces import Action, Observation, parse_action
 from models.policy.candidates import candidate_actions
 from models.policy.mouse_candidates import pointer_candidates
 from models.world_model.change import apply_change, diff_to_change
-from models.world_model.runner import candidate_trees
+from models.world_model.proposals import candidate_trees
 
 SORTABLE = "\n".join(
     [

@@ -129,7 +129,7 @@ class HeadWorldModel:
     """Heads as ``WorldModelRunner.predict`` applies them: [1] p(success) 0.9, [2] 0.2; always done."""
 
     def predict(self, obs, acts, sample=False):
-        from models.world_model.runner import Prediction
+        from models.world_model.outputs import Prediction
 
         ps = [0.9 if a.element == 1 else 0.2 for a in acts]
         return [

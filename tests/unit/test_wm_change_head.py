@@ -89,6 +89,7 @@ def _trained_on_four_edits() -> tuple:
         loss, m = world_model_batch_loss(model, tok, batch, TrainerConfig(infonce_weight=0.0))
         loss.backward()
         opt.step()
+        model.mark_heads_trained(change_head=True)  # as the trainer does after a step
     return model, tok, m
 
 

@@ -45,6 +45,7 @@ def trained():
         loss, m = world_model_batch_loss(model, tok, BATCH, tc)
         loss.backward()
         opt.step()
+        model.mark_heads_trained(change_head=True)  # as the trainer does after a step
         if m["reward_head_loss"] < 0.1 and m["done_head_loss"] < 0.1:
             break
     assert m["reward_head_acc"] == 1.0 and m["done_head_acc"] == 1.0, m
@@ -159,7 +160,8 @@ def test_wm_decode_is_a_config_field_read_by_the_runner():
     assert WorldModelRunner(model, tok, DreamConfig()).decode == "head"
     assert WorldModelRunner(model, tok, DreamConfig(wm_decode="rerank")).decode == "rerank"
     cfg = load_config(overrides={"dream.wm_decode": "rerank"}, env={})
-    assert WorldModelRunner(model, tok, cfg).decode == "rerank"  # a whole Config (the gate, eval)
+    # the gate and eval: the dream section and the run's positions
+    assert WorldModelRunner(model, tok, cfg.dream, cfg.model.max_positions).decode == "rerank"
     assert (
         WorldModelRunner(model, tok, cfg.dream).decode == "rerank"
     )  # its dream section (dreams, trainer)
@@ -174,7 +176,7 @@ def test_heads_read_the_acted_element_line_and_the_action():
     tail alone for an action without an element; the last token without an ``Action:`` marker."""
     from models.lm.prompts import world_model_prompt_ids
     from models.lm.tokenizer import decode, encode
-    from models.world_model.runner import head_positions
+    from models.world_model.heads import head_positions
 
     _, tok = make_world_model(CFG)
     page = Observation('Click on "No".', "u", '[1] list\n  [12] button "No"\n[2] text "[12] No"', next_id=13,
@@ -211,7 +213,6 @@ def test_runner_heads_read_what_the_loss_trained_with_shared_prefixes(trained):
     """The runner's head input (prefix pass + tail pass, rows of a page sharing its prefix) is the
     learner's (one forward per row): same p(success)."""
     from models.world_model.loss import _wm_forward, _wm_rows
-    from models.world_model.runner import head_probs
 
     model, tok = trained
     acts = ["click(1)", "click(2)", 'scroll("up")', "click(1)"]
@@ -222,7 +223,7 @@ def test_runner_heads_read_what_the_loss_trained_with_shared_prefixes(trained):
     with torch.no_grad():
         was = model.training
         model.eval()
-        want = [float(head_probs(model, _wm_forward(model, tok, [row], hidden=False, heads=True)[4])[0][0])
+        want = [float(model.head_probs(_wm_forward(model, tok, [row], hidden=False, heads=True)[3].head_input)[0][0])
                 for row in rows]  # fmt: skip
         model.train(was)
     assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-4, (got, want)
@@ -243,4 +244,5 @@ def test_heads_trained_on_another_input_count_as_untrained(trained, tmp_path):
     m2, t2 = load_world_model(str(tmp_path))
     assert not m2.heads_trained()
     world_model_batch_loss(m2, t2, BATCH, TrainerConfig(infonce_weight=0.0))[0].backward()
+    m2.mark_heads_trained(change_head=True)  # as the trainer does after a step
     assert m2.heads_trained()

@@ -17,9 +17,9 @@ from models.lm.match import match_flags, match_line_positions, token_pieces
 from models.lm.prompts import world_model_prompt_ids
 from models.lm.tokenizer import decode, encode, eos_id, pad_id
 from models.world_model.decoding import generate_tokens
+from models.world_model.heads import HeadPlaces, head_positions
 from models.world_model.lines import line_positions
-from models.world_model.model import WorldModelSpec, load_world_model, make_world_model
-from models.world_model.runner import head_input, head_positions
+from models.world_model.model import WorldModelSpec, gather_rows, load_world_model, make_world_model
 
 PAGE = Observation(
     'Enter "Emile" into the text field and press Submit.',
@@ -113,7 +113,7 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
                 eos_id(tok),
                 320,
                 return_hidden=True,
-                hidden_positions=positions,
+                heads=HeadPlaces(positions, line_positions(model.lines, prompts)),
             )
 
     gen, hid = generated()
@@ -122,9 +122,10 @@ def test_prefix_and_tail_prefill_equal_one_plain_forward_with_the_feature():
         for p, pos in zip(prompts, positions, strict=True):
             out = model(input_ids=torch.tensor([p]), output_hidden_states=True)
             lines = line_positions(model.lines, [p])
-            ref_h.append(head_input(out.hidden_states[-1], [pos], model, lines)[0])
+            h = gather_rows(out.hidden_states[-1])
+            ref_h.append(model.head_input(h, HeadPlaces([pos], lines))[0])
             ref_tok.append(int(out.logits[0, -1].argmax()))
-            mean.append(head_input(out.hidden_states[-1], [pos])[0])
+            mean.append(model.head_input(h, HeadPlaces([pos]))[0])
     assert torch.allclose(hid, torch.stack(ref_h), atol=1e-4)
     assert [g[0] for g in gen] == ref_tok
     # the named lines are in it: the plain mean alone differs

@@ -4,7 +4,9 @@ from core.config import DreamConfig, ModelConfig
 from core.spaces import Observation, parse_action
 from models.world_model.change import apply_change, parse_model_output
 from models.world_model.model import make_world_model
-from models.world_model.runner import TRAILERS, WorldModelRunner, candidate_outputs, candidate_trees
+from models.world_model.outputs import TRAILERS, candidate_outputs
+from models.world_model.proposals import candidate_trees
+from models.world_model.runner import WorldModelRunner
 
 PAGE = Observation(
     "Tick a, type hi, pick B.",

@@ -9,7 +9,7 @@ from evaluation.eval.world_model_targets import (
     open_loop_replay,
     stage1_figures,
 )
-from models.world_model.runner import Prediction
+from models.world_model.outputs import Prediction
 from streams.records import Transition
 
 PAGE = '[1] button "OK"\n[2] button "Cancel"'

@@ -8,7 +8,8 @@ from models.policy.runner import PolicyRunner
 from models.world_model.change import apply_change
 from models.world_model.loss import world_model_batch_loss
 from models.world_model.model import load_world_model, make_world_model
-from models.world_model.runner import Prediction, WorldModelRunner, change_target
+from models.world_model.outputs import Prediction, change_target
+from models.world_model.runner import WorldModelRunner
 from models.world_model.scores import balanced_accuracy, fidelity
 from tests.factories import WM_A as A
 from tests.factories import WM_A2 as A2

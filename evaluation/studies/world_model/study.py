@@ -246,6 +246,8 @@ def train_world_model(
         )
         gn = float(torch.nn.utils.clip_grad_norm_(params, x.grad_clip))
         opt.step()
+        if tcfg.wm_head_weight > 0:  # the step trained the heads: predict uses them
+            model.mark_heads_trained(change_head=True)
         step += 1
         seen += len(batch)
         ema = st["lm_loss"] if ema is None else 0.95 * ema + 0.05 * st["lm_loss"]
