@@ -183,7 +183,8 @@ def _act(runner: Any) -> tuple[list, list]:
 
 
 def policy_fingerprint() -> dict:
-    from models.policy.model import make_policy
+    from models.lm.saved import make_model
+    from models.policy.model import Policy
     from models.policy.runner import PolicyRunner
     from models.train.engine import make_engine
     from models.train.learner import policy_update
@@ -191,7 +192,7 @@ def policy_fingerprint() -> dict:
     out: dict = {}
     for name, cfg in (("plain", POLICY_CFG), ("element_head", _pointer(POLICY_CFG))):
         torch.manual_seed(0)
-        model, tok = make_policy(cfg)
+        model, tok = make_model(Policy, cfg)
         out[f"{name}.init"] = weights_digest(model)
         acted, trajs = _act(PolicyRunner(model, tok, cfg, seed=3))
         out[f"{name}.act"] = _num(acted)
@@ -270,12 +271,13 @@ def _predict(model: Any, tok: Any) -> dict:
 
 
 def world_model_fingerprint() -> dict:
+    from models.lm.saved import make_model
     from models.train.engine import make_engine
     from models.train.learner import world_model_update
-    from models.world_model.model import make_world_model
+    from models.world_model.model import WorldModel
 
     torch.manual_seed(0)
-    model, tok = make_world_model(WM_CFG)
+    model, tok = make_model(WorldModel, WM_CFG)
     out: dict = {"init": weights_digest(model), "predict.fresh": _predict(model, tok)}
     engine = make_engine(model, 1e-3)
     tc = TrainerConfig(wm_chunk_rows=0, infonce_weight=0.5)

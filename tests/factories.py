@@ -18,9 +18,10 @@ from core.config import Config, ModelConfig, TrainerConfig, load_config
 from core.spaces import Observation, parse_action
 from models.dream.dreamer import Dreamer, StartState
 from models.dream.env import dream_rollouts
+from models.lm.saved import make_model
 from models.policy.loss import policy_batch_loss
 from models.policy.runner import PolicyRunner
-from models.world_model.model import make_world_model
+from models.world_model.model import WorldModel
 from models.world_model.outputs import Prediction
 from streams import records
 from streams.mixer import HybridMixer
@@ -273,7 +274,7 @@ def wm_batch() -> list[Transition]:
 
 def wm_model():
     """A fresh ``WM_CFG`` world model with its tokenizer as ``model._tok``."""
-    model, tok = make_world_model(WM_CFG)
+    model, tok = make_model(WorldModel, WM_CFG)
     model._tok = tok
     return model
 
@@ -515,12 +516,12 @@ UP_SETTINGS = {
 
 def save_legacy(model, tokenizer, path, drop: tuple[str, ...] = ()) -> None:
     """Save ``model`` (a ``Policy`` or a ``WorldModel``) as the builds before
-    ``models.lm.base.FORMAT`` 2 did: its parts attached to the Hugging Face model under their old
+    ``models.lm.saved.FORMAT`` 2 did: its parts attached to the Hugging Face model under their old
     names, saved inside ``model.safetensors``, and the flags in ``config.json``.  ``drop``: old
     module names left out (a file saved before that part existed)."""
     import copy
 
-    from models.lm.base import LEGACY_NAMES, LEGACY_SPEC, LEGACY_STATE
+    from models.lm.saved import LEGACY_NAMES, LEGACY_SPEC, LEGACY_STATE
 
     kind = "policy" if hasattr(model, "element_head") else "world_model"
     lm = copy.deepcopy(model.lm)

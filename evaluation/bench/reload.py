@@ -47,6 +47,7 @@ from core.supervise import Supervisor
 from evaluation.operations import StackFactory
 from models.checkpoints.store import KINDS, CheckpointStore
 from models.checkpoints.writer import CheckpointWriter
+from models.lm.saved import make_model
 from streams import records
 from streams.kafka import ensure_topics, make_consumer, make_publisher
 
@@ -133,12 +134,12 @@ class FirstUse:
 
 
 def _save_models(cfg: Config, work: Path) -> dict[str, Path]:
-    from models.policy.model import make_policy
-    from models.world_model.model import make_world_model
+    from models.policy.model import Policy
+    from models.world_model.model import WorldModel
 
     dirs = {}
-    for kind, make in (("policy", make_policy), ("world_model", make_world_model)):
-        model, tok = make(cfg.model)
+    for kind, cls in (("policy", Policy), ("world_model", WorldModel)):
+        model, tok = make_model(cls, cfg.model)
         d = work / kind
         (d / "hf").mkdir(parents=True)
         model.save_pretrained(str(d / "hf"))

@@ -185,18 +185,19 @@ def _dream_cost(steps: int, secs: float, policy_s: float) -> dict:
 def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: int = 1) -> dict:
     from models.dream.env import dream_rollouts
     from models.lm.prompts import policy_prompt_ids
-    from models.policy.model import make_policy
+    from models.lm.saved import make_model
+    from models.policy.model import Policy
     from models.policy.runner import PolicyRunner
     from models.world_model.decoding import PHASES
-    from models.world_model.model import make_world_model
+    from models.world_model.model import WorldModel
 
     from .runners import FixedLengthRunner
 
     torch.set_num_threads(cfg.threads)
     torch.set_flush_denormal(True)  # as core.process does for the trainer component
     obs = [Observation.from_dict(s["obs"]) for s in starts]
-    pol, ptok = make_policy(cfg.model)
-    wm, wtok = make_world_model(cfg.model)
+    pol, ptok = make_model(Policy, cfg.model)
+    wm, wtok = make_model(WorldModel, cfg.model)
     pr = PolicyRunner(pol, ptok, cfg.model, seed=0)
     timed = TimedPolicy(pr)
     wr = FixedLengthRunner(wm, wtok, cfg, max_change_tokens=wm_tokens)
@@ -305,11 +306,12 @@ def _backbones(pol: Any, wm: Any, tok: Any) -> dict:
 def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | None = None) -> dict:
     from evaluation.bench.collect import MemorySampler
     from evaluation.bench.mfu import FlopMeter, mfu, sgemm_peak
+    from models.lm.saved import make_model
     from models.lm.tokenizer import pad_id
-    from models.policy.model import make_policy
+    from models.policy.model import Policy
     from models.train.engine import trainer_engine
     from models.train.learner import policy_update, world_model_update
-    from models.world_model.model import make_world_model
+    from models.world_model.model import WorldModel
 
     torch.set_num_threads(cfg.threads)
     torch.set_flush_denormal(True)  # as core.process does for the trainer component
@@ -320,8 +322,8 @@ def bench_train(cfg: Config, starts: list[dict], steps: int = 3, peak: dict | No
 
         embedder = default_embedder()
     rss0 = _peak_rss_mib()
-    pol, tok = make_policy(cfg.model)
-    wm, wtok = make_world_model(cfg.model)
+    pol, tok = make_model(Policy, cfg.model)
+    wm, wtok = make_model(WorldModel, cfg.model)
     pe = trainer_engine(pol, cfg.trainer, "policy")
     we = trainer_engine(wm, cfg.trainer, "world_model")
     batches = [synthetic_batch(cfg, obs, k * 7) for k in range(steps + 1)]

@@ -42,10 +42,11 @@ from core.spaces import Observation
 def _updates(cfg: Config, starts: list[dict], steps: int, out: Path, group: Any = None) -> dict:
     """One rank's share of the bench (see the module doc); rank 0 writes ``params-<world>.pt``."""
     from evaluation.bench.synthetic import synthetic_batch
-    from models.policy.model import make_policy
+    from models.lm.saved import make_model
+    from models.policy.model import Policy
     from models.train.engine import trainer_engine
     from models.train.learner import policy_update, world_model_update
-    from models.world_model.model import make_world_model
+    from models.world_model.model import WorldModel
 
     torch.set_num_threads(cfg.threads)
     torch.set_flush_denormal(True)  # as core.process does for the trainer component
@@ -57,8 +58,8 @@ def _updates(cfg: Config, starts: list[dict], steps: int, out: Path, group: Any 
 
         embedder = default_embedder()
     torch.manual_seed(cfg.model.seed)
-    pol, tok = make_policy(cfg.model)
-    wm, wtok = make_world_model(cfg.model)
+    pol, tok = make_model(Policy, cfg.model)
+    wm, wtok = make_model(WorldModel, cfg.model)
     start = {
         "policy": {k: v.detach().clone() for k, v in pol.state_dict().items()},
         "world_model": {k: v.detach().clone() for k, v in wm.state_dict().items()},

@@ -33,15 +33,16 @@ DEFAULT_DATA = "docs/results/world-model/heldout.jsonl.gz"
 def bench_wm_decode(cfg: Config, wm_dir: str, transitions: list, n: int = 256) -> dict:
     from core.spaces import Observation
     from models.checkpoints.store import wm_init_dir
+    from models.lm.saved import load_model
     from models.world_model.heads import try_parse_action
-    from models.world_model.model import load_world_model
+    from models.world_model.model import WorldModel
     from models.world_model.proposals import choose
     from models.world_model.runner import WorldModelRunner
 
     from .runners import TextThenHeadRunner
 
     torch.set_num_threads(cfg.threads)
-    model, tok = load_world_model(str(wm_init_dir(wm_dir)))
+    model, tok = load_model(WorldModel, str(wm_init_dir(wm_dir)))
     if not model.change_head_trained():
         raise ValueError(f"{wm_dir}: the change head is not trained (decode 'head' needs it)")
     rows = transitions[:n]

@@ -42,14 +42,15 @@ class Loaded:
 
 def load_checkpoint(cfg: Config, kind: str, spec: str | None) -> Loaded:
     """``spec``: a local HF directory, a version number, or 'latest' (from the run's S3 store)."""
-    from models.policy.model import load_policy
-    from models.world_model.model import load_world_model
+    from models.lm.saved import load_model
+    from models.policy.model import Policy
+    from models.world_model.model import WorldModel
 
-    loader = load_policy if kind == "policy" else load_world_model
+    cls = Policy if kind == "policy" else WorldModel
     spec = str(spec or "latest")
     if os.path.isdir(spec):
         d = Path(spec) / "hf" if (Path(spec) / "hf").is_dir() else Path(spec)
-        model, tok = loader(str(d))
+        model, tok = load_model(cls, str(d))
         return Loaded(model, tok, None, str(d), None)
     from core.s3 import make_client
     from models.checkpoints.store import CheckpointStore
@@ -75,7 +76,7 @@ def load_checkpoint(cfg: Config, kind: str, spec: str | None) -> Loaded:
         digest = None
     work = Path(tempfile.mkdtemp(prefix=f"dynaweb-eval-{kind}-"))
     store.download(kind, version, work / "ckpt", digest, only="hf/")
-    model, tok = loader(str(work / "ckpt" / "hf"))
+    model, tok = load_model(cls, str(work / "ckpt" / "hf"))
     return Loaded(model, tok, version, store.uri(kind, version), work)
 
 

@@ -14,13 +14,16 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
 
 from models import metrics as M
 from models.checkpoints.store import S3_ERRORS, CheckpointStore, CorruptCheckpoint
 from models.lm.base import LanguageModel
 from models.lm.lora import BaseMismatch
+from models.lm.saved import load_model
+from models.lm.types import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -179,12 +182,12 @@ class Prefetcher:
 
     def __init__(
         self,
-        slots: list,
-        on_ready: Any,
+        slots: list[ModelSlot],
+        on_ready: Callable[[], None],
         stop: threading.Event,
-        pool: Any = None,
+        pool: Executor | None = None,
         name: str = "",
-        on_slot_ready: Any = None,
+        on_slot_ready: Callable[[ModelSlot], None] | None = None,
     ):
         self.slots, self.on_ready, self.stop, self.pool = slots, on_ready, stop, pool
         # called with each slot as soon as it is ready, before the others finish (a reader that
@@ -223,7 +226,7 @@ class Prefetcher:
             if any(ready):
                 self.on_ready()
 
-    def _prefetch(self, slot: Any) -> bool:
+    def _prefetch(self, slot: ModelSlot) -> bool:
         ready = slot.prefetch()
         if ready and self.on_slot_ready is not None:
             self.on_slot_ready(slot)
@@ -246,14 +249,14 @@ class ModelSlot:
         run: str,
         poll_s: float = 0.0,
         component: str = "dream",
-        clock: Any = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.store, self.kind, self.work, self.run = store, kind, work, run
         self.poll_s, self.component, self._clock = poll_s, component, clock
         self.version: int | None = None
         self.loading: int | None = None  # the version being downloaded or loaded, if any
         self.model: LanguageModel | None = None
-        self.tokenizer: Any = None
+        self.tokenizer: Tokenizer | None = None
         self.refused: set[int] = set()
         self.extra: dict = {}  # the loaded version's manifest ``extra``
         self._read_at: float | None = None  # when LATEST was last read
@@ -262,7 +265,7 @@ class ModelSlot:
         # called after a download and before its load (the dream generator holds the world
         # model's load back while the first round of a new policy runs: a load and the garbage
         # collection before it hold the interpreter lock the decode loop needs)
-        self.hold_load: Any = None
+        self.hold_load: Callable[[], None] | None = None
         self._fetch_lock = threading.Lock()  # one download and load at a time per slot
         self._ready_lock = threading.Lock()
         if poll_s > 0:
@@ -340,9 +343,9 @@ class ModelSlot:
             t_dl = time.time()
             _WARM.wait(300.0)  # the warm-up's import, if still running ("held" in the log line)
             if self.kind == "policy":
-                from models.policy.model import load_policy as loader
+                from models.policy.model import Policy as cls
             else:
-                from models.world_model.model import load_world_model as loader
+                from models.world_model.model import WorldModel as cls
             if self.hold_load is not None:
                 self.hold_load()
             t_held = time.time()
@@ -352,7 +355,7 @@ class ModelSlot:
                     release_memory()  # frees models replaced since; the first time, freezes imports
                 t_free = time.time()
                 try:  # a LoRA checkpoint on the base of the newest model here: adapters only
-                    model, tok = loader(str(dest / "hf"), reuse=self._newest())
+                    model, tok = load_model(cls, str(dest / "hf"), reuse=self._newest())
                 except BaseMismatch as e:  # adapters on another base than this reader's
                     log.error(
                         "refusing %s v%s: %s (keeping v%s)", self.kind, version, e, self.version
@@ -384,7 +387,7 @@ class ModelSlot:
             t_done - t_free,
         )
 
-    def _newest(self) -> tuple[Any, Any] | None:
+    def _newest(self) -> tuple[LanguageModel, Tokenizer] | None:
         """(model, tokenizer) of the newest version here (ready, else in use), or None: a LoRA
         checkpoint on the same base is loaded into a copy of it sharing the base's weights."""
         ready = self._ready

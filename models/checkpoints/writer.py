@@ -24,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from kafka.errors import KafkaError
@@ -33,6 +33,9 @@ from models import metrics as M
 from models.checkpoints.store import KINDS, S3_ERRORS, CheckpointStore, Saved
 from streams.checkpoints import send_announcement
 from streams.kafka import Publisher, PublishLost
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +176,7 @@ class CheckpointWriter:
             raise
 
 
-def save_engine_state(engine: Any, path: str) -> None:
+def save_engine_state(engine: DeepSpeedEngine, path: str) -> None:
     """The trainer's DeepSpeed state (optimizer, lr schedule, step counts and the weights that
     train) into ``path``, without a frozen weight under any of its names: a LoRA model's base
     (``models.lm.lora``) is named by the checkpoint, never copied into it.  DeepSpeed's own
@@ -182,7 +185,7 @@ def save_engine_state(engine: Any, path: str) -> None:
     filtered by storage for the duration of the save."""
     frozen = {p.data_ptr() for p in engine.module.parameters() if not p.requires_grad and p.numel()}
 
-    def drop(module: Any, state: dict, prefix: str, local_metadata: Any) -> None:
+    def drop(module: torch.nn.Module, state: dict, prefix: str, local_metadata: dict) -> None:
         for key in [k for k, v in state.items() if torch.is_tensor(v) and v.data_ptr() in frozen]:
             del state[key]
 

@@ -160,7 +160,7 @@ def load_gguf(path: str) -> tuple[CausalLM, Tokenizer]:
 def load_causal_lm(path: str, own: tuple[str, ...] = ()) -> tuple[CausalLM, Tokenizer]:
     """(model, tokenizer) from a local Hugging Face directory or a GGUF file (``load_gguf``; no
     hub, no pickle, no remote code), in eval mode.  ``own`` names the extra modules a legacy
-    directory holds beside the backbone (``models.lm.base.migrate_legacy``): their saved weights
+    directory holds beside the backbone (``models.lm.saved.migrate_legacy``): their saved weights
     are expected, so Hugging Face's load report does not call them unexpected."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING

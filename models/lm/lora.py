@@ -8,11 +8,11 @@ tree masks with a KV cache and ``models.lm.lean_decode`` included, runs unchange
 weights are frozen; the adapters and the model's own parts (``parts()``) train.  Adapter dropout
 is 0, so the learner's recomputed log-probs are acting's.
 
-A LoRA model's saved form (``models.lm.base.save_parts``) holds the adapters
+A LoRA model's saved form (``models.lm.saved.save_model``) holds the adapters
 (``adapter_model.safetensors``) and the parts, never the base: ``dynaweb.json`` names it by
 ``base = {"path", "sha256"}`` (``base_ref``), the path as configured and the sha256 of its weights
 file (a GGUF file, or a Hugging Face directory's ``model.safetensors``; ``base_digest``, computed
-once per file).  Loading one (``load_adapted``) reads the base from that path, checks its digest
+once per file).  Loading one (``models.lm.saved.load_model``) reads the base from that path, checks its digest
 (``BaseMismatch`` otherwise, naming both) and applies the adapters; given a loaded model on the
 same base with the same spec (``reuse``), it copies that model with the base's tensors shared
 (``share_base``) and loads the new adapters and parts into the copy instead: a reader's hot reload
@@ -28,14 +28,13 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 
-from models.lm.backbone import load_causal_lm, resolve_model_path
+from models.lm.backbone import resolve_model_path
 from models.lm.base import LanguageModel
-from models.lm.types import CausalLM, Tokenizer
+from models.lm.types import CausalLM
 
 ADAPTERS = "adapter_model.safetensors"  # the adapters' weights in a saved LoRA model
 ADAPTER = "default"  # peft's adapter name (one adapter per model)
@@ -115,7 +114,7 @@ def adapter_state(lm: CausalLM) -> dict[str, torch.Tensor]:
 def save_adapters(model: LanguageModel, path: str) -> dict[str, str] | None:
     """A LoRA model's adapters into ``path`` (``adapter_model.safetensors``) and the base they
     stand on (``base_ref``, for ``dynaweb.json``); None for a model without adapters (its
-    backbone is saved whole: ``models.lm.base.save_parts``)."""
+    backbone is saved whole: ``models.lm.saved.save_parts``)."""
     if not has_adapters(model.lm):
         return None
     if model.base_ref is None:
@@ -218,39 +217,3 @@ def share_base(model: M) -> M:
     memo: dict[int, Any] = {id(p): p for p in model.parameters() if not p.requires_grad}
     memo.update({id(b): b for b in model.buffers()})
     return copy.deepcopy(model, memo)
-
-
-def load_adapted(
-    path: str,
-    meta: dict,
-    build: Callable[[CausalLM, Tokenizer, dict[str, str]], M],
-    reuse: tuple[M, Tokenizer] | None = None,
-) -> tuple[M, Tokenizer]:
-    """(model, tokenizer) of the LoRA model saved in ``path`` (``meta``: its ``dynaweb.json``),
-    adapters loaded, parts left to the caller.
-
-    ``reuse`` (a loaded model and its tokenizer) on the same base (digest) with the same spec:
-    ``share_base`` of it.  Else the base is read from ``meta["base"]["path"]`` after its digest is
-    checked (``BaseMismatch``), and ``build(lm, tokenizer, base_ref)`` makes the model (adapters
-    added by its constructor, per its spec)."""
-    ref = meta.get("base")
-    if not isinstance(ref, dict) or not ref.get("path") or not ref.get("sha256"):
-        raise ValueError(f"{path}: a LoRA model without its base (dynaweb.json's 'base')")
-    if reuse is not None and _same(reuse[0], meta):
-        model, tok = share_base(reuse[0]), reuse[1]
-    else:
-        check_base(ref, path)
-        lm, tok = load_causal_lm(ref["path"])
-        model = build(lm, tok, dict(ref))
-    load_adapters(model.lm, path)
-    return model.eval(), tok
-
-
-def _same(model: LanguageModel, meta: dict) -> bool:
-    """Whether ``model`` stands on the base ``meta`` names, with the spec it saves."""
-    ref = model.base_ref
-    return (
-        ref is not None
-        and ref.get("sha256") == meta["base"]["sha256"]
-        and dataclasses.asdict(model.spec) == meta.get("spec")
-    )

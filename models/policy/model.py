@@ -8,30 +8,23 @@
   (``PolicySpec.element_head``; ``models.policy.element_head``).
 
 ``PolicySpec`` is saved beside the weights (``dynaweb.json``); ``Policy.save_pretrained(dir)``
-and ``load_policy(dir)`` write and read the whole policy in one call, a directory in the legacy
-layout through ``models.lm.base.migrate_legacy``.  Acting is ``models.policy.runner``, the loss
+and ``models.lm.saved.load_model(Policy, dir)`` write and read the whole policy in one call, a
+directory in the legacy layout through ``models.lm.saved.migrate_legacy``;
+``models.lm.saved.make_model(Policy, model_cfg)`` builds one from config.  Acting is ``models.policy.runner``, the loss
 ``models.policy.loss``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from core.config.model import ModelConfig
-from models.lm.backbone import load_causal_lm, make_causal_lm, resolve_model_path
-from models.lm.base import LanguageModel, is_saved_model, legacy_names, save_parts, saved_parts
-from models.lm.lora import (
-    LoraShape,
-    add_lora,
-    load_adapted,
-    lora_fields,
-    new_base_ref,
-    save_adapters,
-)
+from models.lm.base import LanguageModel
+from models.lm.lora import LoraShape, add_lora, lora_fields
 from models.lm.match import POLICY_END, MatchFeature, token_pieces
+from models.lm.saved import save_model
 from models.lm.types import CausalLM, Tokenizer
 from models.policy.element_head import ElementHead
 
@@ -64,6 +57,9 @@ class Policy(LanguageModel):
     """The backbone, the match feature and the element head (the last two None when the spec
     leaves them out); ``tokenizer`` is needed for the parts' token texts."""
 
+    KIND = KIND
+    SPEC = PolicySpec
+
     def __init__(
         self,
         lm: CausalLM,
@@ -87,50 +83,7 @@ class Policy(LanguageModel):
         return {"match": self.match, "element_head": self.element_head}
 
     def save_pretrained(self, path: str) -> None:
-        """The backbone as a Hugging Face directory (with LoRA adapters: the adapters, and the
-        base they stand on named) plus the parts and the spec (the tokenizer is saved by its own
-        ``save_pretrained``)."""
-        base = save_adapters(self, path)
-        save_parts(self, path, KIND, dataclasses.asdict(self.spec), {}, self.parts(), base)
-
-
-def make_policy(model_cfg: ModelConfig) -> tuple[Policy, Tokenizer]:
-    """(policy, tokenizer): a policy this project saved at ``model_cfg.policy_path``
-    (``load_policy``), or a new one (the spec of ``PolicySpec.of``, new parts at zero) on the base
-    model there (a GGUF file, ``package:NAME/FILE``, a Hugging Face directory), or on GPT-Neo
-    built from config; with ``model.policy_lora_rank``, LoRA adapters on the base model there."""
-    path = model_cfg.policy_path
-    if path and is_saved_model(resolve_model_path(path), KIND):
-        return load_policy(path)
-    # a base model (a GGUF file, a Hugging Face directory) or GPT-Neo from config: fresh parts
-    spec = PolicySpec.of(model_cfg)
-    base = new_base_ref(path, spec.lora_rank, "policy")
-    lm, tok = load_causal_lm(path) if path else make_causal_lm(model_cfg)
-    return Policy(lm, tok, spec, base_ref=base).eval(), tok
-
-
-def load_policy(
-    path: str, reuse: tuple[Policy, Tokenizer] | None = None
-) -> tuple[Policy, Tokenizer]:
-    """A saved policy (``Policy.save_pretrained`` and the tokenizer in one directory; or the
-    legacy layout), with its spec and its parts' saved weights.  A LoRA policy's base is read
-    from the path its ``dynaweb.json`` names, its sha256 checked (``models.lm.lora.BaseMismatch``);
-    ``reuse``: a loaded policy (and its tokenizer) whose base is shared instead when it is the
-    same (``models.lm.lora.load_adapted``: a reader's hot reload reads the adapters only)."""
-    path = resolve_model_path(path)
-    meta, parts = saved_parts(path, KIND)
-    legacy = int(meta.get("format", 1)) < 2
-    spec = PolicySpec(**meta["spec"])
-    if spec.lora_rank:
-        policy, tok = load_adapted(
-            path, meta, lambda lm, t, ref: Policy(lm, t, spec, base_ref=ref), reuse
-        )
-    else:
-        lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
-        policy = Policy(lm, tok, spec)
-    for name, module in policy.parts().items():
-        if module is not None and name in parts:
-            module.load_state_dict(parts[name])
-        elif module is not None and not legacy:
-            raise ValueError(f"{path}: the policy's spec has {name!r} but its weights are missing")
-    return policy.eval(), tok
+        """The whole policy in ``path`` (``models.lm.saved.save_model``; the tokenizer is saved
+        by its own ``save_pretrained``); ``models.lm.saved.load_model(Policy, path)`` reads it
+        back."""
+        save_model(self, path)

@@ -50,7 +50,7 @@ from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
 from models.checkpoints.writer import CheckpointWriter
 from models.component import close_component
 from models.dream.gate import FidelityWindow
-from models.lm.base import state_has_every_weight
+from models.lm.saved import load_model, make_model, state_has_every_weight
 from models.train.consumed import DreamConsumption
 from models.train.engine import current_lr, trainer_engine
 from models.train.prepare import BatchPreparer
@@ -71,11 +71,11 @@ log = logging.getLogger(__name__)
 
 
 def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | None = None) -> dict:
-    from models.policy.model import load_policy, make_policy
-    from models.world_model.model import load_world_model, make_world_model
+    from models.policy.model import Policy
+    from models.world_model.model import WorldModel
 
-    pol = load_policy(str(policy_dir)) if policy_dir else make_policy(cfg.model)
-    wm = load_world_model(str(wm_dir)) if wm_dir else make_world_model(cfg.model)
+    pol = load_model(Policy, str(policy_dir)) if policy_dir else make_model(Policy, cfg.model)
+    wm = load_model(WorldModel, str(wm_dir)) if wm_dir else make_model(WorldModel, cfg.model)
     return {"policy": pol, "world_model": wm}
 
 

@@ -309,7 +309,7 @@ def _decode_loop(
     sample: bool,
     temperature: float,
     ignore_eos: bool,
-    step: Any = None,
+    step: LeanStep | None = None,
     abort: Callable[[], bool] | None = None,
 ) -> list[list[int]]:
     """Up to ``new`` tokens per row from the prefill's ``logits`` (each row's eos included; with

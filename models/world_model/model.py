@@ -8,17 +8,27 @@ that order):
   ``models.lm.match``);
 - ``page_head``: d_model -> 384, the InfoNCE term's projection (``models.lm.embedder.DIM``);
 - ``reward_head``, ``done_head``: d_model -> 2 classifiers on the heads' input
-  (``models.world_model.model.WorldModel.head_input``);
+  (``WorldModel.head_input``, at ``models.world_model.heads.head_positions``);
 - ``change_head``: d_model -> the proposal kinds (``models.world_model.proposals``);
 - ``lines``: the named lines' layer, with line counts and the acted line's maximum
   (``WorldModelSpec.head_lines``, ``head_counts``, ``head_acted``; ``models.world_model.lines``).
 
+The model owns its behaviour: ``WorldModel.forward`` returns one ``WorldModelOutput`` (the LM's
+logits, the last layer's states, the KV cache, and as asked the heads' input with the reward,
+done and change logits, the pooled change states and the page embedding); ``head_places``,
+``head_input``, ``head_logits``, ``head_probs`` and ``embed_page`` are what the runner
+(``models.world_model.runner``), the loss (``models.world_model.loss``) and the decoding loop
+(``models.world_model.decoding``) call.
+
 The heads start seeded (the same spec gives the same heads); ``WorldModelState`` says whether
 the reward/done heads and the change head were trained (``predict`` reads reward and done from
-the text until they are).  ``WorldModel.save_pretrained(dir)`` and ``load_world_model(dir)``
-write and read the whole model in one call (``dynaweb.json`` holds the spec and the state); a
-directory in the legacy layout loads through ``models.lm.base.migrate_legacy``, with fresh heads
-and the flags off for any part its file lacks.
+the text until they are).  The trainer marks them after a world-model step
+(``mark_heads_trained``: ``models.train.learner.world_model_update``), never the loss.
+``WorldModel.save_pretrained(dir)`` and ``models.lm.saved.load_model(WorldModel, dir)`` write
+and read the whole model in one call (``dynaweb.json`` holds the spec and the state); a directory
+in the legacy layout loads through ``models.lm.saved.migrate_legacy``, with fresh heads and the
+flags off for any part its file lacks (``restore_state``); ``models.lm.saved.make_model(
+WorldModel, model_cfg)`` builds one from config.
 """
 
 from __future__ import annotations
@@ -30,18 +40,11 @@ from typing import Any
 import torch
 
 from core.config.model import ModelConfig
-from models.lm.backbone import load_causal_lm, make_causal_lm, resolve_model_path
-from models.lm.base import LanguageModel, is_saved_model, legacy_names, save_parts, saved_parts
+from models.lm.base import LanguageModel
 from models.lm.embedder import DIM
-from models.lm.lora import (
-    LoraShape,
-    add_lora,
-    load_adapted,
-    lora_fields,
-    new_base_ref,
-    save_adapters,
-)
+from models.lm.lora import LoraShape, add_lora, lora_fields
 from models.lm.match import END, MatchFeature, token_pieces
+from models.lm.saved import save_model
 from models.lm.types import CausalLM, Tokenizer
 from models.world_model.heads import HeadPlaces, head_positions
 from models.world_model.lines import Gather, MatchLines, line_positions
@@ -130,6 +133,10 @@ def gather_rows(hidden: torch.Tensor) -> Gather:
 class WorldModel(LanguageModel):
     """The backbone and every head (see the module doc); ``tokenizer`` is needed for the parts'
     token texts."""
+
+    KIND = KIND
+    SPEC = WorldModelSpec
+    SEED_OFFSET = 1  # GPT-Neo built from config: seed + 1 (the policy has the seed)
 
     def __init__(
         self,
@@ -264,63 +271,21 @@ class WorldModel(LanguageModel):
         if change_head:
             self.state.change_head_trained = True
 
+    def saved_state(self) -> dict:
+        return dataclasses.asdict(self.state)
+
+    def restore_state(self, meta: dict, parts: dict[str, dict[str, torch.Tensor]]) -> None:
+        """The saved flags, each off when the file lacks the weights of its heads (a legacy
+        directory saved before them)."""
+        st = meta.get("state", {})
+        self.state = WorldModelState(
+            heads_trained=bool(st.get("heads_trained")) and all(h in parts for h in HEADS),
+            change_head_trained=bool(st.get("change_head_trained")) and "change_head" in parts,
+            head_feature=st.get("head_feature"),
+        )
+
     def save_pretrained(self, path: str) -> None:
-        """The backbone as a Hugging Face directory (with LoRA adapters: the adapters, and the
-        base they stand on named) plus the parts, the spec and the state (the tokenizer is saved
-        by its own ``save_pretrained``)."""
-        spec, state = dataclasses.asdict(self.spec), dataclasses.asdict(self.state)
-        base = save_adapters(self, path)
-        save_parts(self, path, KIND, spec, state, self.parts(), base)
-
-
-def make_world_model(
-    model_cfg: ModelConfig, spec: WorldModelSpec | None = None
-) -> tuple[WorldModel, Any]:
-    """(world model, tokenizer): a world model this project saved at
-    ``model_cfg.world_model_path`` (``load_world_model``), or a new one (``spec``, default every
-    part; heads not trained yet) on the base model there (a GGUF file, ``package:NAME/FILE``, a
-    Hugging Face directory) or on GPT-Neo built from config (seed + 1); with the spec's
-    ``lora_rank``, LoRA adapters on the base model there."""
-    path = model_cfg.world_model_path
-    if path and is_saved_model(resolve_model_path(path), KIND):
-        return load_world_model(path)
-    # a base model (a GGUF file, a Hugging Face directory) or GPT-Neo from config: fresh parts
-    spec = spec or WorldModelSpec.of(model_cfg)
-    base = new_base_ref(path, spec.lora_rank, "world_model")
-    if path:
-        lm, tok = load_causal_lm(path)
-    else:
-        lm, tok = make_causal_lm(dataclasses.replace(model_cfg, seed=model_cfg.seed + 1))
-    model = WorldModel(lm, tok, spec, base_ref=base)
-    return model.eval(), tok
-
-
-def load_world_model(
-    path: str, reuse: tuple[WorldModel, Any] | None = None
-) -> tuple[WorldModel, Any]:
-    """A saved world model (``WorldModel.save_pretrained`` and the tokenizer in one directory; or
-    the legacy layout: a part its file lacks starts fresh, and the flags of heads it lacks are
-    off).  A LoRA world model's base and ``reuse``: as ``models.policy.model.load_policy``'s."""
-    path = resolve_model_path(path)
-    meta, parts = saved_parts(path, KIND)
-    legacy = int(meta.get("format", 1)) < 2
-    st = meta.get("state", {})
-    state = WorldModelState(
-        heads_trained=bool(st.get("heads_trained")) and all(h in parts for h in HEADS),
-        change_head_trained=bool(st.get("change_head_trained")) and "change_head" in parts,
-        head_feature=st.get("head_feature"),
-    )
-    spec = WorldModelSpec(**meta["spec"])
-    if spec.lora_rank:
-        build = lambda lm, t, ref: WorldModel(lm, t, spec, state, base_ref=ref)  # noqa: E731
-        model, tok = load_adapted(path, meta, build, reuse)
-        model.state = state
-    else:
-        lm, tok = load_causal_lm(path, own=legacy_names(KIND) if legacy else ())
-        model = WorldModel(lm, tok, spec, state)
-    for name, module in model.parts().items():
-        if module is not None and name in parts:
-            module.load_state_dict(parts[name])
-        elif module is not None and not legacy:
-            raise ValueError(f"{path}: the world model has {name!r} but its weights are missing")
-    return model.eval(), tok
+        """The whole model in ``path`` (``models.lm.saved.save_model``; the tokenizer is saved
+        by its own ``save_pretrained``); ``models.lm.saved.load_model(WorldModel, path)`` reads
+        it back."""
+        save_model(self, path)

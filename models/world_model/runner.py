@@ -1,68 +1,47 @@
-"""The web world model: (instruction, page, action) -> executable change.
+"""The web world model at work: (instruction, page, action) -> the predicted next page, reward
+and done (``WorldModelRunner.predict``).
 
-Architecture: a decoder-only causal LM (GPT-Neo from ``ModelConfig`` by default,
-or any local HF causal-LM directory via ``ModelConfig.world_model_path``).  Why
-decoder-only rather than an encoder-decoder: the input (page) and the output
-(change) share one vocabulary and one format, so a single stack with a KV cache
-is the cheapest to train and to sample (per the stack notes GPT-Neo trains about
-2-4x faster per step than T5/BART of the same size on CPU), the same code path
-serves the policy, and any pretrained causal LM a user plugs in works unchanged.
+Architecture: a decoder-only causal LM (GPT-Neo from ``ModelConfig`` by default, or any local
+HF causal-LM directory via ``ModelConfig.world_model_path``) with its heads
+(``models.world_model.model.WorldModel``).  Why decoder-only rather than an encoder-decoder:
+the input (page) and the output (change) share one vocabulary and one format, so a single stack
+with a KV cache is the cheapest to train and to sample (per the stack notes GPT-Neo trains about
+2-4x faster per step than T5/BART of the same size on CPU), the same code path serves the
+policy, and any pretrained causal LM a user plugs in works unchanged.
 
 The model writes ``models.world_model.change.format_output(...)`` text after the prompt of
-``models.lm.prompts.world_model_prompt_ids``: a ``why:`` line, the edit script, then
-``reward`` and ``done``.  The runner parses it (repairing or rejecting, see
-``models.world_model.change.parse_model_output``) and *applies* it to the current page, so
-the predicted next page is exactly checkable against the real one.
+``models.lm.prompts.world_model_prompt_ids``: a ``why:`` line, the edit script, then ``reward``
+and ``done`` (``models.world_model.outputs``).  The runner parses it (repairing or rejecting, see
+``models.world_model.change.parse_model_output``) and *applies* it to the current page, so the
+predicted next page is exactly checkable against the real one.
 
-A linear ``page_head`` (d_model -> 384) is attached to the model for the InfoNCE
-term (mean hidden state over the change tokens vs. the frozen MiniLM embedding
-of the real next page); it is saved in the same state dict and restored by
-``make_world_model`` when loading a directory.
+**Reward and done heads** (``WorldModel.head_probs``): two linear classifiers (d_model -> 2) on
+the heads' input (``WorldModel.head_input``: the mean of the last layer's hidden states over the
+line of the element the action names and the prompt's ``Action: ...`` tail,
+``models.world_model.heads.head_positions``, plus the named lines' layer,
+``models.world_model.lines``).  ``reward_head``: task success (raw reward > 0,
+``models.losses.task_success_reward``, the reward RL trains on) vs not; ``done_head``: done vs
+not; trained with the change text by ``models.world_model.loss.world_model_batch_loss``.
+``predict`` takes reward (1.0 if p(success) > 0.5 else 0.0) and done (p(done) > 0.5) from the
+heads once they are trained (``WorldModel.heads_trained``), whatever the text's ``reward``/``done``
+lines say (those stay on ``Prediction.text_reward``/``text_done``); the heads' input comes from
+the prefill passes of ``generate_texts`` (no extra forward).  Until then (a fresh model, a
+checkpoint written before any world-model step, heads trained on another input than
+``HEAD_FEATURE``) reward and done come from the text.
 
-**Reward and done heads.**  Two linear classifiers (d_model -> 2) on the model's
-representation of (page, action): the mean of the last layer's hidden states over
-the line of the element the action names and the prompt's ``Action: ...`` tail
-(``head_positions``, ``head_input``; before, the last prompt token alone, which did
-not tell a page's actions apart after tens of steps).
-``reward_head``: task success (raw reward > 0, ``models.losses.task_success_reward``,
-the reward RL trains on) vs not; ``done_head``: done vs not.  Trained with the
-change text by ``models.world_model.loss.world_model_batch_loss`` (class-balanced
-cross-entropy, ``trainer.wm_head_weight``), whether or not the text parses.
-``WorldModelRunner.predict`` takes reward (1.0 if p(success) > 0.5 else 0.0) and
-done (p(done) > 0.5) from the heads, whatever the text's ``reward``/``done`` lines
-say (those stay on ``Prediction.text_reward``/``text_done``); the hidden states
-come from the prefill passes of ``generate_texts`` (no extra forward).  Heads are
-attached, saved and restored like ``page_head`` (``attach_heads``,
-``save_pretrained``, ``load_world_model``).
+The exact-match input feature and the named lines' layer are parts of the model
+(``WorldModelSpec.match_feature``, ``head_lines``: on with ``model.instruction_match``;
+``models.lm.match``, ``models.world_model.lines``): the heads then read "the clicked link is the
+asked one", "the typed value is the asked text" off the acted element's line instead of matching
+strings across the prompt by attention (terminal reward balanced accuracy 0.935 / 0.943 over two
+seeds against 0.847 / 0.836 without the feature; choose-list 0.96-1.00 with the lines' layer,
+0.54-0.65 without; docs/results/world-model/README.md).
 
-**Exact-match feature** (``ModelConfig.wm_match_feature``, on by default; ``models.lm.match``):
-a learned vector added to the input embedding of every page and action token whose word is
-also a word of the instruction.  The heads then read "the clicked link is the asked one", "the
-typed value is the asked text" off the acted element's line instead of matching strings across
-the prompt by attention (terminal reward balanced accuracy 0.935 / 0.943 over two seeds against
-0.847 / 0.836 without it; docs/results/world-model/README.md).
-
-**The lines the instruction names** (``ModelConfig.wm_head_lines``, on by default;
-``models.world_model.lines``): the heads' input also gets a linear layer (zero at init) on the mean over
-the page lines that hold an instruction word, where a click on "Submit" is decided (choose-list
-0.96-1.00 with it, 0.54-0.65 without), with line counts and the acted line's maximum (``PARTS``).
-``attach_parts`` attaches every part in one order, when made and when loaded, so a resumed
-optimizer's saved state lands on the right parameters.
-
-Fallback flag: ``model.config.wm_heads_trained`` (``heads_trained(model)``), set
-by the first training step that trains the heads (``mark_heads_trained``) and
-saved with the config by ``save_pretrained``.  A model saved before the heads
-existed (no head weights in the file) or never trained since (a fresh model, a
-checkpoint written before any world-model step) loads with fresh heads and the
-flag off, and ``predict`` then reads reward and done from the text as before; so
-does one whose heads were trained on another input (``config.wm_head_feature`` !=
-``HEAD_FEATURE``) until a training step retrains them.
-
-Decoding (``DreamConfig.wm_decode``, read by ``WorldModelRunner``): ``greedy`` (the
-generated text), ``rerank`` (the generated text and the proposals of
-``candidate_outputs`` scored by the model, the most likely kept; always parses) or ``head``
-(the change head picks the kind of proposal, ``models.world_model.proposals``; its ``other`` keeps the
-generated text).
+Decoding (``DreamConfig.wm_decode``, read by ``WorldModelRunner``): ``greedy`` (the generated
+text), ``rerank`` (the generated text and the proposals of
+``models.world_model.outputs.candidate_outputs`` scored by the model, the most likely kept;
+always parses) or ``head`` (the change head picks the kind of proposal,
+``models.world_model.proposals``; its ``other`` keeps the generated text).
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ from evaluation.gate import GATE_DECISIONS, Gate
 from infra.cli import main
 from models.checkpoints.reader import ModelSlot
 from models.checkpoints.store import CheckpointStore
+from models.lm.saved import make_model
 from models.train.trainer import Trainer
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import make_world_model
+from models.world_model.model import WorldModel
 from streams import records
 from streams.kafka import Publisher, ensure_topics, is_control, make_producer, read_until_sentinel
 from tests.factories import small_trainer
@@ -62,7 +63,7 @@ def _heldout(cfg: Config) -> list[records.Transition]:
 def _trained_world_model(cfg: Config, data: list) -> dict:
     """A world model that predicts the held-out transitions (overfit): the 'good' candidate."""
     torch.manual_seed(0)
-    model, tok = make_world_model(cfg.model)
+    model, tok = make_model(WorldModel, cfg.model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(150):
         opt.zero_grad()

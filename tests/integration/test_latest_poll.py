@@ -15,6 +15,7 @@ from core.s3 import make_client
 from core.waiting import wait_until
 from models import metrics as M
 from models.checkpoints.store import CheckpointStore
+from models.lm.saved import make_model
 from streams.kafka import ensure_topics, read_until_sentinel
 from tests.factories import small_trainer
 
@@ -22,10 +23,10 @@ POLL_S = 1.0
 
 
 def _write_policy(cfg: Config, store: CheckpointStore, version: int, tmp: Path) -> None:
-    from models.policy.model import make_policy
+    from models.policy.model import Policy
 
     cfg.model.seed = version
-    model, tok = make_policy(cfg.model)
+    model, tok = make_model(Policy, cfg.model)
     d = tmp / f"policy-{version}"
     (d / "hf").mkdir(parents=True)
     model.save_pretrained(str(d / "hf"))

@@ -10,9 +10,9 @@ import pytest
 
 from core.config.model import ModelConfig
 from models.lm.backbone import make_causal_lm, resolve_model_path
-from models.lm.base import is_saved_model
-from models.policy.model import PolicySpec, make_policy
-from models.world_model.model import WorldModelSpec, make_world_model
+from models.lm.saved import is_saved_model, make_model
+from models.policy.model import Policy, PolicySpec
+from models.world_model.model import WorldModel, WorldModelSpec
 
 CFG = ModelConfig(layers=1, d_model=32, heads=2, max_positions=320)
 
@@ -34,16 +34,16 @@ def test_a_base_directory_gets_fresh_parts_and_a_saved_one_keeps_its_own(tmp_pat
     base = str(tmp_path / "base")
     assert not is_saved_model(base, "policy") and not is_saved_model(base, "world_model")
     cfg = dataclasses.replace(CFG, policy_path=base, world_model_path=base)
-    pol, _ = make_policy(cfg)
+    pol, _ = make_model(Policy, cfg)
     assert pol.spec == PolicySpec.of(cfg) and pol.element_head is not None
-    wm, _ = make_world_model(cfg)
+    wm, _ = make_model(WorldModel, cfg)
     assert wm.spec == WorldModelSpec() and not wm.heads_trained()
     # the project's saved policy is loaded as saved, whatever the config asks for
     pol.save_pretrained(str(tmp_path / "pol"))
     tok.save_pretrained(str(tmp_path / "pol"))
     assert is_saved_model(str(tmp_path / "pol"), "policy")
-    again, _ = make_policy(
-        dataclasses.replace(CFG, policy_path=str(tmp_path / "pol"), policy_pointer=False)
+    again, _ = make_model(
+        Policy, dataclasses.replace(CFG, policy_path=str(tmp_path / "pol"), policy_pointer=False)
     )
     assert again.spec == pol.spec and again.element_head is not None
 
@@ -53,11 +53,11 @@ def test_instruction_match_off_leaves_out_every_hand_written_match_part():
     exact-match feature and no named-lines layer in the world model; the element head still reads
     the line's states."""
     off = dataclasses.replace(CFG, instruction_match=False, policy_match_feature=False)
-    pol, _ = make_policy(off)
+    pol, _ = make_model(Policy, off)
     assert pol.element_head is not None and pol.element_head.named is None
     assert not any("named" in n for n, _ in pol.named_parameters())
-    wm, _ = make_world_model(off)
+    wm, _ = make_model(WorldModel, off)
     assert wm.match is None and wm.lines is None
-    on_pol, _ = make_policy(CFG)
-    on_wm, _ = make_world_model(CFG)
+    on_pol, _ = make_model(Policy, CFG)
+    on_wm, _ = make_model(WorldModel, CFG)
     assert on_pol.element_head.named is not None and on_wm.match is not None and on_wm.lines

@@ -143,9 +143,12 @@ def _transitions(n_eps: int = 4) -> list[Transition]:
 
 def test_eval_world_model_json(tmp_path, capsys):
     from core.config import ModelConfig
-    from models.world_model.model import make_world_model
+    from models.lm.saved import make_model
+    from models.world_model.model import WorldModel
 
-    model, tok = make_world_model(ModelConfig(layers=1, d_model=32, heads=2, max_positions=384))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=1, d_model=32, heads=2, max_positions=384)
+    )
     model.save_pretrained(tmp_path / "wm")
     tok.save_pretrained(tmp_path / "wm")
     data = tmp_path / "eval.jsonl"

@@ -12,14 +12,17 @@ from core.config import Config, ModelConfig, TrainerConfig
 from evaluation.bench.wm_decode import bench_wm_decode, main
 from evaluation.eval.sources import read_jsonl
 from evaluation.studies.sample_efficiency.wm import corpus_path
+from models.lm.saved import make_model
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import make_world_model
+from models.world_model.model import WorldModel
 
 
 def test_head_first_and_text_then_head_predict_the_same_pages(tmp_path):
     torch.manual_seed(0)
     data = read_jsonl(str(corpus_path("docs/results/world-model/heldout.jsonl.gz")))[:24]
-    model, tok = make_world_model(ModelConfig(layers=1, d_model=32, heads=2, max_positions=640))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=1, d_model=32, heads=2, max_positions=640)
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(3):
         opt.zero_grad()

@@ -17,8 +17,9 @@ from evaluation.bench.runners import FixedLengthRunner
 from models import metrics as M
 from models.dream.dreamer import StartState
 from models.dream.env import dream_rollouts
+from models.lm.saved import make_model
 from models.world_model.decoding import ABORT_EVERY
-from models.world_model.model import make_world_model
+from models.world_model.model import WorldModel
 from models.world_model.runner import WorldModelRunner
 from tests.factories import DREAM_PAGE as PAGE
 from tests.factories import FixedPolicy, SamePage, dreamer
@@ -44,7 +45,9 @@ LIVE_PAGE = dataclasses.replace(PAGE, element_ids=[1, 2])  # clicks on it need t
 
 def _tiny_world_model() -> WorldModelRunner:
     torch.manual_seed(0)
-    model, tok = make_world_model(ModelConfig(layers=1, d_model=32, heads=2, max_positions=512))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=1, d_model=32, heads=2, max_positions=512)
+    )
     # every call writes its whole budget, as fresh weights do
     return FixedLengthRunner(model.eval(), tok, max_change_tokens=64)
 

@@ -8,7 +8,8 @@ import copy
 import torch
 
 from core.config import TrainerConfig
-from models.policy.model import make_policy
+from models.lm.saved import make_model
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from models.train.engine import chunked_backward_ok, make_engine
 from models.train.learner import policy_update, world_model_update
@@ -26,7 +27,7 @@ def _same(a: torch.nn.Module, b: torch.nn.Module) -> float:
 
 def test_policy_update_in_micro_batches_gives_the_same_step():
     torch.manual_seed(0)
-    model, tok = make_policy(CFG)
+    model, tok = make_model(Policy, CFG)
     r = PolicyRunner(model, tok, CFG, seed=3)
     trajs = []
     for k in range(

@@ -23,7 +23,8 @@ from evaluation.studies.sample_efficiency.report import (
 )
 from evaluation.studies.sample_efficiency.wm import corpus_files, corpus_path, load_corpus, pretrain
 from models.checkpoints.store import wm_init_dir
-from models.world_model.model import load_world_model
+from models.lm.saved import load_model, make_model
+from models.world_model.model import WorldModel
 from models.world_model.runner import WorldModelRunner
 
 CORPUS = "docs/results/world-model/transitions.jsonl.gz"
@@ -92,7 +93,7 @@ def test_pretrain_trains_on_the_studys_tasks_saves_a_loadable_model_and_is_reuse
     assert rec["steps"] == 2 and len(rec["corpus_sha256"]) == 64
     assert json.loads((tmp_path / "world_model.json").read_text()) == rec
     d = wm_init_dir(rec["dir"])
-    model, tok = load_world_model(str(d))
+    model, tok = load_model(WorldModel, str(d))
     assert model.config.num_layers == 1 and model.config.hidden_size == 32
     assert model.state.heads_trained and model.state.change_head_trained
     assert any("pretraining" in m for m in said)
@@ -109,9 +110,9 @@ def test_wm_init_dir_refuses_a_directory_without_a_model(tmp_path):
 def test_the_world_model_never_decodes_past_its_own_position_table():
     cfg = Config()
     cfg.model.layers, cfg.model.d_model, cfg.model.heads, cfg.model.max_positions = 1, 32, 2, 256
-    from models.world_model.model import make_world_model
+    from models.world_model.model import WorldModel
 
-    model, tok = make_world_model(cfg.model)
+    model, tok = make_model(WorldModel, cfg.model)
     cfg.model.max_positions = 1024  # the run's setting is larger than the model's table
     assert WorldModelRunner(model, tok, cfg.dream, cfg.model.max_positions).max_positions == 256
     cfg.model.max_positions = 128

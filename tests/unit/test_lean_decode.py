@@ -5,13 +5,14 @@ import torch
 
 from core.config import ModelConfig
 from models.lm.lean_decode import LeanStep
+from models.lm.saved import make_model
 from models.world_model.decoding import generate_tokens, preallocated_cache
-from models.world_model.model import make_world_model
+from models.world_model.model import WorldModel
 
 
 def _model(**kw):
     torch.manual_seed(0)
-    model, tok = make_world_model(ModelConfig(**{"max_positions": 256, **kw}))
+    model, tok = make_model(WorldModel, ModelConfig(**{"max_positions": 256, **kw}))
     return model.eval(), tok
 
 

@@ -22,10 +22,11 @@ from models.checkpoints.writer import save_engine_state
 from models.lm.backbone import make_causal_lm
 from models.lm.lean_decode import LeanStep
 from models.lm.lora import ADAPTERS, BaseMismatch, base_digest
-from models.policy.model import load_policy, make_policy
+from models.lm.saved import load_model, make_model
+from models.policy.model import Policy
 from models.train.engine import make_engine
 from models.world_model.decoding import generate_tokens
-from models.world_model.model import load_world_model, make_world_model
+from models.world_model.model import WorldModel
 from models.world_model.runner import WorldModelRunner
 from tests.factories import WM_A, WM_A2, on_policy_loss
 
@@ -76,8 +77,8 @@ def _save(model, tok, path: Path) -> str:
 
 
 def test_only_the_adapters_and_the_parts_train_and_a_step_moves_them_not_the_base(base):
-    pol, tok = make_policy(_cfg(base))
-    wm, _ = make_world_model(_cfg(base))
+    pol, tok = make_model(Policy, _cfg(base))
+    wm, _ = make_model(WorldModel, _cfg(base))
     for model, parts in ((pol, ("element_head.",)), (wm, ("match.", "page_head.", "lines."))):
         trainable = [n for n, p in model.named_parameters() if p.requires_grad]
         assert any(".lora_A." in n for n in trainable) and any(".lora_B." in n for n in trainable)
@@ -104,9 +105,9 @@ def test_only_the_adapters_and_the_parts_train_and_a_step_moves_them_not_the_bas
 
 
 def test_on_policy_log_ratio_is_zero_with_adapters(base):
-    pol, tok = make_policy(_cfg(base))
+    pol, tok = make_model(Policy, _cfg(base))
     _nudge(pol, seed=3)
-    plain, _ = make_policy(dataclasses.replace(CFG, policy_path=base))
+    plain, _ = make_model(Policy, dataclasses.replace(CFG, policy_path=base))
     assert not torch.allclose(pol(IDS).logits, plain(IDS).logits)  # the adapters act
     on_policy_loss(pol, tok, CFG)  # |log ratio| < 1e-4 for every decision
 
@@ -115,10 +116,10 @@ def test_a_checkpoint_holds_the_adapters_names_its_base_and_loads_identically(ba
     base_bytes = Path(base, "model.safetensors").read_bytes()
     digest = hashlib.sha256(base_bytes).hexdigest()
     assert base_digest(base) == digest
-    for make, load in ((make_policy, load_policy), (make_world_model, load_world_model)):
-        model, tok = make(_cfg(base))
+    for cls in (Policy, WorldModel):
+        model, tok = make_model(cls, _cfg(base))
         _nudge(model, seed=5)
-        d = Path(_save(model, tok, tmp_path / make.__name__))
+        d = Path(_save(model, tok, tmp_path / cls.KIND))
         files = set(os.listdir(d))
         assert ADAPTERS in files and not files & {"model.safetensors", "config.json"}
         weights = sum((d / f).stat().st_size for f in files if f.endswith(".safetensors"))
@@ -126,7 +127,7 @@ def test_a_checkpoint_holds_the_adapters_names_its_base_and_loads_identically(ba
         meta = json.loads((d / "dynaweb.json").read_text())
         assert meta["base"] == {"path": base, "sha256": digest}
         assert meta["spec"]["lora_rank"] == 4 and meta["spec"]["lora_alpha"] == 8.0
-        again, _ = load(str(d))
+        again, _ = load_model(cls, str(d))
         with torch.no_grad():
             assert torch.equal(again(IDS).logits, model(IDS).logits)
         assert again.state_dict().keys() == model.state_dict().keys()
@@ -138,7 +139,7 @@ def test_a_checkpoint_holds_the_adapters_names_its_base_and_loads_identically(ba
 def test_the_trainer_state_leaves_the_frozen_base_out(base, tmp_path):
     """DeepSpeed's state beside a checkpoint: the optimizer and the weights that train, not the
     base (the tied output head, the embeddings' second name, included)."""
-    pol, _ = make_policy(_cfg(base))
+    pol, _ = make_model(Policy, _cfg(base))
     save_engine_state(make_engine(pol, 1e-3), str(tmp_path / "state"))
     size = sum(f.stat().st_size for f in (tmp_path / "state").rglob("*") if f.is_file())
     assert size < Path(base, "model.safetensors").stat().st_size / 2, size
@@ -146,12 +147,12 @@ def test_the_trainer_state_leaves_the_frozen_base_out(base, tmp_path):
 
 def test_a_reader_with_another_base_refuses_the_checkpoint(base, tmp_path):
     mine = _base(tmp_path / "base", seed=0)
-    pol, tok = make_policy(_cfg(mine))
+    pol, tok = make_model(Policy, _cfg(mine))
     d = _save(pol, tok, tmp_path / "p")
     _base(tmp_path / "base", seed=7)  # the base at that path is another model here
     theirs = base_digest(mine)
     with pytest.raises(BaseMismatch) as e:
-        load_policy(d)
+        load_model(Policy, d)
     msg = str(e.value)
     assert pol.base_ref["sha256"] in msg and theirs in msg and mine in msg
     assert isinstance(e.value, ValueError)
@@ -159,14 +160,14 @@ def test_a_reader_with_another_base_refuses_the_checkpoint(base, tmp_path):
 
 def test_lora_needs_a_base_model():
     with pytest.raises(ValueError, match="need a base model"):
-        make_policy(dataclasses.replace(CFG, policy_lora_rank=4))
+        make_model(Policy, dataclasses.replace(CFG, policy_lora_rank=4))
     cfg = Config()
     cfg.model.world_model_lora_rank = 2
     assert any("model.world_model_lora_rank" in p for p in cfg.problems())
 
 
 def test_a_lora_world_model_predicts_and_decodes_lean(base):
-    wm, tok = make_world_model(_cfg(base))
+    wm, tok = make_model(WorldModel, _cfg(base))
     _nudge(wm, seed=9)
     assert LeanStep.supports(wm.lm)  # the adapters are folded into the weights it reads
     g = torch.Generator().manual_seed(1)
@@ -198,7 +199,7 @@ class _Store:
 def test_a_slot_hot_reloads_adapters_onto_the_base_it_holds(base, tmp_path):
     store = _Store()
     slot = ModelSlot(store, "policy", tmp_path / "work", "r-lora")
-    pol, tok = make_policy(_cfg(base))
+    pol, tok = make_model(Policy, _cfg(base))
     _nudge(pol, seed=1)
     store.dirs[1] = _save(pol, tok, tmp_path / "v1")
     assert slot.refresh() and slot.version == 1
@@ -218,14 +219,14 @@ def test_a_slot_hot_reloads_adapters_onto_the_base_it_holds(base, tmp_path):
     assert v2.lm.transformer.h[0].attn.attention.q_proj.base_layer.weight is (
         v1.lm.transformer.h[0].attn.attention.q_proj.base_layer.weight
     )
-    fresh, _ = load_policy(store.dirs[2])
+    fresh, _ = load_model(Policy, store.dirs[2])
     with torch.no_grad():
         assert torch.equal(v2(IDS).logits, fresh(IDS).logits)
         assert torch.equal(v2(IDS).logits, pol(IDS).logits)
         assert not torch.equal(v2(IDS).logits, out1)
     # v3 stands on a base this reader does not have: refused, v2 kept
     other = _base(tmp_path / "other", seed=3)
-    theirs, _ = make_policy(_cfg(other))
+    theirs, _ = make_model(Policy, _cfg(other))
     store.dirs[3] = _save(theirs, tok, tmp_path / "v3")
     _base(tmp_path / "other", seed=4)  # this reader's file at that path differs
     assert not slot.refresh()

@@ -12,12 +12,13 @@ from evaluation.bench.mfu import (
     mfu,
     sgemm_peak,
 )
-from models.policy.model import make_policy
+from models.lm.saved import make_model
+from models.policy.model import Policy
 
 
 def _model():
     torch.manual_seed(0)
-    return make_policy(ModelConfig(layers=2, d_model=64, heads=2, max_positions=128))
+    return make_model(Policy, ModelConfig(layers=2, d_model=64, heads=2, max_positions=128))
 
 
 def test_attended_pairs_causal_rows_ignore_right_padding():

@@ -1,7 +1,7 @@
 """The models as explicit modules: every part declared in the constructor (parameter order fixed
 by it), the spec saved beside the weights, one call to save and one to load, and directories in
 the legacy layout (parts inside ``model.safetensors``, flags in ``config.json``) loaded through
-``models.lm.base.migrate_legacy`` with the same weights and the same outputs."""
+``models.lm.saved.migrate_legacy`` with the same weights and the same outputs."""
 
 from __future__ import annotations
 
@@ -13,15 +13,10 @@ import torch
 
 from core.config.model import ModelConfig
 from core.spaces import Observation
-from models.lm.base import META, PARTS
 from models.lm.prompts import world_model_prompt_ids
-from models.policy.model import Policy, PolicySpec, load_policy, make_policy
-from models.world_model.model import (
-    WorldModel,
-    WorldModelSpec,
-    load_world_model,
-    make_world_model,
-)
+from models.lm.saved import META, PARTS, load_model, make_model
+from models.policy.model import Policy, PolicySpec
+from models.world_model.model import WorldModel, WorldModelSpec
 from tests.factories import save_legacy
 
 CFG = ModelConfig(layers=1, d_model=32, heads=2, max_positions=320, policy_match_feature=True)
@@ -50,12 +45,12 @@ def _logits(model, tok) -> torch.Tensor:
 
 
 def test_parts_are_declared_in_the_constructor_in_optimizer_order():
-    pol, _ = make_policy(CFG)
+    pol, _ = make_model(Policy, CFG)
     assert isinstance(pol, Policy) and pol.spec == PolicySpec(match_feature=True, element_head=True)
     names = [n for n, _ in pol.named_parameters()]
     assert names[-3:] == ["match.weight", "element_head.named", "element_head.proj.weight"]
     assert all(n.startswith("lm.") for n in names[:-3])
-    wm, _ = make_world_model(CFG)
+    wm, _ = make_model(WorldModel, CFG)
     assert isinstance(wm, WorldModel) and wm.spec == WorldModelSpec()
     order = [n.split(".")[0] for n, _ in wm.named_parameters()]
     firsts = list(dict.fromkeys(order))
@@ -68,13 +63,13 @@ def test_parts_are_declared_in_the_constructor_in_optimizer_order():
         "change_head",
         "lines",
     ]
-    plain, _ = make_world_model(CFG, WorldModelSpec(match_feature=False, head_lines=False))
+    plain, _ = make_model(WorldModel, CFG, WorldModelSpec(match_feature=False, head_lines=False))
     assert plain.match is None and plain.lines is None
     assert "lines" not in {n.split(".")[0] for n, _ in plain.named_parameters()}
 
 
 def test_save_and_load_in_one_call_keep_spec_state_and_weights(tmp_path):
-    wm, tok = make_world_model(CFG, WorldModelSpec(head_acted=False))
+    wm, tok = make_model(WorldModel, CFG, WorldModelSpec(head_acted=False))
     _scramble(wm)
     wm.mark_heads_trained()
     wm.save_pretrained(str(tmp_path))
@@ -82,7 +77,7 @@ def test_save_and_load_in_one_call_keep_spec_state_and_weights(tmp_path):
     meta = json.loads((tmp_path / META).read_text())
     assert meta["kind"] == "world_model" and meta["spec"]["head_acted"] is False
     assert meta["state"]["heads_trained"] is True and (tmp_path / PARTS).exists()
-    again, _ = load_world_model(str(tmp_path))
+    again, _ = load_model(WorldModel, str(tmp_path))
     assert again.spec == wm.spec and again.heads_trained() and not again.change_head_trained()
     for (n, a), (m, b) in zip(again.state_dict().items(), wm.state_dict().items(), strict=True):
         assert n == m and torch.equal(a, b), n
@@ -95,23 +90,23 @@ def test_save_and_load_in_one_call_keep_spec_state_and_weights(tmp_path):
 
 
 def test_a_directory_of_another_kind_is_refused(tmp_path):
-    pol, tok = make_policy(CFG)
+    pol, tok = make_model(Policy, CFG)
     pol.save_pretrained(str(tmp_path))
     tok.save_pretrained(str(tmp_path))
     with pytest.raises(ValueError, match="policy"):
-        load_world_model(str(tmp_path))
+        load_model(WorldModel, str(tmp_path))
 
 
 def test_missing_part_weights_are_refused(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    pol, tok = make_policy(CFG)
+    pol, tok = make_model(Policy, CFG)
     pol.save_pretrained(str(tmp_path))
     tok.save_pretrained(str(tmp_path))
     kept = {k: v for k, v in load_file(str(tmp_path / PARTS)).items() if "element_head" not in k}
     save_file(kept, str(tmp_path / PARTS))
     with pytest.raises(ValueError, match="element_head"):
-        load_policy(str(tmp_path))
+        load_model(Policy, str(tmp_path))
 
 
 @pytest.mark.parametrize("kind", ["policy", "world_model"])
@@ -125,17 +120,17 @@ def test_legacy_directories_load_through_the_migration(kind, tmp_path):
     hf.addHandler(handler)
     try:
         if kind == "policy":
-            model, tok = make_policy(CFG)
-            load = load_policy
+            model, tok = make_model(Policy, CFG)
+            cls = Policy
         else:
-            model, tok = make_world_model(CFG)
+            model, tok = make_model(WorldModel, CFG)
             model.mark_heads_trained()
             model.state.change_head_trained = True
-            load = load_world_model
+            cls = WorldModel
         _scramble(model)
         save_legacy(model, tok, str(tmp_path))
         assert not (tmp_path / META).exists()
-        again, _ = load(str(tmp_path))
+        again, _ = load_model(cls, str(tmp_path))
     finally:
         hf.removeHandler(handler)
     assert not [m for m in records if "LOAD REPORT" in m], records
@@ -148,13 +143,13 @@ def test_legacy_directories_load_through_the_migration(kind, tmp_path):
 
 
 def test_a_legacy_world_model_without_the_change_head_starts_it_fresh(tmp_path):
-    wm, tok = make_world_model(CFG)
+    wm, tok = make_model(WorldModel, CFG)
     wm.mark_heads_trained()
     wm.state.change_head_trained = True
     _scramble(wm)
     save_legacy(wm, tok, str(tmp_path), drop=("change_head",))
-    again, _ = load_world_model(str(tmp_path))
-    fresh, _ = make_world_model(CFG)
+    again, _ = load_model(WorldModel, str(tmp_path))
+    fresh, _ = make_model(WorldModel, CFG)
     assert again.heads_trained() and not again.change_head_trained()
     assert torch.equal(again.change_head.weight, fresh.change_head.weight)
     assert not torch.equal(again.reward_head.weight, fresh.reward_head.weight)  # restored
@@ -163,7 +158,7 @@ def test_a_legacy_world_model_without_the_change_head_starts_it_fresh(tmp_path):
 def test_match_flags_are_a_forward_argument():
     """The feature is added by the forward, from the rows' own tokens or from the flags given:
     the same flags given explicitly give the same logits; none given on a one-token step."""
-    wm, tok = make_world_model(CFG)
+    wm, tok = make_model(WorldModel, CFG)
     _scramble(wm)
     ids = torch.tensor([world_model_prompt_ids(tok, PAGE, "click(2)", 320, 32)])
     flags = torch.tensor(wm.prompt_flags(ids.tolist()))

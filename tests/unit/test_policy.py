@@ -7,10 +7,11 @@ from core.config import TrainerConfig
 from core.spaces import Action, Observation, parse_action
 from models.lm.backbone import score_continuations
 from models.lm.prompts import action_ids, fit_tree, policy_prompt_ids
+from models.lm.saved import make_model
 from models.lm.tokenizer import build_tokenizer, decode, encode
 from models.policy.candidates import candidate_actions, instruction_texts
 from models.policy.loss import action_logprobs, policy_batch_loss
-from models.policy.model import make_policy
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from tests.factories import POLICY_CFG as CFG
 from tests.factories import POLICY_OBS as OBS
@@ -20,7 +21,7 @@ from tests.factories import policy_rollout, policy_trajectory
 @pytest.fixture(scope="module")
 def policy():
     torch.manual_seed(0)
-    return make_policy(CFG)
+    return make_model(Policy, CFG)
 
 
 def test_tokenizer_offline_save_load(tmp_path):
@@ -168,7 +169,7 @@ def test_ratio_one_for_unchanged_model_and_gradient(policy):
 
 
 def test_bc_step_raises_expert_likelihood():
-    model, tok = make_policy(CFG)
+    model, tok = make_model(Policy, CFG)
     traj = policy_trajectory(
         [(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0
     )

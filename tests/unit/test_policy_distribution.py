@@ -14,9 +14,10 @@ from core.config import TrainerConfig
 from core.spaces import Action, Observation
 from models.lm.backbone import score_continuations
 from models.lm.prompts import action_ids, policy_prompt_ids
+from models.lm.saved import make_model
 from models.policy.candidates import candidate_logprobs, candidates_hash, policy_candidates
 from models.policy.loss import action_logprobs, policy_batch_loss, trajectory_decisions
-from models.policy.model import make_policy
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from streams import records
 from streams.records import Trajectory, Transition
@@ -29,7 +30,7 @@ from tests.factories import collect_trajectories, dream_trajectories, wire_trans
 @pytest.fixture(scope="module")
 def policy():
     torch.manual_seed(0)
-    return make_policy(CFG)
+    return make_model(Policy, CFG)
 
 
 def test_candidate_set_is_one_function_and_hashed(policy):
@@ -163,7 +164,7 @@ def test_bc_is_cross_entropy_over_the_candidates(policy):
 
 
 def test_bc_raises_pi_of_the_expert_action():
-    model, tok = make_policy(CFG)
+    model, tok = make_model(Policy, CFG)
     ts = [
         wire_transition(
             PAGE, 'type(6, "ab")', 0, False, "", "x", 0.0, None, 0, {}, source="expert"

@@ -13,8 +13,9 @@ import torch
 from models.lm.backbone import score_continuations
 from models.lm.match import END, match_flags, token_pieces
 from models.lm.prompts import action_ids, policy_prompt_ids
+from models.lm.saved import load_model, make_model
 from models.lm.tokenizer import decode
-from models.policy.model import load_policy, make_policy
+from models.policy.model import Policy
 from tests.factories import POLICY_CFG as CFG
 from tests.factories import POLICY_PAGE as PAGE
 from tests.factories import on_policy_loss
@@ -25,7 +26,7 @@ FEAT = dataclasses.replace(CFG, policy_match_feature=True)
 def _featured(seed: int = 0):
     """A policy with the feature and a trained-looking vector (big enough to move every score)."""
     torch.manual_seed(seed)
-    model, tok = make_policy(FEAT)
+    model, tok = make_model(Policy, FEAT)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         model.match.weight.copy_(torch.randn(model.match.weight.shape, generator=g))
@@ -46,7 +47,7 @@ def test_page_words_are_flagged_up_to_the_action_line_never_the_action():
     pieces = token_pieces(tok)
     assert not any(model.match.flags(torch.tensor([seq]))[0, len(ids) :].tolist())
     assert any(match_flags(seq, pieces, END)[len(ids) :])
-    assert model.spec.match_feature and not make_policy(CFG)[0].spec.match_feature
+    assert model.spec.match_feature and not make_model(Policy, CFG)[0].spec.match_feature
 
 
 def test_the_feature_moves_the_scores_and_is_saved_and_restored(tmp_path):
@@ -62,19 +63,19 @@ def test_the_feature_moves_the_scores_and_is_saved_and_restored(tmp_path):
     assert not torch.allclose(s, plain, atol=1e-3)
     model.save_pretrained(tmp_path / "p")
     tok.save_pretrained(tmp_path / "p")
-    again, atok = load_policy(str(tmp_path / "p"))
+    again, atok = load_model(Policy, str(tmp_path / "p"))
     assert torch.equal(again.match.weight, w) and again.spec.match_feature
     with torch.no_grad():
         s2 = score_continuations(again, [p], [conts], CFG.max_positions, 0)[0]
     assert torch.allclose(s, s2, atol=1e-5)
     # a policy saved without it loads without it
-    old, otok = make_policy(CFG)
+    old, otok = make_model(Policy, CFG)
     old.save_pretrained(tmp_path / "old")
     otok.save_pretrained(tmp_path / "old")
-    loaded, _ = load_policy(str(tmp_path / "old"))
+    loaded, _ = load_model(Policy, str(tmp_path / "old"))
     assert loaded.match is None
-    # make_policy from a directory restores it too
-    from_dir, _ = make_policy(dataclasses.replace(CFG, policy_path=str(tmp_path / "p")))
+    # make_model from a directory restores it too
+    from_dir, _ = make_model(Policy, dataclasses.replace(CFG, policy_path=str(tmp_path / "p")))
     assert torch.equal(from_dir.match.weight, w)
 
 

@@ -13,6 +13,7 @@ import torch
 from models.lm.backbone import score_continuations
 from models.lm.match import token_pieces
 from models.lm.prompts import policy_prompt_ids
+from models.lm.saved import load_model, make_model
 from models.lm.tokenizer import decode
 from models.policy.element_head import (
     NAMED_GAIN,
@@ -21,7 +22,7 @@ from models.policy.element_head import (
     element_scores,
     prompt_states,
 )
-from models.policy.model import load_policy, make_policy
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from tests.factories import POLICY_CFG as CFG
 from tests.factories import POLICY_PAGE as PAGE
@@ -35,7 +36,7 @@ BOTH = dataclasses.replace(PTR, policy_match_feature=True)
 def _pointed(cfg=PTR, seed: int = 0):
     """A policy with the pointer and a trained-looking vector (big enough to move every score)."""
     torch.manual_seed(seed)
-    model, tok = make_policy(cfg)
+    model, tok = make_model(Policy, cfg)
     g = torch.Generator().manual_seed(seed)
     w = model.element_head.proj.weight
     with torch.no_grad():
@@ -47,7 +48,7 @@ def _pointed(cfg=PTR, seed: int = 0):
 def test_an_action_points_at_the_line_of_the_element_it_names():
     assert acted_element("click(4)") == "4" and acted_element('type(6, "ab")') == "6"
     assert acted_element("stop") is None and acted_element("press(Enter)") is None
-    model, tok = make_policy(PTR)
+    model, tok = make_model(Policy, PTR)
     ids = policy_prompt_ids(tok, PAGE, ["click(5)"], CFG.max_positions)
     lines = element_lines(ids, token_pieces(tok))
     assert sorted(lines, key=int) == ["4", "5", "6", "7", "8", "9"]
@@ -61,7 +62,7 @@ def test_an_action_points_at_the_line_of_the_element_it_names():
 
 
 def test_the_pointer_starts_at_zero_moves_only_element_actions_and_is_saved(tmp_path):
-    model, tok = make_policy(PTR)
+    model, tok = make_model(Policy, PTR)
     assert (
         float(model.element_head.proj.weight.detach().abs().sum()) == 0.0
     )  # a new pointer: no change
@@ -86,17 +87,17 @@ def test_the_pointer_starts_at_zero_moves_only_element_actions_and_is_saved(tmp_
     assert abs(float(t3[0] - t[0]) - 3.0) < 1e-5 and torch.allclose(t3[1:], t[1:])
     model.save_pretrained(tmp_path / "p")
     tok.save_pretrained(tmp_path / "p")
-    again, _ = load_policy(str(tmp_path / "p"))
+    again, _ = load_model(Policy, str(tmp_path / "p"))
     assert again.spec.element_head
     assert torch.allclose(element_scores(again, again.element_head, [p], [acts])[0], t3, atol=1e-5)
-    plain, ptok = make_policy(PLAIN)
+    plain, ptok = make_model(Policy, PLAIN)
     assert (
         element_scores(plain, plain.element_head, [p], [acts]) is None
         and not plain.spec.element_head
     )
     plain.save_pretrained(tmp_path / "old")
     ptok.save_pretrained(tmp_path / "old")
-    assert load_policy(str(tmp_path / "old"))[0].element_head is None
+    assert load_model(Policy, str(tmp_path / "old"))[0].element_head is None
 
 
 def test_loading_reports_only_the_weights_nobody_restores(tmp_path):
@@ -112,13 +113,13 @@ def test_loading_reports_only_the_weights_nobody_restores(tmp_path):
         model, tok = _pointed()
         model.save_pretrained(tmp_path / "p")
         tok.save_pretrained(tmp_path / "p")
-        again, _ = load_policy(str(tmp_path / "p"))
+        again, _ = load_model(Policy, str(tmp_path / "p"))
         assert type(again).__name__ == type(model).__name__ and again.spec.element_head
         assert not [m for m in records if "LOAD REPORT" in m], records
         model.lm.stray = torch.nn.Linear(2, 1)  # a module no loader restores
         model.save_pretrained(tmp_path / "s")
         tok.save_pretrained(tmp_path / "s")
-        load_policy(str(tmp_path / "s"))
+        load_model(Policy, str(tmp_path / "s"))
         reports = [m for m in records if "LOAD REPORT" in m]
         assert len(reports) == 1 and "stray.weight" in reports[0]
         assert "element_head" not in reports[0]
@@ -162,7 +163,7 @@ def test_acting_reads_the_prompt_states_from_its_scoring_passes():
 
 def test_acting_samples_what_the_pointer_says():
     """A large pointer term on one element's line makes acting pick that element."""
-    model, tok = make_policy(PTR)
+    model, tok = make_model(Policy, PTR)
     p = policy_prompt_ids(tok, PAGE, [], CFG.max_positions)
     h = prompt_states(model, [p])[0]
     q5 = element_lines(p, token_pieces(tok))["5"][1]

@@ -9,9 +9,10 @@ import torch
 from core.config import Config
 from core.spaces import Observation
 from evaluation.bench.synthetic import synthetic_batch
+from models.lm.saved import make_model
 from models.policy import loss as policy_loss
 from models.policy.loss import policy_batch_loss, prepare_decisions
-from models.policy.model import make_policy
+from models.policy.model import Policy
 from models.train.prepare import BatchPreparer
 from streams import records
 
@@ -30,7 +31,7 @@ def _setup():
             Observation(instruction=f"Click B{i}-2", url="http://127.0.0.1/t", tree=tree, next_id=6)
         )
     torch.manual_seed(0)
-    pol, tok = make_policy(cfg.model)
+    pol, tok = make_model(Policy, cfg.model)
     trajs, _ = synthetic_batch(cfg, obs, 0)
     return cfg, pol, tok, trajs
 

@@ -10,8 +10,9 @@ import torch
 
 from core.config import TrainerConfig
 from core.launch import exit_text, rank_env
+from models.lm.saved import make_model
 from models.policy.loss import policy_batch_loss
-from models.policy.model import make_policy
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from models.train.ranks import RankLost
 from models.train.shard import merge_policy_stats, merge_wm_stats, rank_indices, rank_share
@@ -79,7 +80,7 @@ def _batch(model, tok) -> list:
 @pytest.mark.parametrize("chunk_rows", [0, 2])
 def test_policy_shares_add_up_to_the_whole_batch(chunk_rows: int) -> None:
     torch.manual_seed(0)
-    model, tok = make_policy(CFG)
+    model, tok = make_model(Policy, CFG)
     trajs = _batch(model, tok)
     cfg = TrainerConfig(chunk_rows=chunk_rows)
 

@@ -13,10 +13,11 @@ import torch
 from core.config import Config
 from core.spaces import Observation
 from evaluation.bench.synthetic import synthetic_batch
-from models.policy.model import make_policy
+from models.lm.saved import make_model
+from models.policy.model import Policy
 from models.train.engine import trainer_engine
 from models.train.learner import policy_update, world_model_update
-from models.world_model.model import make_world_model
+from models.world_model.model import WorldModel
 
 TOLERANCE = 1e-6
 
@@ -41,8 +42,8 @@ def _losses(seed: int) -> list[float]:
     )
     torch.manual_seed(cfg.model.seed)  # what Trainer.setup does
     random.seed(cfg.model.seed)
-    pol, tok = make_policy(cfg.model)
-    wm, wtok = make_world_model(cfg.model)
+    pol, tok = make_model(Policy, cfg.model)
+    wm, wtok = make_model(WorldModel, cfg.model)
     pe, we = (
         trainer_engine(pol, cfg.trainer, "policy"),
         trainer_engine(wm, cfg.trainer, "world_model"),

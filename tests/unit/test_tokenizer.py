@@ -14,6 +14,7 @@ from core.config import ModelConfig
 from core.spaces import Action, Observation, parse_action
 from models import tokenizer_train as tt
 from models.lm.prompts import action_ids, policy_prompt_ids, world_model_prompt_ids
+from models.lm.saved import load_model, make_model
 from models.lm.tokenizer import (
     BPE_DIR,
     build_tokenizer,
@@ -197,24 +198,24 @@ def test_save_load_round_trip(tok, tmp_path) -> None:
 @pytest.mark.parametrize("kind", ["bpe", "byte"])
 def test_checkpoint_round_trip(kind: str, tmp_path) -> None:
     """What the trainer's checkpoint writes (model + tokenizer ``save_pretrained``) loads back with
-    ``load_policy`` / ``load_world_model`` (the dream generator's ``ModelSlot``, eval, gate)."""
+    ``load_model`` (the dream generator's ``ModelSlot``, eval, gate)."""
     import torch
 
-    from models.policy.model import load_policy, make_policy
-    from models.world_model.model import load_world_model, make_world_model
+    from models.policy.model import Policy
+    from models.world_model.model import WorldModel
 
     mc = ModelConfig(layers=1, d_model=32, heads=2, max_positions=512, tokenizer=kind)
-    for make, load in ((make_policy, load_policy), (make_world_model, load_world_model)):
-        model, tok = make(mc)
+    for cls in (Policy, WorldModel):
+        model, tok = make_model(cls, mc)
         assert (
             model.lm.get_input_embeddings().weight.shape[0]
             == len(tok)
             == (tt.VOCAB_SIZE if kind == "bpe" else 384)
         )
-        d = tmp_path / make.__name__
+        d = tmp_path / cls.KIND
         model.save_pretrained(str(d))
         tok.save_pretrained(str(d))
-        model2, tok2 = load(str(d))
+        model2, tok2 = load_model(cls, str(d))
         assert type(tok2).__name__ == type(tok).__name__
         ids = encode(tok, TREE) + encode(tok, 'type(2, "Kiera")') + [tok.eos_token_id]
         assert encode(tok2, TREE) + encode(tok2, 'type(2, "Kiera")') + [tok2.eos_token_id] == ids

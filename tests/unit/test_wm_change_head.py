@@ -10,8 +10,9 @@ import torch
 
 from core.config import DreamConfig, ModelConfig, TrainerConfig
 from core.spaces import Observation, parse_action
+from models.lm.saved import load_model, make_model
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import load_world_model, make_world_model
+from models.world_model.model import WorldModel
 from models.world_model.proposals import KINDS, OTHER, change_label, choose, proposals
 from models.world_model.runner import WorldModelRunner
 from streams.records import Transition
@@ -43,7 +44,7 @@ def test_labels_name_the_first_proposal_that_is_the_real_page():
 
 
 class _Head:
-    """A model whose change head scores the kinds by a fixed vector (for ``choose``)."""
+    """A change head that scores the kinds by a fixed vector (its logits go to ``choose``)."""
 
     def __init__(self, scores: list[float]):
         lin = torch.nn.Linear(1, len(KINDS))
@@ -59,14 +60,14 @@ def test_choose_picks_the_best_kind_the_row_offers_or_other():
     scores[KINDS.index("checked")] = 3.0
     h = torch.zeros(2, 1)
     picks = choose(
-        _Head(scores).change_head,
-        h,
+        _Head(scores).change_head(h).detach(),
         [PAGE, PAGE],
         [parse_action("click(1)"), parse_action('type(2, "z")')],
     )
     assert picks[0] == TICKED and picks[1] == PAGE.tree.replace('value="x"', 'value="z"')
     scores[OTHER] = 9.0
-    assert choose(_Head(scores).change_head, h[:1], [PAGE], [parse_action("click(1)")]) == [None]
+    logits = _Head(scores).change_head(h[:1]).detach()
+    assert choose(logits, [PAGE], [parse_action("click(1)")]) == [None]
 
 
 def _tr(act: str, nxt: str, i: int) -> Transition:
@@ -81,7 +82,9 @@ def _trained_on_four_edits() -> tuple:
     """A small world model trained 40 steps through the trainer's loss on four actions of
     ``PAGE`` (a tick, a typed value, a chosen option, nothing): (model, tokenizer, last metrics)."""
     torch.manual_seed(0)
-    model, tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
+    )
     batch = [_tr(a, n, i) for i, (a, n) in enumerate(zip(ACTS, NXTS, strict=True))]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(40):
@@ -106,7 +109,7 @@ def test_a_trained_change_head_makes_the_edit_the_text_could_not(tmp_path):
     assert [p.next_obs.tree for p in greedy.predict([PAGE] * 4, ACTS)] != NXTS
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    m2, t2 = load_world_model(str(tmp_path))
+    m2, t2 = load_model(WorldModel, str(tmp_path))
     assert m2.state.change_head_trained
     assert torch.equal(m2.change_head.weight, model.change_head.weight)
     again = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=8, wm_decode="head"))
@@ -140,7 +143,9 @@ def test_the_head_decodes_no_text_for_rows_a_proposal_gives(monkeypatch):
 
 
 def test_an_untrained_change_head_leaves_the_text_in_charge():
-    model, tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
+    )
     assert not getattr(model.config, "wm_change_head_trained", False)
     a = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="head"))
     b = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8, wm_decode="greedy"))
@@ -153,7 +158,9 @@ def test_head_targets_reward_done_class_balanced_change_uniform():
     head's rows weigh the same (plain cross-entropy)."""
     from models.world_model.loss import _wm_head_targets
 
-    model, _tok = make_world_model(ModelConfig(layers=1, d_model=64, heads=2, max_positions=320))
+    model, _tok = make_model(
+        WorldModel, ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
+    )
     ts = [_tr("click(1)", TICKED, i) for i in range(6)]
     ts[0] = dataclasses.replace(ts[0], reward=1.0, done=True)
     ts[1] = dataclasses.replace(ts[1], reward=-1.0, done=True)

@@ -8,8 +8,9 @@ import torch
 
 from core.config import Config, DreamConfig, TrainerConfig, describe, load_config
 from core.spaces import Observation
+from models.lm.saved import load_model, make_model
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import HEADS, load_world_model, make_world_model
+from models.world_model.model import HEADS, WorldModel
 from models.world_model.runner import WorldModelRunner
 from models.world_model.scores import fidelity
 from tests.factories import WM_CFG as CFG  # the world model's small model
@@ -36,7 +37,7 @@ BATCH = [
 def trained():
     """A small world model trained with the trainer's loss until both heads fit the batch."""
     torch.manual_seed(0)
-    model, tok = make_world_model(CFG)
+    model, tok = make_model(WorldModel, CFG)
     assert not model.heads_trained() and all(getattr(model, h) is not None for h in HEADS)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     tc = TrainerConfig(infonce_weight=0.0)
@@ -77,7 +78,7 @@ def test_heads_survive_save_and_load(trained, tmp_path):
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "dynaweb.json").read_text())["state"]["heads_trained"] is True
-    m2, t2 = load_world_model(str(tmp_path))
+    m2, t2 = load_model(WorldModel, str(tmp_path))
     assert m2.heads_trained()
     for h in ("page_head", *HEADS):
         assert torch.equal(getattr(m2, h).weight, getattr(model, h).weight), h
@@ -126,7 +127,7 @@ def test_a_file_without_heads_loads_and_falls_back_to_the_text(trained, tmp_path
     model, tok = trained
     # as saved before the heads existed: the legacy layout without them
     save_legacy(model, tok, tmp_path, drop=("reward_head", "done_head"))
-    m2, t2 = load_world_model(str(tmp_path))
+    m2, t2 = load_model(WorldModel, str(tmp_path))
     assert not m2.heads_trained() and m2.reward_head is not None  # fresh heads, flag off
     assert torch.equal(m2.page_head.weight, model.page_head.weight)
     preds = WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=24)).predict(
@@ -142,7 +143,7 @@ def test_a_file_without_heads_loads_and_falls_back_to_the_text(trained, tmp_path
 
 
 def test_untrained_model_uses_the_text_and_head_weight_zero_leaves_heads_untrained():
-    model, tok = make_world_model(CFG)
+    model, tok = make_model(WorldModel, CFG)
     p = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=8)).predict([P], ["click(1)"])[0]
     assert p.p_success is None and p.reward == p.text_reward
     loss, m = world_model_batch_loss(
@@ -155,7 +156,7 @@ def test_untrained_model_uses_the_text_and_head_weight_zero_leaves_heads_untrain
 
 
 def test_wm_decode_is_a_config_field_read_by_the_runner():
-    model, tok = make_world_model(CFG)
+    model, tok = make_model(WorldModel, CFG)
     assert DreamConfig().wm_decode == "head"
     assert WorldModelRunner(model, tok, DreamConfig()).decode == "head"
     assert WorldModelRunner(model, tok, DreamConfig(wm_decode="rerank")).decode == "rerank"
@@ -178,7 +179,7 @@ def test_heads_read_the_acted_element_line_and_the_action():
     from models.lm.tokenizer import decode, encode
     from models.world_model.heads import head_positions
 
-    _, tok = make_world_model(CFG)
+    _, tok = make_model(WorldModel, CFG)
     page = Observation('Click on "No".', "u", '[1] list\n  [12] button "No"\n[2] text "[12] No"', next_id=13,
                        element_ids=[1, 12, 2])  # fmt: skip
 
@@ -241,7 +242,7 @@ def test_heads_trained_on_another_input_count_as_untrained(trained, tmp_path):
     assert meta["state"]["head_feature"] == HEAD_FEATURE
     meta["state"]["head_feature"] = None
     (tmp_path / "dynaweb.json").write_text(json.dumps(meta))
-    m2, t2 = load_world_model(str(tmp_path))
+    m2, t2 = load_model(WorldModel, str(tmp_path))
     assert not m2.heads_trained()
     world_model_batch_loss(m2, t2, BATCH, TrainerConfig(infonce_weight=0.0))[0].backward()
     m2.mark_heads_trained(change_head=True)  # as the trainer does after a step

@@ -10,9 +10,10 @@ from core.config import ModelConfig
 from core.spaces import Observation
 from models.lm.match import page_line_positions, page_lines, token_pieces
 from models.lm.prompts import world_model_prompt_ids
+from models.lm.saved import load_model, make_model
 from models.lm.tokenizer import decode
 from models.world_model.lines import COUNT_SCALE, MatchLines, RowLines, line_positions
-from models.world_model.model import WorldModelSpec, load_world_model, make_world_model
+from models.world_model.model import WorldModel, WorldModelSpec
 
 BOXES = Observation(
     "Select zUGdbj, Dej2xU and click Submit.",
@@ -29,14 +30,14 @@ def _cfg(**kw) -> ModelConfig:
 
 
 def _saved_and_loaded(model, tok, path):
-    """``model`` after ``save_pretrained`` to ``path`` and ``load_world_model`` from it."""
+    """``model`` after ``save_pretrained`` to ``path`` and ``load_model`` from it."""
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    return load_world_model(str(path))[0]
+    return load_model(WorldModel, str(path))[0]
 
 
 def test_every_page_line_with_whether_the_instruction_names_it():
-    _, tok = make_world_model(_cfg())
+    _, tok = make_model(WorldModel, _cfg())
     ids = world_model_prompt_ids(tok, BOXES, "click(5)", 320, 32)
     got = [
         (n, decode(tok, [ids[i] for i in q]).strip())
@@ -97,7 +98,7 @@ def test_a_line_counts_by_its_strongest_token_not_its_length():
 
 
 def test_counts_are_built_saved_restored_and_absent_from_a_model_saved_without(tmp_path):
-    model, tok = make_world_model(_cfg())
+    model, tok = make_model(WorldModel, _cfg())
     assert model.lines.counts and model.spec.head_counts
     with torch.no_grad():
         model.lines.other_count.weight.normal_()
@@ -105,7 +106,7 @@ def test_counts_are_built_saved_restored_and_absent_from_a_model_saved_without(t
     assert torch.equal(again.lines.other_count.weight, model.lines.other_count.weight)
     ids = world_model_prompt_ids(tok, BOXES, "click(5)", 320, 32)
     assert line_positions(again.lines, [ids])[0].page is not None
-    old, otok = make_world_model(_cfg(), WorldModelSpec(head_counts=False))
+    old, otok = make_model(WorldModel, _cfg(), WorldModelSpec(head_counts=False))
     loaded = _saved_and_loaded(old, otok, tmp_path / "old")
     assert loaded.lines is not None and not loaded.lines.counts
     assert not hasattr(loaded.lines, "other_count") and not loaded.spec.head_counts
@@ -114,7 +115,7 @@ def test_counts_are_built_saved_restored_and_absent_from_a_model_saved_without(t
 
 
 def test_the_acted_line_is_the_page_line_of_the_element_the_action_names():
-    _, tok = make_world_model(_cfg())
+    _, tok = make_model(WorldModel, _cfg())
     pieces = token_pieces(tok)
 
     def acted(action: str) -> str | None:
@@ -151,7 +152,7 @@ def test_the_acted_line_is_read_by_its_strongest_token():
 
 
 def test_the_acted_line_is_built_saved_restored_and_absent_from_a_model_saved_without(tmp_path):
-    model, tok = make_world_model(_cfg())
+    model, tok = make_model(WorldModel, _cfg())
     assert model.lines.acted and model.spec.head_acted
     with torch.no_grad():
         model.lines.acted_max.weight.normal_()
@@ -160,7 +161,7 @@ def test_the_acted_line_is_built_saved_restored_and_absent_from_a_model_saved_wi
     ids = world_model_prompt_ids(tok, BOXES, "click(3)", 320, 32)
     got = line_positions(again.lines, [ids])[0].acted
     assert decode(tok, [ids[i] for i in got]).strip() == '[3] checkbox "zUGdbj" checked'
-    old, otok = make_world_model(_cfg(), WorldModelSpec(head_acted=False))
+    old, otok = make_model(WorldModel, _cfg(), WorldModelSpec(head_acted=False))
     loaded = _saved_and_loaded(old, otok, tmp_path / "old")
     assert loaded.lines.counts and not loaded.lines.acted
     assert not loaded.spec.head_acted and line_positions(loaded.lines, [ids])[0].acted is None

@@ -15,11 +15,12 @@ from core.spaces import Observation, parse_action
 from models.lm.backbone import score_continuations
 from models.lm.match import match_flags, match_line_positions, token_pieces
 from models.lm.prompts import world_model_prompt_ids
+from models.lm.saved import load_model, make_model
 from models.lm.tokenizer import decode, encode, eos_id, pad_id
 from models.world_model.decoding import generate_tokens
 from models.world_model.heads import HeadPlaces, head_positions
 from models.world_model.lines import line_positions
-from models.world_model.model import WorldModelSpec, gather_rows, load_world_model, make_world_model
+from models.world_model.model import WorldModel, WorldModelSpec, gather_rows
 
 PAGE = Observation(
     'Enter "Emile" into the text field and press Submit.',
@@ -39,7 +40,8 @@ CFG = ModelConfig(layers=1, d_model=64, heads=2, max_positions=320)
 
 
 def _model(feature: bool = True, seed: int = 3):
-    model, tok = make_world_model(
+    model, tok = make_model(
+        WorldModel,
         ModelConfig(layers=1, d_model=64, heads=2, max_positions=320),
         WorldModelSpec(match_feature=feature, head_lines=feature),
     )
@@ -75,9 +77,10 @@ def test_flags_mark_page_and_action_words_of_the_instruction_only():
 
 
 def test_the_feature_is_zero_at_init_so_a_fresh_model_is_unchanged():
-    with_f, tok = make_world_model(CFG)
+    with_f, tok = make_model(WorldModel, CFG)
     torch.manual_seed(0)
-    without, _ = make_world_model(
+    without, _ = make_model(
+        WorldModel,
         ModelConfig(layers=1, d_model=64, heads=2, max_positions=320),
         WorldModelSpec(match_feature=False),
     )
@@ -156,7 +159,7 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     model, tok = _model()
     model.save_pretrained(tmp_path / "with")
     tok.save_pretrained(tmp_path / "with")
-    again, _ = load_world_model(str(tmp_path / "with"))
+    again, _ = load_model(WorldModel, str(tmp_path / "with"))
     assert torch.equal(again.match.weight, model.match.weight)
     assert torch.equal(again.lines.proj.weight, model.lines.proj.weight)
     # the same parameters in the same order: a resumed optimizer's state lands on the right ones
@@ -169,7 +172,7 @@ def test_saved_and_restored_and_a_model_saved_without_it_loads_without_it(tmp_pa
     old, otok = _model(feature=False)
     old.save_pretrained(tmp_path / "old")
     otok.save_pretrained(tmp_path / "old")
-    loaded, _ = load_world_model(str(tmp_path / "old"))
+    loaded, _ = load_model(WorldModel, str(tmp_path / "old"))
     assert loaded.match is None and not loaded.spec.match_feature
     assert loaded.lines is None and not loaded.spec.head_lines
     assert [n for n, _ in loaded.named_parameters()] == [n for n, _ in old.named_parameters()]
@@ -180,7 +183,7 @@ def test_the_trainers_loss_trains_the_feature_and_the_lines_layer():
     from models.world_model.loss import world_model_batch_loss
     from streams.records import Transition
 
-    model, tok = make_world_model(CFG)
+    model, tok = make_model(WorldModel, CFG)
     t = Transition(
         run_id="r",
         episode_id="e",

@@ -2,8 +2,9 @@
 
 from core.config import DreamConfig, ModelConfig
 from core.spaces import Observation, parse_action
+from models.lm.saved import make_model
 from models.world_model.change import apply_change, parse_model_output
-from models.world_model.model import make_world_model
+from models.world_model.model import WorldModel
 from models.world_model.outputs import TRAILERS, candidate_outputs
 from models.world_model.proposals import candidate_trees
 from models.world_model.runner import WorldModelRunner
@@ -60,7 +61,9 @@ def test_candidate_outputs_parse_and_apply_to_their_trees():
 
 
 def test_rerank_predictions_are_valid_candidates():
-    model, tok = make_world_model(ModelConfig(layers=2, d_model=64, heads=2, max_positions=320))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
+    )
     r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=16))
     r.decode = "rerank"
     acts = [parse_action("click(1)"), parse_action('type(2, "hi")')]

@@ -3,11 +3,12 @@ import torch
 from core.config import DreamConfig, ModelConfig, TrainerConfig
 from core.spaces import Action
 from models.dream.env import DreamEnv, dream_rollouts
-from models.policy.model import make_policy
+from models.lm.saved import load_model, make_model
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from models.world_model.change import apply_change
 from models.world_model.loss import world_model_batch_loss
-from models.world_model.model import load_world_model, make_world_model
+from models.world_model.model import WorldModel
 from models.world_model.outputs import Prediction, change_target
 from models.world_model.runner import WorldModelRunner
 from models.world_model.scores import balanced_accuracy, fidelity
@@ -45,7 +46,7 @@ def test_change_target_format():
 
 
 def test_untrained_predict_is_safe_and_batched():
-    model, tok = make_world_model(CFG)
+    model, tok = make_model(WorldModel, CFG)
     r = WorldModelRunner(model, tok, DreamConfig(max_change_tokens=24))
     preds = r.predict([A, A2], [Action.type(1, "Kiera"), "click(4)"])
     assert len(preds) == 2 and all(isinstance(p, Prediction) for p in preds)
@@ -58,7 +59,7 @@ def test_untrained_predict_is_safe_and_batched():
 
 def test_overfit_two_transitions_then_exact_match(tmp_path):
     torch.manual_seed(0)
-    model, tok = make_world_model(CFG)
+    model, tok = make_model(WorldModel, CFG)
     batch = [
         wm_transition(A, 'type(1, "Kiera")', B, 0.0, False, 0),
         wm_transition(A2, "click(4)", B2, 1.0, True, 1),
@@ -85,7 +86,7 @@ def test_overfit_two_transitions_then_exact_match(tmp_path):
     # save / load keeps the world model and its page head
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
-    m2, t2 = load_world_model(str(tmp_path))
+    m2, t2 = load_model(WorldModel, str(tmp_path))
     assert torch.equal(m2.page_head.weight, model.page_head.weight)
     assert (
         WorldModelRunner(m2, t2, DreamConfig(max_change_tokens=100))
@@ -101,7 +102,7 @@ def test_overfit_two_transitions_then_exact_match(tmp_path):
     obs, rew, term, trunc, info = env.step("click(4)")
     assert obs.tree == B2.tree and rew == 1.0 and term and not trunc and info["ok"]
 
-    pol, ptok = make_policy(CFG)
+    pol, ptok = make_model(Policy, CFG)
     pr = PolicyRunner(pol, ptok, CFG, seed=0)
     ros = dream_rollouts(pr, r, [A, A2], group_size=3, horizon=2)
     assert len(ros) == 6 and len({ro.group_id for ro in ros}) == 2
@@ -135,7 +136,9 @@ def test_decoding_loop_matches_hf_generate_and_cache_ops():
     from models.lm.tokenizer import decode, eos_id
     from models.world_model.decoding import PreallocatedLayer
 
-    model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=2, d_model=32, heads=2, max_positions=256)
+    )
     r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
     prompts = [list(range(3, 3 + n)) for n in (50, 80, 20)]
     P = 80
@@ -180,7 +183,9 @@ def test_decoding_drops_finished_rows_without_changing_outputs(monkeypatch):
     import models.world_model.decoding as D
     import models.world_model.runner as W
 
-    model, tok = make_world_model(ModelConfig(layers=2, d_model=32, heads=2, max_positions=256))
+    model, tok = make_model(
+        WorldModel, ModelConfig(layers=2, d_model=32, heads=2, max_positions=256)
+    )
     r = WorldModelRunner(model, tok, None, max_positions=256, max_change_tokens=40)
     g = torch.Generator().manual_seed(0)
     cand = [

@@ -28,8 +28,9 @@ sys.path.insert(0, "docs/results/policy-pointer")
 from bc_scale import TASKS, against_expert, episodes  # noqa: E402
 
 from core.config import ModelConfig, TrainerConfig  # noqa: E402
+from models.lm.saved import make_model  # noqa: E402
 from models.policy.loss import policy_batch_loss  # noqa: E402
-from models.policy.model import make_policy  # noqa: E402
+from models.policy.model import Policy  # noqa: E402
 from streams.records import Trajectory  # noqa: E402
 
 HERE = "docs/results/bc-curves"
@@ -62,7 +63,7 @@ TEST = 10  # held-out episodes per task
 def clone(cfg: ModelConfig, train: list[list], lr: float, steps: int, per: int, seed: int):
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    model, tok = make_policy(cfg)
+    model, tok = make_model(Policy, cfg)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     trajs = [Trajectory.from_transitions(e) for e in train]

@@ -198,11 +198,12 @@ def pointable(by_task: dict[str, list[list]]) -> dict[str, dict]:
     """task -> demonstrations, steps, steps whose action is outside C(s), steps naming no element."""
     from core.config import ModelConfig
     from models.lm.match import acted_element
+    from models.lm.saved import make_model
     from models.policy.loss import trajectory_decisions
-    from models.policy.model import make_policy
+    from models.policy.model import Policy
 
     mc = ModelConfig()
-    _, tok = make_policy(dataclasses.replace(mc, layers=1, d_model=32, heads=2))
+    _, tok = make_model(Policy, dataclasses.replace(mc, layers=1, d_model=32, heads=2))
     out = {}
     for task, eps in by_task.items():
         outside, unnamed, steps, bad = 0, 0, 0, []
@@ -232,8 +233,9 @@ def imitation_policy(by_task: dict[str, list[list]], out_dir: Path) -> dict:
     import torch
 
     from core.config import ModelConfig, TrainerConfig
+    from models.lm.saved import make_model
     from models.policy.loss import policy_batch_loss
-    from models.policy.model import make_policy
+    from models.policy.model import Policy
     from models.train.engine import lr_factor
     from streams.records import Trajectory
 
@@ -242,7 +244,7 @@ def imitation_policy(by_task: dict[str, list[list]], out_dir: Path) -> dict:
     tc = TrainerConfig()
     torch.manual_seed(SEED)
     rng = random.Random(SEED)
-    model, tok = make_policy(mc)
+    model, tok = make_model(Policy, mc)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=tc.lr)
     trajs = [Trajectory.from_transitions(e) for eps in by_task.values() for e in eps]

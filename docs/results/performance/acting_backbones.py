@@ -19,7 +19,8 @@ import torch
 
 from core.config import load_config
 from core.spaces import Observation
-from models.policy.model import make_policy
+from models.lm.saved import make_model
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 
 TASKS = ("click-link", "click-checkboxes", "click-button", "click-tab", "enter-text", "choose-list")
@@ -37,7 +38,7 @@ def pages(path: str) -> list[Observation]:
 
 def act_rate(name: str, obs: list[Observation], rounds: int = 3) -> dict:
     cfg = load_config(CONFIGS[name])
-    pol, tok = make_policy(cfg.model)
+    pol, tok = make_model(Policy, cfg.model)
     runner = PolicyRunner(pol, tok, cfg.model, seed=0)
     runner.act_info(obs[:4], [[] for _ in obs[:4]], greedy=True)  # warm-up
     runner.stats["tokens"] = 0

@@ -20,8 +20,9 @@ import torch
 from core.config import ModelConfig, TrainerConfig
 from core.spaces import Observation
 from evaluation.eval.sources import read_jsonl
+from models.lm.saved import make_model
 from models.policy.loss import policy_batch_loss
-from models.policy.model import make_policy
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from streams.records import Trajectory
 
@@ -62,7 +63,7 @@ def bc_policy(cfg: ModelConfig, train: list[list], steps: int, rng: random.Rando
     ``train`` episodes, ``steps`` steps of 16 drawn with ``rng``, AdamW at 3e-4 after the trainer's 10
     warm-up steps; in eval mode."""
     torch.manual_seed(cfg.seed)
-    model, tok = make_policy(cfg)
+    model, tok = make_model(Policy, cfg)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     trajs = [Trajectory.from_transitions(e) for e in train]

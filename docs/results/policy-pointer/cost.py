@@ -21,8 +21,9 @@ from bc_scale import TASKS, episodes, study_policy  # noqa: E402
 
 from core.config import TrainerConfig  # noqa: E402
 from core.spaces import Observation  # noqa: E402
+from models.lm.saved import make_model
 from models.policy.loss import policy_batch_loss  # noqa: E402
-from models.policy.model import make_policy
+from models.policy.model import Policy
 from models.policy.runner import PolicyRunner  # noqa: E402
 from streams.records import Trajectory  # noqa: E402
 
@@ -36,7 +37,7 @@ def main(rounds: int = 7) -> dict:
     for name, on in (("without", False), ("with", True)):
         cfg = study_policy(0, pointer=on)
         torch.manual_seed(0)
-        model, tok = make_policy(cfg)
+        model, tok = make_model(Policy, cfg)
         pols[name] = (model, tok, cfg, PolicyRunner(model, tok, cfg, seed=0))
     times: dict = {f"{k}_{n}": [] for k in ("act", "learn") for n in pols}
     for _ in range(rounds):

@@ -23,7 +23,7 @@ changes" baseline, on *held-out real transitions of (task, seed) pairs never tra
    cross-entropies), AdamW with linear warm-up and cosine decay, gradient clipping,
    for ``steps`` steps or ``time_budget_s`` seconds, whichever comes first; the
    model is saved as a Hugging Face directory ``OUT/world_model`` (what
-   ``load_world_model`` and ``--checkpoint DIR`` read);
+   ``models.lm.saved.load_model`` and ``--checkpoint DIR`` read);
 4. **evaluate** with the code of ``dynaweb eval world-model``
    (``evaluation.eval.world_model.eval_world_model``, greedy decoding, held-out split of
    the same JSONL file), printing the model's figures next to the baseline's,
@@ -198,12 +198,13 @@ def train_world_model(
 ) -> dict:
     """Offline training on ``transitions`` with ``world_model_batch_loss``; saves ``out_dir``."""
     from core.config import TrainerConfig
+    from models.lm.saved import make_model
     from models.world_model.loss import world_model_batch_loss
-    from models.world_model.model import make_world_model
+    from models.world_model.model import WorldModel
 
     torch.manual_seed(x.seed)
     rng = random.Random(x.seed)
-    model, tok = make_world_model(model_config(x))
+    model, tok = make_model(WorldModel, model_config(x))
     tcfg = TrainerConfig(
         infonce_weight=x.infonce_weight,
         wm_lr=x.lr,
