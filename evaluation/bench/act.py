@@ -62,11 +62,12 @@ def _profile(runner: Any, obs: list, top: int = 12) -> list[dict]:
 @torch.no_grad()
 def bench_backbone(model_cfg: ModelConfig, pages: list, profile_pages: int = 4) -> dict:
     from models.lm.prompts import policy_prompt_ids
-    from models.policy.model import make_policy
+    from models.lm.saved import make_model
+    from models.policy.model import Policy
     from models.policy.runner import PolicyRunner
 
     t_load = time.perf_counter()
-    model, tok = make_policy(model_cfg)
+    model, tok = make_model(Policy, model_cfg)
     load_s = time.perf_counter() - t_load
     runner = PolicyRunner(model, tok, model_cfg, seed=0)
     runner.act_info(pages[:1], [[]])  # warm-up
