@@ -1,6 +1,7 @@
-"""The heads' view of the page lines the instruction names (``ModelConfig.wm_head_lines``).
+"""The heads' view of the page lines the instruction names (``WorldModelSpec.head_lines``, on
+with ``model.instruction_match``).
 
-What it is: ``model.match_lines``, a linear layer (d_model -> d_model, zero at init) on the mean of
+What it is: ``WorldModel.lines`` (``MatchLines``), a linear layer (d_model -> d_model, zero at init) on the mean of
 the last layer's hidden states over every page line that holds a word of the instruction
 (``models.lm.match.match_line_positions``: the whole line, so its state words, ``checked``,
 ``selected``, a ``value``, are in it).  The reward, done and change heads read the mean over the
@@ -13,7 +14,7 @@ tasks stayed at a terminal reward balanced accuracy of 0.54-0.65 while the other
 0.90; the lines the instruction names are where the answer is.  A learned pool over the whole
 prompt (4 queries, `a300028`, reverted) did not find them (0.52-0.62).
 
-**Counts** (``ModelConfig.wm_head_counts``, on by default): a mean says which share of the named
+**Counts** (``WorldModelSpec.head_counts``, on by default): a mean says which share of the named
 lines is in a state, not how many, and says nothing of the lines the instruction does not name.
 click-checkboxes' success is MiniWoB's partial credit, (boxes right - boxes wrong) / boxes > 0,
 where an unasked box that is ticked counts against: a linear function of four counts (asked and
@@ -28,7 +29,7 @@ random strings; the max keeps a feature that fires on any token of the line at f
 (docs/results/world-model, rows 13 and 18): click-checkboxes 0.97 with the max, 0.84 with the
 mean, the same data and steps.
 
-**The acted line** (``ModelConfig.wm_head_acted``, on by default): the element-wise max over the
+**The acted line** (``WorldModelSpec.head_acted``, on by default): the element-wise max over the
 acted element's page line (``models.lm.match.page_lines``: the first line starting with ``[k]``,
 k the element the action names), through its own linear layer (zero at init).  On click-link the
 page is the same whatever is clicked, so only the acted line tells a right click from a wrong
@@ -36,10 +37,10 @@ one; the heads' mean over that line and the action's tokens carries the asked wo
 token of about 12.  Measured (docs/results/world-model, rows 20-21): click-link 0.95 / 0.98 on two
 seeds with it, 0.85 / 0.76 without.
 
-Compatibility: the layer starts at zero, so attaching it changes nothing until it is trained; a
-model saved without it (no ``match_lines.*`` weights, ``config.wm_head_lines`` unset) loads without
-it and behaves as before; one saved without the counts or the acted line
-(``config.wm_head_counts``, ``wm_head_acted`` unset) loads without them.
+Compatibility: the layer starts at zero, so adding it changes nothing until it is trained; a model
+saved without it (its spec's ``head_lines`` off; in the legacy layout no ``match_lines.*``
+weights and no ``wm_head_lines`` flag) loads without it and behaves as before; one saved without
+the counts or the acted line (``head_counts``, ``head_acted`` off) loads without them.
 """
 
 from __future__ import annotations

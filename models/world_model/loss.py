@@ -5,9 +5,13 @@
 ``infonce_weight`` * InfoNCE(page_head(mean hidden over the change tokens),
 frozen MiniLM embedding of the real next page, other distinct pages of the batch
 as negatives) + ``wm_head_weight`` * (class-balanced CE of ``reward_head`` on task
-success + the same of ``done_head`` on done), both heads on the mean hidden state
-over the acted element's page line and the action (``models.world_model.heads.head_positions``).
-Without an embedder (or < 2 distinct pages) the InfoNCE is 0.
+success + the same of ``done_head`` on done + plain CE of ``change_head`` on the kind of
+proposal that is the real next page), the heads on their input
+(``WorldModel.head_input``: the mean hidden state over the acted element's page line and the
+action, ``models.world_model.heads.head_positions``, plus the named lines' layer).  One forward
+of the model (``WorldModel.forward``) gives the target tokens' logits, the pooled change states,
+the page embedding and the heads' logits.  Without an embedder (or < 2 distinct pages) the
+InfoNCE is 0.
 With ``backward=True`` a batch larger than ``chunk_rows`` runs in micro-batches
 (``_wm_loss_chunked``: GradCache for the InfoNCE term), with the whole batch's gradient.
 """
@@ -212,12 +216,14 @@ def world_model_batch_loss(
     rank's share (``_wm_share_loss``); default all.
 
     The heads (``reward_head``: task success, ``done_head``: done, on ``head_input``: the mean
-    hidden state over the acted element's page line and the action) are trained from the transition's reward and done whatever the change text is
-    (no parsing, no truncation); each is a class-balanced cross-entropy
+    hidden state over the acted element's page line and the action) are trained from the
+    transition's reward and done whatever the change text is (no parsing, no truncation); each is
+    a class-balanced cross-entropy
     (``models.losses.balanced_cross_entropy``: every row weighted by the inverse of its class's
     count in the batch, weights summing to 1).  Metrics ``reward_head_acc``/``done_head_acc`` are
-    the balanced accuracies on the batch.  With gradients enabled the model is then marked
-    ``heads_trained`` (``models.world_model.model.mark_heads_trained``: ``predict`` uses the heads).
+    the balanced accuracies on the batch.  The loss changes no flag of the model: the trainer
+    marks the heads trained after its step (``WorldModel.mark_heads_trained``, called by
+    ``models.train.learner.world_model_update``).
 
     ``backward=True``: the batch runs in micro-batches of ``chunk_rows`` rows
     (sorted by length), each one forward + ``backward_fn`` (default

@@ -1,4 +1,4 @@
-"""Next-page proposals for the pointer actions (issue 17), for ``models.world_model.runner``'s
+"""Next-page proposals for the pointer actions, for ``models.world_model.proposals``'s
 ``candidate_trees`` (``decode="rerank"``).
 
 Pure text functions on the page's lines (``[id] role "name" ... box="x,y,w,h"``):
