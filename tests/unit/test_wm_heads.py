@@ -247,3 +247,14 @@ def test_heads_trained_on_another_input_count_as_untrained(trained, tmp_path):
     world_model_batch_loss(m2, t2, BATCH, TrainerConfig(infonce_weight=0.0))[0].backward()
     m2.mark_heads_trained(change_head=True)  # as the trainer does after a step
     assert m2.heads_trained()
+
+
+def test_the_loss_marks_nothing_the_trainer_marks_the_heads_after_its_step():
+    """A training pass of the loss leaves the model's flags alone; ``mark_heads_trained`` (the
+    learner's, after its step) sets them."""
+    model, tok = make_model(WorldModel, CFG)
+    loss, _ = world_model_batch_loss(model, tok, BATCH, TrainerConfig(infonce_weight=0.0))
+    loss.backward()
+    assert not model.heads_trained() and not model.change_head_trained()
+    model.mark_heads_trained(change_head=True)
+    assert model.heads_trained() and model.change_head_trained()
