@@ -138,7 +138,16 @@ def resolve_model_path(path: str) -> str:
 
 
 def load_gguf(path: str) -> tuple[CausalLM, Tokenizer]:
-    """(model, tokenizer) from a GGUF file (Llama, Qwen, ... as transformers reads them with
+    """(model, tokenizer) from a GGUF file, through the converted copy that every process shares
+    (``models.lm.gguf.converted``: the file is dequantised once, by the first process that needs
+    it, and read as a plain Hugging Face directory afterwards)."""
+    from models.lm.gguf import converted
+
+    return load_causal_lm(converted(path, read_gguf))
+
+
+def read_gguf(path: str) -> tuple[CausalLM, Tokenizer]:
+    """(model, tokenizer) read from a GGUF file (Llama, Qwen, ... as transformers reads them with
     the ``gguf`` package), dequantised to float32 and rebuilt as a plain model of its class (a
     model read from GGUF keeps quantisation state that ``save_pretrained`` refuses), eval mode."""
     import os
