@@ -352,9 +352,13 @@ class Gate:
                 if f[role] is not None:
                     GATE_SCORE.labels(self.run, p, role).set(f[role])
         if d.promote:
+            from streams.topics import Topics
+
+            run = self.cfg.run_id
+            topics = Topics(run, self.cfg.kafka.partitions)
             for kind in KINDS:
                 self.store.set_latest(kind, version)
-                announce(self.cfg, self.store, kind, version, self._publisher())
+                announce(run, self.cfg.kafka, topics, self.store, kind, version, self._publisher())
         self._record(version, record)
         GATE_DECISIONS.labels(self.run, d.decision).inc()
         GATE_CANDIDATE.labels(self.run).set(version)

@@ -282,8 +282,9 @@ def _gate_status(decision: dict | None, version: int, latest: int | None, gated:
 
 def _announce_latest(cfg: Config, store, kind: str, version: int) -> None:
     from models.checkpoints.store import announce
+    from streams.kafka import ensure_topics
 
-    announce(cfg, store, kind, version)
+    announce(cfg.run_id, cfg.kafka, ensure_topics(cfg), store, kind, version)
 
 
 def cmd_gate(args: argparse.Namespace, cfg: Config) -> int:

@@ -44,8 +44,9 @@ import urllib3
 from minio import Minio
 from minio.error import MinioException, S3Error
 
-from core.config import Config
+from core.config import KafkaConfig
 from streams.kafka import Publisher
+from streams.topics import Topics
 
 log = logging.getLogger(__name__)
 
@@ -362,19 +363,25 @@ class CheckpointStore:
 
 
 def announce(
-    cfg: Config, store: CheckpointStore, kind: str, version: int, publisher: Publisher | None = None
+    run_id: str,
+    kafka: KafkaConfig,
+    topics: Topics,
+    store: CheckpointStore,
+    kind: str,
+    version: int,
+    publisher: Publisher | None = None,
 ) -> None:
-    """Tell every generator that ``kind`` has a new LATEST (``version``); they re-read LATEST in S3."""
+    """Tell every generator of run ``run_id`` that ``kind`` has a new LATEST (``version``), on
+    ``topics.checkpoints``; they re-read LATEST in S3.  Without ``publisher`` one is made from
+    ``kafka`` and closed after."""
     from streams.checkpoints import send_announcement
-    from streams.kafka import ensure_topics, make_publisher
-    from streams.topics import Topics
+    from streams.kafka import make_publisher
 
-    topics = Topics(cfg.run_id, cfg.kafka.partitions) if publisher else ensure_topics(cfg)
     _, digest = store.manifest(kind, version)
-    pub = publisher or make_publisher(cfg.kafka)
+    pub = publisher or make_publisher(kafka)
     try:
         send_announcement(
-            pub, topics.checkpoints, cfg.run_id, kind, version, store.uri(kind, version), digest
+            pub, topics.checkpoints, run_id, kind, version, store.uri(kind, version), digest
         )
         pub.flush()
     finally:

@@ -87,7 +87,7 @@ def test_an_announced_policy_is_prefetched_while_the_old_one_acts_then_installed
         assert agent.policy_version == 0
         in_use = agent.slot.model
         _write_policy(cfg, store, 1, tmp_path)
-        announce(cfg, store, "policy", 1)
+        announce(cfg.run_id, cfg.kafka, ensure_topics(cfg), store, "policy", 1)
         # the prefetcher tells the agent once v1 is downloaded and loaded
         wait_until(agent._dirty.is_set, 60, "the announced v1 prefetched", every=0.02)
         assert agent.slot.known(1) and agent.policy_version == 0 and agent.slot.model is in_use
