@@ -200,7 +200,9 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
     wm, wtok = make_model(WorldModel, cfg.model)
     pr = PolicyRunner(pol, ptok, cfg.model, seed=0)
     timed = TimedPolicy(pr)
-    wr = FixedLengthRunner(wm, wtok, cfg, max_change_tokens=wm_tokens)
+    wr = FixedLengthRunner(
+        wm, wtok, cfg.dream, cfg.model.max_positions, max_change_tokens=wm_tokens
+    )
     G, H = cfg.dream.group_size, cfg.dream.horizon
     per_round = max(1, 16 // G)
     lens = [len(policy_prompt_ids(ptok, o, [], cfg.model.max_positions)) for o in obs]

@@ -188,7 +188,7 @@ class WorldModel(LanguageModel):
     ) -> WorldModelOutput:
         """One pass of the backbone (``LanguageModel.forward``: ``match_flags``, ``lm_head`` and
         the backbone's keyword arguments) and of the heads asked for: ``heads`` (where each row's
-        heads read), ``pool`` (a (B, T) mask to average the last layer over; ``page_rows``: the
+        heads read), ``pool`` (a (B, T) float mask of 0 and 1 to average the last layer over; ``page_rows``: the
         rows of that mean the page head embeds) and ``logits_at`` (a (B, T) boolean mask: the
         LM head on those positions only, after a backbone-only pass, so a loss's logits are
         bounded by its target tokens).  See ``WorldModelOutput``."""
