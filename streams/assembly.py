@@ -29,6 +29,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from core.bounded import BoundedSet
+from core.config import StreamConfig
 from streams.records import Trajectory, Transition
 
 
@@ -66,7 +67,7 @@ class _Open:
 class EpisodeAssembler:
     def __init__(
         self,
-        idle_timeout_s: float = 60.0,
+        idle_timeout_s: float = StreamConfig.episode_idle_timeout_s,
         max_open: int = 20_000,
         deduper: Deduper | None = None,
         next_obs: bool = True,
@@ -176,11 +177,11 @@ class _Group:
 class GroupAssembler:
     def __init__(
         self,
-        group_size: int = 8,
-        timeout_s: float = 30.0,
-        emit_incomplete: bool = True,
+        group_size: int = StreamConfig.group_size,
+        timeout_s: float = StreamConfig.group_timeout_s,
+        emit_incomplete: bool = StreamConfig.emit_incomplete_groups,
         max_open: int = 10_000,
-        max_staleness: int = 2,
+        max_staleness: int = StreamConfig.max_staleness,
     ):
         self.group_size = max(1, int(group_size))
         self.max_staleness = int(max_staleness)

@@ -49,6 +49,7 @@ import random
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 
+from core.config import StreamConfig
 from streams.records import TrainingBatch, Trajectory
 
 
@@ -119,13 +120,13 @@ class HybridMixer:
         self,
         run_id: str,
         worker_id: str = "worker",
-        expert_fraction: float = 0.5,
-        batch_trajectories: int = 16,
-        max_staleness: int = 2,
-        samples_per_insert: float = 8.0,
-        expert_pool_size: int = 2000,
-        cold_start_batch_s: float = 2.0,
-        reuse_wait_s: float = 5.0,
+        expert_fraction: float = StreamConfig.expert_fraction,
+        batch_trajectories: int = StreamConfig.batch_trajectories,
+        max_staleness: int = StreamConfig.max_staleness,
+        samples_per_insert: float = StreamConfig.samples_per_insert,
+        expert_pool_size: int = StreamConfig.expert_pool_size,
+        cold_start_batch_s: float = StreamConfig.cold_start_batch_s,
+        reuse_wait_s: float = StreamConfig.reuse_wait_s,
         batch_wait_s: float | None = None,
         max_pending_groups: int = 1000,
         seed: int = 0,

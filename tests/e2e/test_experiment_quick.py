@@ -20,8 +20,8 @@ from pathlib import Path
 
 from core.config import Config
 from core.s3 import make_client
+from evaluation.studies.sample_efficiency.arm_names import ARMS
 from evaluation.studies.sample_efficiency.arms import QUICK
-from evaluation.studies.sample_efficiency.report import ARMS
 from models.checkpoints.store import CheckpointStore
 from tests.support import env_for
 

@@ -13,6 +13,7 @@ import pytest
 from collectors.schedule import _Pacer, _Schedule
 from collectors.tasks import resolve_tasks
 from core.config import Config
+from evaluation.studies.sample_efficiency.arm_names import ARMS
 from evaluation.studies.sample_efficiency.arms import (
     QUICK,
     cell_config,
@@ -27,7 +28,6 @@ from evaluation.studies.sample_efficiency.arms import (
 from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
 from evaluation.studies.sample_efficiency.diagnostics import parse_scrape
 from evaluation.studies.sample_efficiency.report import (
-    ARMS,
     aggregate,
     arm_summary,
     headline,

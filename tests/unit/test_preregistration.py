@@ -134,8 +134,8 @@ def test_corpus_tasks_must_be_disjoint_from_the_evaluated_tasks():
 
 
 def test_the_instruction_switch_reaches_every_arms_model():
+    from evaluation.studies.sample_efficiency.arm_names import ARMS
     from evaluation.studies.sample_efficiency.arms import cell_config
-    from evaluation.studies.sample_efficiency.report import ARMS
 
     cfg = SampleEfficiencyConfig()
     cfg.experiment.instruction_match = False

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evaluation.studies.sample_efficiency.report import ARMS, PAIRS, _r, difference_ci, mean_of
+from evaluation.studies.sample_efficiency.arm_names import ARMS
+from evaluation.studies.sample_efficiency.report import PAIRS, _r, difference_ci, mean_of
 
 
 def read_cells(out: Path) -> dict[tuple[str, int], dict]:

@@ -12,17 +12,18 @@ turn a cell's checkpoint history into its read-out points.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 
 from core.config import Config
+from evaluation.studies.sample_efficiency.arm_names import DREAM_ARMS
 from evaluation.studies.sample_efficiency.config import (
     ExperimentConfig,
     SampleEfficiencyConfig,
     expert_samples_per_step,
     live_groups_per_step,
 )
-from evaluation.studies.sample_efficiency.report import DREAM_ARMS
 
 QUICK = {  # --quick: every artifact through every real component in a few minutes, not a result
     "tasks": ["miniwob/click-collapsible", "miniwob/enter-text"],
@@ -56,6 +57,11 @@ def resolve_experiment(cfg: SampleEfficiencyConfig, quick: bool) -> ExperimentCo
         for k, v in QUICK.items():
             setattr(ex, k, copy.deepcopy(v))
     ex.validate()
+    if bad := overridden_settings(cfg.runtime(), ex):
+        raise ValueError(
+            "the study sets these runtime settings itself; set the study's own (experiment.*) "
+            "or leave them at their defaults: " + "; ".join(bad)
+        )
     return ex
 
 
@@ -79,8 +85,6 @@ NOT_CELL_SETTINGS = (
 
 def cell_settings(ex: ExperimentConfig | dict) -> dict:
     """The experiment's settings that every cell's configuration follows (as JSON values)."""
-    import dataclasses
-
     d = dict(ex) if isinstance(ex, dict) else dataclasses.asdict(ex)
     for k in NOT_CELL_SETTINGS:
         d.pop(k, None)
@@ -109,6 +113,35 @@ def experiment_id(ex: ExperimentConfig) -> str:
     )
 
 
+# The study's settings that are runtime settings of every cell: (experiment field, runtime
+# setting).  ``cell_config`` composes a cell's config from the user's runtime config and these;
+# the arms' own settings follow in ``cell_config`` and ``_online_arm``.
+STUDY_SETTINGS = (
+    ("layers", "model.layers"),
+    ("d_model", "model.d_model"),
+    ("heads", "model.heads"),
+    ("policy_match_feature", "model.policy_match_feature"),
+    ("policy_pointer", "model.policy_pointer"),
+    ("instruction_match", "model.instruction_match"),
+    ("tasks", "collector.tasks"),
+    ("max_steps", "collector.max_steps"),
+    ("episode_time_limit_ms", "collector.episode_time_limit_ms"),
+    ("contexts", "collector.contexts"),
+    ("batch_trajectories", "stream.batch_trajectories"),
+    ("group_size", "stream.group_size"),
+    ("group_size", "dream.group_size"),
+    ("wm_steps_per_policy_step", "trainer.wm_steps_per_policy_step"),
+    ("dream_horizon", "dream.horizon"),
+    ("dream_drop_uniform", "dream.drop_uniform_groups"),
+    ("temperature", "dream.temperature"),  # frozen: live (collectors) and dreamed rollouts
+)
+
+
+def _set(c: Config, path: str, value: object) -> None:
+    section, name = path.split(".")
+    setattr(getattr(c, section), name, copy.deepcopy(value))
+
+
 def cell_config(
     base: Config,
     ex: ExperimentConfig,
@@ -118,50 +151,36 @@ def cell_config(
     init_from: str = "",
     wm_init: str = "",
 ) -> Config:
-    """The resolved config of one (arm, seed) run: the same model, tokenizer, optimiser and learning rate
-    in every arm; every arm but ``imitation`` starts from ``init_from`` (the imitation checkpoint
-    'RUN:VERSION', weights only: the optimizer starts fresh in each); the DynaWeb arms' world model
-    from ``wm_init`` when given (the study's pretrained world model, ``experiment.wm_corpus``).
-    The runtime config only (``Config.runtime``): a cell's components never see the study's section."""
+    """The resolved config of one (arm, seed) run: the user's runtime config with the study's
+    settings (``STUDY_SETTINGS``) and the arm's; the same model, tokenizer, optimiser and learning
+    rate in every arm; every arm but ``imitation`` starts from ``init_from`` (the imitation
+    checkpoint 'RUN:VERSION', weights only: the optimizer starts fresh in each); the DynaWeb arms'
+    world model from ``wm_init`` when given (the study's pretrained world model,
+    ``experiment.wm_corpus``).  The runtime config only (``Config.runtime``): a cell's components
+    never see the study's section.  What the user set and the study does not (the staleness bound
+    ``stream.max_staleness``, the tokenizer, ...) is the user's; ``overridden_settings`` names
+    what a study would change of the user's."""
     c = base.runtime()
     c.run_id = run_id
+    for field_name, path in STUDY_SETTINGS:
+        _set(c, path, getattr(ex, field_name))
     if arm != "imitation":
         c.trainer.init_from = init_from
     if arm in DREAM_ARMS and wm_init:
         c.trainer.wm_init_from = wm_init
-    c.model.layers, c.model.d_model, c.model.heads = ex.layers, ex.d_model, ex.heads
     c.model.seed = int(seed)
-    c.model.policy_match_feature = bool(ex.policy_match_feature)
-    c.model.policy_pointer = bool(ex.policy_pointer)
-    c.model.instruction_match = bool(ex.instruction_match)
     if ex.policy_lr:
         c.trainer.lr = float(ex.policy_lr)
     cc = c.collector
-    cc.tasks = list(ex.tasks)
-    cc.max_steps = ex.max_steps
-    cc.episode_time_limit_ms = ex.episode_time_limit_ms
-    cc.contexts = ex.contexts
     if ex.eval_seed_start < cc.seed_stop:
         cc.seed_stop = ex.eval_seed_start  # evaluation seeds are never training seeds
     s = c.stream
-    s.batch_trajectories = ex.batch_trajectories
-    s.group_size = ex.group_size
     s.samples_per_insert = 0  # the K demonstrations are scarce on purpose: reuse them freely
     s.reuse_wait_s = 0.0
-    s.max_staleness = 2
-    s.heldout_fraction = (
-        0.0  # every real interaction is training data here (the budget counts them all)
-    )
+    s.heldout_fraction = 0.0  # every real interaction is training data (the budget counts all)
     t = c.trainer
     t.checkpoint_every_s = 1e9
     t.keep_checkpoints = 1_000_000  # every version may be evaluated afterwards
-    t.wm_steps_per_policy_step = ex.wm_steps_per_policy_step
-    c.dream.group_size = ex.group_size
-    c.dream.horizon = ex.dream_horizon
-    c.dream.drop_uniform_groups = bool(ex.dream_drop_uniform)
-    c.dream.temperature = (
-        ex.temperature
-    )  # frozen: live (collectors) and dreamed rollouts sample at it
     # the trainer's pi_T for BC and for records without a temperature (acting records its own)
     t.policy_temperature = bc_temperature(ex)
     if arm == "imitation":
@@ -170,19 +189,43 @@ def cell_config(
         t.max_steps = ex.imitation_steps
         t.checkpoint_every = ex.imitation_steps
     elif arm == "imitation_matched":
-        # the online arms' optimizer steps, each on the same number of demonstration samples, from the same
-        # checkpoint with the same optimiser and learning rate; nothing but demonstrations
+        # the online arms' optimizer steps, each on the same number of demonstration samples,
+        # from the same checkpoint with the same optimiser and learning rate; only demonstrations
         s.expert_fraction = 1.0
         s.batch_trajectories = expert_samples_per_step(ex)
         s.cold_start_batch_s = 0.05
         t.max_steps = ex.online_policy_steps
         t.checkpoint_every = 1  # every step count can be read out, as in the online arms
-        t.train_world_model = (
-            False  # nothing dreams from it (the policy's update does not depend on it)
-        )
+        t.train_world_model = False  # nothing dreams from it (the policy's update ignores it)
     else:
         _online_arm(c, ex, arm, seed)
     return c
+
+
+def overridden_settings(base: Config, ex: ExperimentConfig) -> list[str]:
+    """The runtime settings the user gave a value other than the default that some arm's cell
+    would change (its run id aside): a study composes the user's runtime config and changes
+    none of it silently (``resolve_experiment`` refuses them)."""
+    default, found = Config(), {}
+    starts = {"init_from": "<the imitation checkpoint>"}
+    if ex.wm_corpus:
+        starts["wm_init"] = "<the pretrained world model>"
+    for arm, seed in ((a, s) for a in ex.arms for s in ex.seeds):
+        cell = cell_config(base, ex, base.run_id, arm, seed, **starts)
+        for section in dataclasses.fields(Config):
+            b, d, c = (getattr(x, section.name) for x in (base, default, cell))
+            if not dataclasses.is_dataclass(b):
+                continue
+            for f in dataclasses.fields(b):
+                user, mine = getattr(b, f.name), getattr(c, f.name)
+                if user != getattr(d, f.name) and mine != user:
+                    found[f"{section.name}.{f.name}"] = (user, mine)
+    owner = {path: f"experiment.{name}" for name, path in STUDY_SETTINGS}
+    return [
+        f"{path} = {user!r} (the study sets {mine!r}"
+        + (f" from {owner[path]})" if path in owner else ")")
+        for path, (user, mine) in found.items()
+    ]
 
 
 def _online_arm(c: Config, ex: ExperimentConfig, arm: str, seed: int) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from core.config import Config
 from core.supervise import Supervisor
+from evaluation.studies.sample_efficiency.arm_names import DREAM_ARMS, ONLINE_ARMS
 from evaluation.studies.sample_efficiency.arms import matched_points, online_points
 from evaluation.studies.sample_efficiency.config import ExperimentConfig, expert_samples_per_step
 from evaluation.studies.sample_efficiency.diagnostics import (
@@ -28,7 +29,6 @@ from evaluation.studies.sample_efficiency.diagnostics import (
     scrape_selected,
     topic_stats,
 )
-from evaluation.studies.sample_efficiency.report import DREAM_ARMS, ONLINE_ARMS
 
 LINGER_S = 900  # a finished trainer keeps serving /metrics this long (or until stopped) for the final scrape
 

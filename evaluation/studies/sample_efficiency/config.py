@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from core.config import Config
 from core.config.fields import _f, raise_problems
-from evaluation.studies.sample_efficiency.report import ARMS
+from evaluation.studies.sample_efficiency.arm_names import ARMS
 
 
 @dataclass

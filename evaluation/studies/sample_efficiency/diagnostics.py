@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from core.config import Config
 from core.metrics import scrape_targets
+from evaluation.studies.sample_efficiency.arm_names import ARMS
 from evaluation.studies.sample_efficiency.report import (
-    ARMS,
     pooled_gspo,
     stale_counts,
     stale_share,

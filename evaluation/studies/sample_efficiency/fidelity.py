@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evaluation.studies.sample_efficiency.ablation import final, mean4, read_cells, write_and_print
-from evaluation.studies.sample_efficiency.report import DREAM_ARMS
+from evaluation.studies.sample_efficiency.arm_names import DREAM_ARMS
 
 SCALARS = (
     "reward_bal_acc_terminal",

@@ -16,11 +16,9 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from evaluation.studies.sample_efficiency.arm_names import ARMS, DREAM_ARMS
 from evaluation.studies.sample_efficiency.plot import write_png
 
-ARMS = ("imitation", "imitation_matched", "real_only", "dynaweb", "dynaweb_dream_only")
-ONLINE_ARMS = ("real_only", "dynaweb", "dynaweb_dream_only")  # they interact (and run GSPO)
-DREAM_ARMS = ("dynaweb", "dynaweb_dream_only")  # a dream generator and an online world model
 LABELS = {
     "imitation": "Imitation only (K demos)",
     "imitation_matched": "Imitation, matched updates (online arms' steps and BC samples)",

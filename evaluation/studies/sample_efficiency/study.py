@@ -64,6 +64,7 @@ from pathlib import Path
 from core.config import Config
 from core.supervise import Supervisor
 from evaluation.operations import StackFactory
+from evaluation.studies.sample_efficiency.arm_names import ARMS, DREAM_ARMS, ONLINE_ARMS
 from evaluation.studies.sample_efficiency.arms import (
     REWARD,
     bc_temperature,
@@ -80,7 +81,7 @@ from evaluation.studies.sample_efficiency.config import (
 from evaluation.studies.sample_efficiency.diagnostics import diag_by_arm, per_task
 from evaluation.studies.sample_efficiency.protocol import REPO as PROTOCOL_REPO
 from evaluation.studies.sample_efficiency.protocol import protocol, tasks_apart
-from evaluation.studies.sample_efficiency.report import ARMS, DREAM_ARMS, ONLINE_ARMS, write_all
+from evaluation.studies.sample_efficiency.report import write_all
 
 log = logging.getLogger(__name__)
 # how the world model's fidelity is held out: the probe scores real transitions of seeds the

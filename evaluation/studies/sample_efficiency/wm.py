@@ -101,7 +101,7 @@ def pretrain(ex: ExperimentConfig, base: Config, out: Path, quick: bool, say: An
     torch.set_num_threads(max(1, int(x.threads)))
     t0 = time.time()
     try:
-        res = train_world_model(trans, x, model_dir, log=lambda m: None)
+        res = train_world_model(trans, x, model_dir, base.model, log=lambda m: None)
     finally:
         torch.set_num_threads(threads)
     episodes = {(t.run_id, t.episode_id) for t in trans}

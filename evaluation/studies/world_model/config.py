@@ -4,10 +4,11 @@ world-model`` loads (``--set wm_study.FIELD=...``, ``DYNAWEB_WM_STUDY__FIELD``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from core.config import Config
+from core.config import Config, ModelConfig
 from core.config.fields import _f, raise_problems
 
 WM_STUDY_TASKS = [
@@ -173,10 +174,33 @@ CLI_OPTIONS = (
 )
 
 
+# the runtime model settings the study's own fields set (``model_config``): the world model it
+# trains is the user's ``model`` section with these from ``wm_study``
+MODEL_SETTINGS = ("layers", "d_model", "heads", "max_positions", "seed")
+
+
+def model_config(x: WorldModelStudyConfig, base: ModelConfig) -> ModelConfig:
+    """The world model the study trains: the user's ``model`` section (tokenizer, instruction
+    match, ...) with the study's ``MODEL_SETTINGS``."""
+    return dataclasses.replace(base, **{name: getattr(x, name) for name in MODEL_SETTINGS})
+
+
+def overridden_settings(base: ModelConfig, x: WorldModelStudyConfig) -> list[str]:
+    """The ``model.*`` settings the user gave a value other than the default that the study's
+    own would change (``resolve_study`` refuses them: never overridden silently)."""
+    default = ModelConfig()
+    return [
+        f"model.{n} = {getattr(base, n)!r} (the study sets {getattr(x, n)!r} from wm_study.{n})"
+        for n in MODEL_SETTINGS
+        if getattr(base, n) != getattr(default, n) and getattr(base, n) != getattr(x, n)
+    ]
+
+
 def resolve_study(cfg: WorldModelStudyRunConfig, args: Any) -> WorldModelStudyConfig:
     """The section the command runs: the study config's ``wm_study`` (config file,
     ``DYNAWEB_WM_STUDY__*``, ``--set wm_study.*``), or with ``--quick`` the scaled-down plumbing
-    check; the command's own options (``CLI_OPTIONS``) win; validated."""
+    check; the command's own options (``CLI_OPTIONS``) win; validated, and a ``model.*`` setting
+    of the user's that the study's would change is refused (``overridden_settings``)."""
     x = WorldModelStudyConfig.make_quick() if getattr(args, "quick", False) else cfg.wm_study
     for name in CLI_OPTIONS:
         v = getattr(args, name, None)
@@ -185,4 +209,8 @@ def resolve_study(cfg: WorldModelStudyRunConfig, args: Any) -> WorldModelStudyCo
     if getattr(args, "threads_wm", None):
         x.threads = int(args.threads_wm)
     x.validate()
+    if bad := overridden_settings(cfg.model, x):
+        raise ValueError(
+            "the study sets these model settings itself; set wm_study.* instead: " + "; ".join(bad)
+        )
     return x

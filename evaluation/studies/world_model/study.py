@@ -55,6 +55,7 @@ from core.config import Config, ModelConfig
 from evaluation.studies.world_model.config import (
     WorldModelStudyConfig,
     WorldModelStudyRunConfig,
+    model_config,
     resolve_study,
 )
 from evaluation.studies.world_model.sampling import batches, lr_at, terminal_indices
@@ -179,24 +180,16 @@ def write_jsonl(path: Path, transitions: list) -> None:
 # --- 2. train --------------------------------------------------------------------------
 
 
-def model_config(x: WorldModelStudyConfig) -> ModelConfig:
-    return ModelConfig(
-        layers=x.layers,
-        d_model=x.d_model,
-        heads=x.heads,
-        max_positions=x.max_positions,
-        seed=x.seed,
-    )
-
-
 def train_world_model(
     transitions: list,
     x: WorldModelStudyConfig,
     out_dir: Path,
+    base: ModelConfig,
     embedder: Any = None,
     log: Any = print,
 ) -> dict:
-    """Offline training on ``transitions`` with ``world_model_batch_loss``; saves ``out_dir``."""
+    """Offline training on ``transitions`` with ``world_model_batch_loss``; saves ``out_dir``.
+    The model is ``base`` (the user's ``model`` section) at the study's size (``model_config``)."""
     from core.config import TrainerConfig
     from models.lm.saved import make_model
     from models.world_model.loss import world_model_batch_loss
@@ -204,7 +197,7 @@ def train_world_model(
 
     torch.manual_seed(x.seed)
     rng = random.Random(x.seed)
-    model, tok = make_model(WorldModel, model_config(x))
+    model, tok = make_model(WorldModel, model_config(x, base))
     tcfg = TrainerConfig(
         infonce_weight=x.infonce_weight,
         wm_lr=x.lr,
@@ -459,7 +452,7 @@ def run_experiment(
     log(
         f"training a {x.layers}x{x.d_model} world model: <= {x.steps} steps of {x.batch}, <= {x.time_budget_s:g} s"
     )
-    tr = train_world_model(train, x, out / "world_model", embedder, log)
+    tr = train_world_model(train, x, out / "world_model", cfg.model, embedder, log)
     ecfg = dataclasses.replace(
         cfg,
         stream=dataclasses.replace(cfg.stream, heldout_fraction=x.heldout_fraction),
