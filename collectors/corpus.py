@@ -8,7 +8,9 @@ next_obs, reward, done), episodes in collection order, gzipped.  ``models.tokeni
 reads it back (``read_corpus``) and trains the BPE tokenizer on it.
 
 ``ListSink`` is the publisher double both collections use: it keeps the transitions a
-collector sends, in memory, instead of publishing them.
+collector sends, in memory, instead of publishing them; ``collect_to_list`` runs one collector
+into it (the tokenizer corpus, the world-model study's collection, the imagination study's task
+selection).
 """
 
 from __future__ import annotations
@@ -41,6 +43,34 @@ class ListSink:
         pass
 
 
+async def collect_to_list(
+    cfg: Config,
+    agent_factory: Any,
+    base_url: str,
+    collector_id: str,
+    seed_offset: int,
+    run_length: int,
+) -> tuple[list, Any]:
+    """One collector run on ``cfg.collector`` until ``collector.max_episodes``, without a broker:
+    the transitions it sent, in the order sent, and its ``CollectorStats``."""
+    from collectors.collector import run_collector
+    from streams.topics import Topics
+
+    sink = ListSink()
+    stats = await run_collector(
+        cfg,
+        sink,
+        Topics(cfg.run_id),
+        agent_factory,
+        asyncio.Event(),
+        base_url=base_url,
+        collector_id=collector_id,
+        seed_offset=seed_offset,
+        run_length=run_length,
+    )
+    return sink.transitions, stats
+
+
 def _row(t: Any) -> dict:
     return {
         "episode_id": t.episode_id,
@@ -67,10 +97,8 @@ def collect_corpus(
     """Expert episodes on every expert task and random-policy episodes on every task, written to
     ``out`` (gzipped JSONL, episodes in collection order); returns counts."""
     from collectors.agents import ExpertAgent, RandomAgent
-    from collectors.collector import run_collector
     from collectors.tasks import list_tasks
     from collectors.taskserver import serve
-    from streams.topics import Topics
 
     all_tasks = [t.name for t in list_tasks()]
     expert_tasks = [t for t in all_tasks if ExpertAgent().supports(t)]
@@ -92,24 +120,15 @@ def collect_corpus(
                 max_episodes=n,
             ),
         )
-        sink = ListSink()
         agent = (lambda: ExpertAgent()) if policy == "expert" else (lambda: RandomAgent(seed=1))
         t0 = time.time()
-        st = await run_collector(
-            cc,
-            sink,
-            Topics(cc.run_id),
-            agent,
-            asyncio.Event(),
-            base_url=base,
-            collector_id=f"tokenizer-corpus-{policy}",
-            seed_offset=offset,
-            run_length=1,
+        sent, st = await collect_to_list(
+            cc, agent, base, f"tokenizer-corpus-{policy}", offset, run_length=1
         )
         first: dict[str, float] = {}
-        for t in sink.transitions:
+        for t in sent:
             first[t.episode_id] = min(first.get(t.episode_id, t.created_at), t.created_at)
-        ts = sorted(sink.transitions, key=lambda t: (first[t.episode_id], t.episode_id, t.step))
+        ts = sorted(sent, key=lambda t: (first[t.episode_id], t.episode_id, t.step))
         rows.extend(_row(t) for t in ts)
         counts[policy] = {
             "tasks": len(tasks),

@@ -14,7 +14,7 @@
   const TEXT_TYPES = {text:1, search:1, email:1, url:1, tel:1, '':1};
   const norm = (s) => (s || '').replace(/\s+/g, ' ').trim();
   const jq = (window.jQuery && window.jQuery._data) ? window.jQuery : null;
-  // Boxes (issue 17): 'x,y,w,h' in viewport CSS pixels, rounded, for SVG/canvas elements, the
+  // Boxes: 'x,y,w,h' in viewport CSS pixels, rounded, for SVG/canvas elements, the
   // shapes inside an SVG and draggable elements: what click_at / drag positions are taken from.
   const SVG_SKIP = {defs:1, style:1, title:1, desc:1, clippath:1, mask:1, marker:1, lineargradient:1,
     radialgradient:1, pattern:1, filter:1, symbol:1, metadata:1, script:1};

@@ -37,6 +37,30 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default=argparse.SUPPRESS, help="logging level (default INFO)")
 
 
+SUMMARY_JSON = "only the JSON summary (always the last line)"
+
+
+def _json_flag(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--json``: the command's result as JSON (``help`` says where it is printed)."""
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def _no_stack_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-stack", action="store_true", help="use already running / external services"
+    )
+
+
+def _prometheus_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
+
+
+def _read_only_outputs(p: argparse.ArgumentParser) -> None:
+    """``--md`` and ``--json`` of the commands that read a run's finished cells."""
+    p.add_argument("--md", help="also write the tables as Markdown to this file")
+    _json_flag(p, "print the result as JSON on the last line")
+
+
 # ``add(name, help)``: a new sub-command parser with the global options
 AddCommand = Callable[[str, str], argparse.ArgumentParser]
 
@@ -48,7 +72,7 @@ def _stack_commands(add: AddCommand) -> None:
     )
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--only", nargs="*", help="subset of services: s3 broker taskserver prometheus")
-    p.add_argument("--json", action="store_true")
+    _json_flag(p)
 
     p = add(
         "chaos",
@@ -80,18 +104,12 @@ def _stack_commands(add: AddCommand) -> None:
         "--faults", help="comma-separated, in order (default: all, see docs/reliability.md)"
     )
     p.add_argument("--report", help="also write the report as JSON to this file")
-    p.add_argument(
-        "--json", action="store_true", help="print the report as one JSON line at the end"
-    )
+    _json_flag(p, "print the report as one JSON line at the end")
 
     p = add("up", "start the stack and one of each component; show live progress")
     p.add_argument("--duration", type=float, default=0, help="seconds to run (0 = until Ctrl-C)")
-    p.add_argument(
-        "--no-stack", action="store_true", help="use already running / external services"
-    )
-    p.add_argument(
-        "--json", action="store_true", help="print a JSON summary on the last line at exit"
-    )
+    _no_stack_flag(p)
+    _json_flag(p, "print a JSON summary on the last line at exit")
 
 
 def _component_commands(add: AddCommand) -> None:
@@ -131,14 +149,14 @@ def _task_commands(add: AddCommand) -> None:
     """``tasks``, ``experts``, ``check-behaviour``: the web tasks, their scripted experts, and
     the before/after check of what the page readers decide."""
     p = add("tasks", "list the registered web tasks")
-    p.add_argument("--json", action="store_true")
+    _json_flag(p)
 
     p = add("experts", "run the scripted experts and print the per-task success table")
     p.add_argument("--tasks", help="comma separated (default: every task with an expert)")
     p.add_argument("--seeds", default="0:100", help="A:B seed range")
     p.add_argument("--contexts", type=int, default=4)
     p.add_argument("--base-url", help="task server to use (default: start one in-process)")
-    p.add_argument("--json", action="store_true")
+    _json_flag(p)
 
     p = add(
         "check-behaviour",
@@ -166,7 +184,7 @@ def _checkpoint_commands(add: AddCommand) -> None:
     p.add_argument("action", choices=["list", "promote", "rollback"])
     p.add_argument("version", nargs="?", type=int)
     p.add_argument("--kind", default="policy", choices=["policy", "world_model"])
-    p.add_argument("--json", action="store_true")
+    _json_flag(p)
 
     p = add(
         "gate",
@@ -177,7 +195,7 @@ def _checkpoint_commands(add: AddCommand) -> None:
         "--once", action="store_true", help="decide the newest pending candidate (if any) and exit"
     )
     p.add_argument("--id", dest="gate_id", help="gate id (default host-pid)")
-    p.add_argument("--json", action="store_true", help="--once: print the decision as JSON")
+    _json_flag(p, "--once: print the decision as JSON")
 
 
 def _inspection_commands(add: AddCommand) -> None:
@@ -199,13 +217,13 @@ def _inspection_commands(add: AddCommand) -> None:
         "status",
         "compact live view of a run from Prometheus (components, rates, versions, fidelity, lag)",
     )
-    p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
-    p.add_argument("--json", action="store_true")
+    _prometheus_option(p)
+    _json_flag(p)
 
     p = add("report", "PNG plots and a Markdown summary of a run from Prometheus data")
     p.add_argument("--run", dest="report_run", help="run id (default: --run-id / the config's)")
     p.add_argument("--out", default="report", help="output directory (default ./report)")
-    p.add_argument("--prometheus", help="Prometheus URL (default: the embedded stack's)")
+    _prometheus_option(p)
 
 
 def _bench_command(add: AddCommand) -> None:
@@ -282,9 +300,7 @@ def _bench_command(add: AddCommand) -> None:
         help="train: data-parallel ranks (gloo on CPU) against one rank on the same batches: "
         "rank_update_max_abs_diff (one update from the same weights) and samples_per_s_1 / _N",
     )
-    p.add_argument(
-        "--json", action="store_true", help="only the JSON summary (always the last line)"
-    )
+    _json_flag(p, SUMMARY_JSON)
 
 
 def _eval_command(add: AddCommand) -> None:
@@ -344,9 +360,7 @@ def _eval_command(add: AddCommand) -> None:
     p.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to read a topic to its sentinel"
     )
-    p.add_argument(
-        "--json", action="store_true", help="only the JSON summary (always the last line)"
-    )
+    _json_flag(p, SUMMARY_JSON)
 
 
 def _experiment_command(add: AddCommand) -> None:
@@ -371,10 +385,8 @@ def _experiment_command(add: AddCommand) -> None:
     p.add_argument(
         "--quick", action="store_true", help="a few minutes: checks every artifact, not the result"
     )
-    p.add_argument(
-        "--no-stack", action="store_true", help="use already running / external services"
-    )
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    _no_stack_flag(p)
+    _json_flag(p, "print the summary as JSON on the last line")
     _experiment_world_model_args(p)
 
     p = add(
@@ -385,8 +397,7 @@ def _experiment_command(add: AddCommand) -> None:
     )
     p.add_argument("on", help="the --out of the run with the setting on")
     p.add_argument("off", help="the --out of the run with the setting off")
-    p.add_argument("--md", help="also write the tables as Markdown to this file")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
+    _read_only_outputs(p)
 
     p = add(
         "dream-fidelity",
@@ -395,8 +406,7 @@ def _experiment_command(add: AddCommand) -> None:
         "reads the finished cells, reruns nothing",
     )
     p.add_argument("out", help="the --out of `dynaweb experiment sample-efficiency`")
-    p.add_argument("--md", help="also write the tables as Markdown to this file")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
+    _read_only_outputs(p)
 
 
 def _experiment_world_model_args(p: argparse.ArgumentParser) -> None:
@@ -466,9 +476,7 @@ def _data_commands(add: AddCommand) -> None:
     p.add_argument(
         "--random-episodes", type=int, default=6, help="corpus: random-policy episodes per task"
     )
-    p.add_argument(
-        "--json", action="store_true", help="only the JSON summary (always the last line)"
-    )
+    _json_flag(p, SUMMARY_JSON)
 
     p = add(
         "demos",
@@ -480,7 +488,7 @@ def _data_commands(add: AddCommand) -> None:
         "--skip-invalid", action="store_true", help="import: publish the valid lines anyway"
     )
     p.add_argument("--timeout", type=float, default=60.0, help="export: seconds to read the topic")
-    p.add_argument("--json", action="store_true")
+    _json_flag(p)
 
 
 FAMILIES: tuple[Callable[[AddCommand], None], ...] = (

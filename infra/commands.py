@@ -383,9 +383,7 @@ def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
     from evaluation.bench.streams import main
     from infra.stack import PrivateBroker, Stack
 
-    argv = ["--storage", args.storage, "--n", str(args.n), "--obs-bytes", str(args.obs_bytes)]
-    argv += ["--latency-rate", str(args.latency_rate)] + (["--json"] if args.json else [])
-    return main(argv, start_broker=PrivateBroker, stack_factory=Stack)
+    return main(args, cfg, start_broker=PrivateBroker, stack_factory=Stack)
 
 
 def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:

@@ -175,7 +175,7 @@ _TABLE: dict[str, Callable] = {
     "use-spinner": use_spinner,
     "generate-number": generate_number,
     "unicode-test": unicode_test,
-    # pointer actions (issue 17): drag, select_text, click_at
+    # pointer actions: drag, select_text, click_at
     "drag-box": drag_box,
     "drag-items": drag_items,
     "drag-items-grid": drag_items,
@@ -217,7 +217,7 @@ for _k, (_wait_s, _max_waits) in _PATIENCE.items():
 # the icon" variant is not in the text tree; social-media*: the posts' authors do
 # not fit the 512-byte budget; text-editor 0.92, drag-items-grid 0.91, click-pie-nodelay 0.78,
 # see docs/collectors.md) stay in ALL_EXPERTS for development.  The pointer-action experts
-# (issue 17) were measured task group by task group with the same command (docs/collectors.md).
+# were measured task group by task group with the same command (docs/collectors.md).
 VERIFIED: dict[str, float] = {
     "miniwob/ascending-numbers": 1.00,
     "miniwob/bisect-angle": 0.99,

@@ -1,4 +1,4 @@
-"""Experts for the tasks the pointer actions open (issue 17): drag, select_text, click_at.
+"""Experts for the tasks the pointer actions open: drag, select_text, click_at.
 
 They read boxes (``box="x,y,w,h"``, viewport CSS pixels) from the observation: draggable items
 (jQuery UI draggables and sortable lists), an SVG and its shapes.  A position in an action is

@@ -35,6 +35,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from core.config import Config, load_config
 from core.net import free_port_block
@@ -440,31 +441,20 @@ def run_bench(
 
 
 def main(
-    argv: list[str] | None = None,
+    args: Any,
+    cfg: Config | None = None,  # noqa: ARG001 - the bench makes its own broker and config
     *,
     start_broker: BrokerFactory,
     stack_factory: StackFactory,
 ) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="dynaweb bench streams", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--storage", choices=["memory", "s3"], default="memory")
-    ap.add_argument("--n", type=int, default=60_000, help="transitions to push")
-    ap.add_argument("--obs-bytes", type=int, default=1024, help="size of each obs/next_obs tree")
-    ap.add_argument(
-        "--latency-rate",
-        type=float,
-        default=0.0,
-        help="transitions/s of the latency phase (default: half the worker's measured rate)",
-    )
-    ap.add_argument("--json", action="store_true", help="only the JSON summary")
-    a = ap.parse_args(argv)
+    """``dynaweb bench streams`` with the CLI's options (``--storage``, ``--n``, ``--obs-bytes``,
+    ``--latency-rate``, ``--json``: only the JSON summary)."""
     res = run_bench(
-        a.storage,
-        a.n,
-        a.obs_bytes,
-        log=(lambda *_: None) if a.json else print,
-        latency_rate=a.latency_rate,
+        args.storage,
+        args.n,
+        args.obs_bytes,
+        log=(lambda *_: None) if args.json else print,
+        latency_rate=args.latency_rate,
         start_broker=start_broker,
         stack_factory=stack_factory,
     )

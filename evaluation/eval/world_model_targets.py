@@ -1,4 +1,4 @@
-"""A world model's stage-1 figures (issue 13) on held-out real transitions, and its targets.
+"""A world model's stage-1 figures on held-out real transitions, and its targets.
 
 ``dynaweb eval world-model`` and ``dynaweb experiment world-model`` report, next to the
 fidelity figures of ``models.world_model.scores.fidelity``:
@@ -20,7 +20,7 @@ fidelity figures of ``models.world_model.scores.fidelity``:
   ``dynaweb eval replay`` measures for a run's dreams (the same action sequence from the same task
   and seed, replayed live) without a policy in the loop: the real episode *is* the replay.
 
-``check_targets`` compares them with the issue's thresholds (``TARGETS``).  Pure functions on
+``check_targets`` compares them with the stage-1 thresholds (``TARGETS``).  Pure functions on
 predictions and transitions, apart from ``open_loop_replay``, which calls the runner.
 """
 

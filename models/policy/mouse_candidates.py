@@ -1,4 +1,4 @@
-"""The pointer/selection part of the policy's action set C(s) (issue 17).
+"""The pointer/selection part of the policy's action set C(s).
 
 ``pointer_candidates(obs, nodes, texts)`` adds, from the boxes in the observation
 (``box="x,y,w,h"``: SVG/canvas elements, the shapes of an SVG, draggable elements), the

@@ -2,7 +2,7 @@
 
 The shared stack's broker (Tansu, its log in the stack's S3) is killed (-9, its whole process
 group), restarted at once (``kill -9 and restart``) or left down for ``OUTAGE_S`` (``broker
-unavailable``: 60 s in the issue's terms, 20 s by default in CI) and started again on the same port the way ``dynaweb infra
+unavailable``: 60 s by default in ``dynaweb chaos --outage``, 20 s by default in CI) and started again on the same port the way ``dynaweb infra
 up`` starts it (``infra.stack.Stack.up(only=["broker"])``); the session's stack stops it at the
 end as before.  Every record the publisher had acknowledged is read back, and records sent after
 the restart are acknowledged within ``RECOVERY_S``."""

@@ -19,7 +19,7 @@ def test_task_registry_has_all_130_miniwob_tasks() -> None:
     tasks = list_tasks(suite="miniwob")
     assert len(tasks) == 130
     assert get_task("miniwob/click-button").solvable and get_task("click-button").has_expert
-    assert get_task("miniwob/drag-box").solvable  # reachable with drag (issue 17)
+    assert get_task("miniwob/drag-box").solvable  # reachable with drag
     colour = get_task("miniwob/click-color")
     assert not colour.solvable and "colour" in colour.note
     assert len(list_tasks(solvable=False)) <= 15

@@ -1,5 +1,5 @@
 """Parity with the Farama MiniWoB++ Gymnasium environment (PyPI ``miniwob``, Selenium +
-ChromeDriver) for the pointer actions of issue 17.
+ChromeDriver) for the pointer actions (drag, select_text, click_at).
 
 For each (task, seed), the scripted expert plays the episode in our environment; each action is
 recorded as the pointer events it performed, at the viewport coordinates it used (a drag: press

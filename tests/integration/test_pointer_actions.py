@@ -1,4 +1,4 @@
-"""The pointer actions (issue 17) on real Chromium and real MiniWoB++ pages: drag, select_text,
+"""The pointer actions on real Chromium and real MiniWoB++ pages: drag, select_text,
 click_at, hover and key chords reach the rewards the tasks give, and bad targets are reported
 as the next observation's error."""
 

@@ -1,4 +1,4 @@
-"""The pointer/selection actions (issue 17): hover, click_at, drag, select_text, key chords.
+"""The pointer/selection actions: hover, click_at, drag, select_text, key chords.
 
 They parse, render and round-trip like the others, and a wrong argument list names the usage."""
 

@@ -681,7 +681,7 @@ def test_arm_summary_shape_and_values():
     assert m["expert_samples_per_step"] == 8 and m["expert_samples_per_step_trained"] == 8.0
     imit = arms["imitation"]
     assert imit["policy_steps"] == 60 and imit["ci95"] == [0.1, 0.1]
-    # what the world model and the dreams were (issue 13's summary keys)
+    # what the world model and the dreams were (the summary's world-model and dream keys)
     for arm in ("dynaweb", "dynaweb_dream_only"):
         a = arms[arm]
         assert a["world_model_steps_real"] == 150.5 and a["dream_steps"] == 400.0

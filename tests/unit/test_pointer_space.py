@@ -1,4 +1,4 @@
-"""Issue 17 pieces without a browser: boxes in the observation (rendering, truncation, parsing),
+"""The pointer actions without a browser: boxes in the observation (rendering, truncation, parsing),
 the pointer candidates of C(s), the shared drop geometry, and the world model's drag proposals
 and change format on pages with boxes."""
 

@@ -1,4 +1,4 @@
-"""Issue 16 item 7: the same seed gives the same losses (on the same machine).
+"""Reproducible training: the same seed gives the same losses (on the same machine).
 
 The trainer's own update path (``models.train.learner.policy_update`` / ``world_model_update`` on DeepSpeed
 engines, as ``Trainer.setup`` seeds it with ``model.seed``) runs three steps on the stream worker's

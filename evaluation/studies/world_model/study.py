@@ -3,7 +3,7 @@
 The reproducible fidelity check of the world model against the trivial "nothing
 changes" baseline, on *held-out real transitions of (task, seed) pairs never trained on*:
 
-1. **collect** real transitions in the live browser (``collectors.collector.run_collector``
+1. **collect** real transitions in the live browser (``collectors.corpus.collect_to_list``
    on an in-process task server, no Kafka: the records are kept in memory and
    written to ``OUT/transitions.jsonl``, one ``streams.records.Transition`` per
    line, the format of ``dynaweb demos`` and ``dynaweb eval world-model --data``):
@@ -106,10 +106,8 @@ def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
     """Expert, random and perturbed-expert transitions from the live browser (each on seeds of
     its own); (transitions, counts)."""
     from collectors.agents import ExpertAgent, RandomAgent
-    from collectors.collector import run_collector
-    from collectors.corpus import ListSink
+    from collectors.corpus import collect_to_list
     from collectors.perturbed import PerturbedExpertAgent
-    from streams.topics import Topics
 
     c = dataclasses.replace(
         cfg,
@@ -128,7 +126,6 @@ def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
 
     async def one(policy: str, n: int, offset: int) -> None:
         cc = dataclasses.replace(c, collector=dataclasses.replace(c.collector, max_episodes=n))
-        sink = ListSink()
         agent = {
             "expert": lambda: ExpertAgent(),
             "random": lambda: RandomAgent(seed=x.seed + 1),
@@ -136,22 +133,14 @@ def collect(cfg: Config, x: WorldModelStudyConfig) -> tuple[list, dict]:
                 ExpertAgent(), x.perturb_prob, seed=x.seed + 2
             ),
         }[policy]
-        st = await run_collector(
-            cc,
-            sink,
-            Topics(cc.run_id),
-            agent,
-            asyncio.Event(),
-            base_url=base,
-            collector_id=f"wm-experiment-{policy}",
-            seed_offset=offset,
-            run_length=2,
+        sent, st = await collect_to_list(
+            cc, agent, base, f"wm-experiment-{policy}", offset, run_length=2
         )
-        out.extend(sink.transitions)
+        out.extend(sent)
         counts[policy] = {
             "episodes": st.episodes,
             "successes": st.successes,
-            "transitions": len(sink.transitions),
+            "transitions": len(sent),
         }
 
     try:

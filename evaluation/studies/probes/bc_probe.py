@@ -1,21 +1,25 @@
-"""Diagnostic (not product code; docs/results/policy-match/README.md).
+"""A probe (docs/results/policy-match/README.md).
 
 Behaviour cloning on 10 expert episodes per task of the study's four tasks, 60 steps of 16 (the
 imitation arm's), with and without the policy's exact-match feature; then the greedy action
 against the expert's on 30 other expert episodes per task (the training and scoring of
-``policy-pointer/bc_scale.py``).  Run from the repository root:
-``python docs/results/policy-match/bc_probe.py``; one JSON line per (seed, feature).
+``bc_scale``).  Run from the repository root:
+``python -m evaluation.studies.probes.bc_probe``; one JSON line per (seed, feature).
 """
 
 from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 
-sys.path.insert(0, "docs/results/policy-pointer")
-from bc_scale import TASKS, against_expert, bc_policy, episodes, study_policy  # noqa: E402
+from evaluation.studies.probes.bc_scale import (
+    TASKS,
+    against_expert,
+    bc_policy,
+    episodes,
+    study_policy,
+)
 
 
 def expert_episodes() -> dict[str, list[list]]:

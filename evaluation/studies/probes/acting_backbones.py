@@ -1,10 +1,10 @@
-"""Diagnostic (not product code; docs/results/performance/README.md, "Backbones").
+"""A probe (docs/results/performance/README.md, "Backbones").
 
 Acting speed of the policy on the captured start pages of the study's tasks, for the default
 scratch policy (GPT-Neo from ``ModelConfig``) and for SmolLM2-135M-Instruct
 (``configs/smollm2.yaml``): greedy ``PolicyRunner.act_info`` on batches of 4 pages, decisions per
 second and scored tokens per second, after one warm-up batch.  Run from the repository root:
-``python docs/results/performance/acting_backbones.py OBS.json`` (OBS: ``dynaweb check-behaviour
+``python -m evaluation.studies.probes.acting_backbones OBS.json`` (OBS: ``dynaweb check-behaviour
 capture --out OBS.json``); one JSON line per policy.
 """
 
