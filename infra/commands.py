@@ -115,7 +115,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
         if getattr(args, "log_level", None):
             argv += ["--log-level", args.log_level]
         return run_local_ranks(cfg, cfg.trainer.ranks, argv, name="trainer-ranks")
-    from models.train.ranks import RankLost, env_world
+    from models.train.data_parallel import RankLost, env_world
     from models.train.run import run_trainer
 
     stop = threading.Event()
@@ -130,7 +130,7 @@ def cmd_train(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_dream(args: argparse.Namespace, cfg: Config) -> int:
-    from models.dream.dreamer import run_dreamer
+    from models.dream.run import run_dreamer
 
     run_dreamer(cfg, default_id("dream"))
     return 0

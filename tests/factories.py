@@ -7,9 +7,9 @@ files.  ``tests/unit/test_tiers.py`` checks both."""
 from __future__ import annotations
 
 import random
-import threading
 from collections import deque
 from dataclasses import asdict
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -26,6 +26,7 @@ from models.world_model.outputs import Prediction
 from streams import records
 from streams.mixer import HybridMixer
 from streams.records import Trajectory, Transition
+from streams.topics import Topics
 
 # --- policy (tests/unit/test_policy*.py, test_engine_chunked.py) -------------------------------
 
@@ -301,24 +302,31 @@ class FixedPolicy:
 
 
 def dreamer() -> Dreamer:
-    """A ``Dreamer`` with no Kafka and no S3: the round's bookkeeping only (``FixedPolicy`` acting
-    on ``DREAM_PAGE``, a ``SamePage`` world model, both at version 3; what it publishes is
-    appended to ``d.sent``)."""
+    """A ``Dreamer`` wired from fake parts, no Kafka and no S3: the round's bookkeeping only
+    (``FixedPolicy`` acting on ``DREAM_PAGE``, a ``SamePage`` world model, both at version 3; what
+    it publishes is appended to ``d.sent``)."""
     cfg = load_config(env={"DYNAWEB_RUN_ID": "abandon"})
-    d = object.__new__(Dreamer)
-    d.cfg, d.run, d.stop = cfg, cfg.run_id, threading.Event()
-    d.rng, d.producer_id, d.rate_factor, d.steps_published = random.Random(0), "p", 1.0, 0
-    d.starts = deque([StartState(DREAM_PAGE, "miniwob/click-test", 1)])
-    d.slots = {"policy": SimpleNamespace(version=3), "world_model": SimpleNamespace(version=3)}
-    d.runners = lambda: (FixedPolicy(), SamePage())
-    d.sent = []
-    d.pub = SimpleNamespace(send=lambda topic, rec, key=None: d.sent.append(rec))
+    sent: list = []
+    d = Dreamer(
+        cfg.run_id,
+        "p",
+        cfg.dream,
+        cfg.model,
+        topics=Topics(cfg.run_id),
+        slots={"policy": SimpleNamespace(version=3), "world_model": SimpleNamespace(version=3)},
+        pub=SimpleNamespace(send=lambda topic, rec, key=None: sent.append(rec)),
+        open_consumer=lambda **kw: None,
+        watch=lambda on_announcement: SimpleNamespace(),
+        work=Path("/nonexistent"),
+    )
+    d.sent = sent
     d.topics = SimpleNamespace(dream="dream")
+    d.rng, d.producer_id = random.Random(0), "p"
+    d.starts = deque([StartState(DREAM_PAGE, "miniwob/click-test", 1)])
+    d.runners = lambda: (FixedPolicy(), SamePage())
     d.reload_clock = SimpleNamespace(used=lambda v, at=None: None)
-    d._announced, d.abandoned_last, d.first_round = threading.Event(), False, False
-    d._prefetched = threading.Event()
-    d._round_done, d._awaited_policy = threading.Event(), -1
-    d.iteration_t0 = d._factor_logged = 0.0
+    d.first_round = False
+    d._round_done.clear()
     return d
 
 

@@ -200,8 +200,8 @@ def main() -> int:
     """A rank of the N-rank run (started by ``bench_train_ranks`` through ``LocalRanks``)."""
     import logging
 
+    from models.train.data_parallel import RankGroup, env_world
     from models.train.engine import setup_distributed
-    from models.train.ranks import RankGroup, env_world
 
     logging.basicConfig(level=logging.WARNING)
     spec = json.loads(Path(sys.argv[1]).read_text())

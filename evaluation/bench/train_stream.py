@@ -96,7 +96,7 @@ def _memory_rate(tr: Any, items: list, steps: int, overlap: bool = True) -> floa
 
 def bench_train_stream(cfg: Config, starts: list[dict], steps: int = 4, ahead: int = 8) -> dict:
     from models import metrics as M
-    from models.train.trainer import Trainer
+    from models.train.run import build_trainer
     from streams import records
 
     cfg = dataclasses.replace(
@@ -114,7 +114,7 @@ def bench_train_stream(cfg: Config, starts: list[dict], steps: int = 4, ahead: i
     torch.set_num_threads(cfg.threads)  # as core.process does for the trainer component
     torch.set_flush_denormal(True)  # as core.process does
     raw = _batches(cfg, starts, 4)
-    tr = Trainer(cfg, threading.Event())
+    tr = build_trainer(cfg, threading.Event())
     tr.setup()
     try:
         items = []

@@ -13,6 +13,10 @@ per start state) and the behaviour log-probabilities.  Back-pressure messages
 from the stream worker scale the dream rate; with ``dream.pace`` a round is dreamed only while
 fewer than a window of this generator's dreamed episodes are in flight ahead of the trainer's
 consumption, which the trainer's progress message reports (``models/dream/pacing.py``).
+
+``Dreamer`` takes its parts (``models.parts``: the model slots, a publisher, the consumer factory,
+the announcement watcher's factory) and its config sections, and opens nothing in its
+constructor; ``models.dream.run.build_dreamer`` makes the parts from the config.
 """
 
 from __future__ import annotations
@@ -22,25 +26,27 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from kafka import TopicPartition
 
-from core.config import Config
-from core.process import start_component
-from core.s3 import make_client
+from core.config import DreamConfig, ModelConfig
 from core.spaces import Observation
 from models import metrics as M
-from models.checkpoints.reader import ModelSlot, Prefetcher, ReloadClock, reader_workdir
-from models.checkpoints.store import CheckpointStore
+from models.checkpoints.reader import Prefetcher, ReloadClock
 from models.component import close_component
-from models.dream.pacing import CreditWindow, auto_window_groups
+from models.dream.pacing import CreditWindow
+from models.parts import AnnouncementWatcher, ConsumerFactory, Publisher, Slot
 from streams import records
-from streams.checkpoints import CheckpointWatcher
-from streams.kafka import ensure_topics, make_consumer, make_publisher
+from streams.topics import Topics
+
+# what the watcher's factory is called with: the generator's announcement handler
+WatcherFactory = Callable[[Callable[[records.CheckpointAnnouncement], None]], AnnouncementWatcher]
 
 log = logging.getLogger(__name__)
 
@@ -106,31 +112,48 @@ class Dreamer:
     pace_reason = ""  # why the last round waited for the trainer ("": it did not)
     _pace_logged = 0.0
 
-    def __init__(self, cfg: Config, producer_id: str, stop: threading.Event | None = None):
-        self.cfg = cfg
-        self.run = cfg.run_id
+    def __init__(
+        self,
+        run: str,
+        producer_id: str,
+        dream: DreamConfig,
+        model_cfg: ModelConfig,
+        topics: Topics,
+        slots: dict[str, Slot],
+        pub: Publisher,
+        open_consumer: ConsumerFactory,
+        watch: WatcherFactory,
+        work: Path,
+        credit: CreditWindow | None = None,
+        stop: threading.Event | None = None,
+    ):
+        """``dream``: the ``dream`` section; ``model_cfg``: the policy runner's model settings;
+        ``slots``: the loaded ``policy`` and ``world_model`` (their downloads under ``work``,
+        removed by ``close``); ``open_consumer``: opens the consumer of the control, real and
+        expert topics in ``setup``; ``watch``: makes the announcement watcher, given the
+        generator's handler; ``credit``: ``dream.pace``'s window (None: off,
+        ``models.dream.run.pace_window``)."""
+        self.dream, self.model_cfg = dream, model_cfg
+        self.run = run
         self.stop = stop or threading.Event()
         self.started_at = time.time()
         self.producer_id = f"{producer_id}@{int(self.started_at)}"
-        self.topics = ensure_topics(cfg)
-        self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        self.work = reader_workdir("dream", cfg.s3.reader_dir)
-        self.slots = {
-            k: ModelSlot(self.store, k, self.work, self.run, poll_s=cfg.s3.latest_poll_s)
-            for k in ("policy", "world_model")
-        }
-        self.pub = make_publisher(cfg.kafka, client="dream", run=cfg.run_id)
+        self.topics = topics
+        self.work = work
+        self.slots = slots
+        self.pub = pub
+        self.open_consumer = open_consumer
         self.loader = ThreadPoolExecutor(len(self.slots), thread_name_prefix="dream-load")
-        self.starts: deque[StartState] = deque(maxlen=cfg.dream.start_pool)
+        self.starts: deque[StartState] = deque(maxlen=dream.start_pool)
         self.rate_factor = 1.0
         self._factor_logged = 0.0
         self.iteration_t0 = 0.0  # when the loop's current iteration began (back-pressure pacing)
         self.steps_published = 0
         # this sampler's own random streams (start states, actions), never rewound by a hot reload
-        self.rng = random.Random(f"{cfg.run_id}|{self.producer_id}")
+        self.rng = random.Random(f"{run}|{self.producer_id}")
         from models.policy.runner import sampler_generator
 
-        self.generator = sampler_generator(cfg.run_id, self.producer_id)
+        self.generator = sampler_generator(run, self.producer_id)
         self._runners: tuple | None = None
         self.consumer = None
         # new weights are downloaded and loaded on an announcement while the round goes on
@@ -160,15 +183,9 @@ class Dreamer:
         self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.first_round = True  # no round has run with the loaded weights yet
         self.gate_reason = ""  # the last gate decision's reason (logged when it changes)
-        self.credit = pace_window(cfg)
+        self.credit = credit
         self.reload_clock = ReloadClock(self.run, "dream")
-        self.watcher = CheckpointWatcher(
-            cfg.kafka,
-            [self.topics.checkpoints],
-            on_announcement=self._on_announcement,
-            partitions=(0,),
-            poll_ms=500,
-        )
+        self.watcher = watch(self._on_announcement)
 
     def _on_announcement(self, rec: records.CheckpointAnnouncement) -> None:
         slot = self.slots.get(rec.kind)
@@ -189,7 +206,7 @@ class Dreamer:
             if self._round_done.wait(0.05):
                 return
 
-    def _slot_ready(self, slot: ModelSlot) -> None:
+    def _slot_ready(self, slot: Slot) -> None:
         if slot.kind == "policy":
             self._announced.set()
 
@@ -203,7 +220,7 @@ class Dreamer:
         return any(got)
 
     def setup(self) -> None:
-        self.consumer = make_consumer(self.cfg.kafka, max_poll_records=500)
+        self.consumer = self.open_consumer(max_poll_records=500)
         tps = []
         for t in (self.topics.control, self.topics.real, self.topics.expert):
             parts = self.consumer.partitions_for_topic(t) or {0}
@@ -235,11 +252,11 @@ class Dreamer:
             from models.world_model.runner import WorldModelRunner
 
             p, w = self.slots["policy"], self.slots["world_model"]
-            pr = PolicyRunner(p.model, p.tokenizer, self.cfg.model, generator=self.generator)
+            pr = PolicyRunner(p.model, p.tokenizer, self.model_cfg, generator=self.generator)
             pr.policy_version = p.version
 
             M.DREAM_HEADS_TRAINED.labels(self.run).set(float(w.model.heads_trained()))
-            self._runners = (pr, WorldModelRunner(w.model, w.tokenizer, self.cfg.dream))
+            self._runners = (pr, WorldModelRunner(w.model, w.tokenizer, self.dream))
         return self._runners
 
     def poll(self, timeout_ms: int) -> None:
@@ -258,7 +275,7 @@ class Dreamer:
                 elif isinstance(rec, records.Control) and rec.kind == "consumed":
                     self.on_consumed(rec)
                 elif isinstance(rec, records.Transition) and (
-                    rec.step == 0 or self.cfg.dream.start_from == "any"
+                    rec.step == 0 or self.dream.start_from == "any"
                 ):
                     self.starts.append(
                         StartState(Observation.from_dict(rec.obs), rec.task, rec.seed, rec.step)
@@ -298,7 +315,7 @@ class Dreamer:
     def dream_once(self) -> int:
         from models.dream.env import dream_rollouts
 
-        cfg = self.cfg.dream
+        cfg = self.dream
         # the first round with new weights dreams one group: its group is out in half the time
         # of a full round (the reload's latency to first use), the next rounds are full
         n_start = 1 if self.first_round else max(1, cfg.batch // cfg.group_size)
@@ -405,7 +422,7 @@ class Dreamer:
         """Back-pressure: stretch this iteration so the rate scales with the factor (the whole
         iteration's work, the consumer's poll, the round and publishing, not only the round: the
         rate scales however the loop's time is split)."""
-        cfg = self.cfg.dream
+        cfg = self.dream
         elapsed = time.time() - (self.iteration_t0 or t0)
         limit = cfg.rate_limit_per_s * self.rate_factor if cfg.rate_limit_per_s else 0.0
         if self.rate_factor < 1.0 or limit:
@@ -437,11 +454,11 @@ class Dreamer:
 
     def gate_open(self) -> bool:
         """Whether the loaded world model may be dreamed with (``models/dream/gate.py``)."""
-        if not self.cfg.dream.wm_gate:
+        if not self.dream.wm_gate:
             return True
         from models.dream.gate import dream_gate_decision
 
-        d = self.cfg.dream
+        d = self.dream
         ok, why = dream_gate_decision(
             self.slots["world_model"].extra.get("wm_gate"), d.wm_gate_margin, d.wm_gate_min_samples
         )
@@ -518,42 +535,3 @@ class Dreamer:
         self.watcher.stop()
         self.loader.shutdown(wait=False, cancel_futures=True)
         close_component(self.consumer, self.pub, self.work)
-
-
-def pace_window(cfg: Config) -> CreditWindow | None:
-    """The credit window ``dream.pace`` asks for (None when off): ``dream.pace_window_groups``
-    groups, or sized from the batch's dream share and ``stream.max_staleness``."""
-    d, s = cfg.dream, cfg.stream
-    if not d.pace:
-        return None
-    groups = d.pace_window_groups or auto_window_groups(
-        s.max_staleness,
-        cfg.trainer.checkpoint_every,
-        s.batch_trajectories,
-        s.expert_fraction,
-        1.0 if list(s.policy_sources) == ["dream"] else 0.5,
-        d.group_size,
-    )
-    return CreditWindow(groups * d.group_size, s.max_staleness, d.pace_timeout_s)
-
-
-def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = None) -> Dreamer:
-    stop = start_component(cfg, "dream", producer_id, stop)
-    M.DREAM_RATE_FACTOR.labels(cfg.run_id).set(
-        1.0
-    )  # full speed until told otherwise (series exists from start)
-    M.DREAM_HEADS_TRAINED.labels(cfg.run_id).set(0.0)
-    M.DREAM_IN_FLIGHT.labels(cfg.run_id).set(0.0)
-    M.DREAM_PACE_WRITTEN_OFF.labels(cfg.run_id)
-    M.DREAM_P_SUCCESS.labels(cfg.run_id)
-    for outcome in ("varied", "uniform"):
-        M.DREAM_GROUPS.labels(cfg.run_id, outcome)
-    for end in ("done", "horizon", "stop"):
-        M.DREAM_ROLLOUT_ENDS.labels(cfg.run_id, end)
-    d = Dreamer(cfg, producer_id, stop)
-    try:
-        d.setup()
-        d.loop()
-    finally:
-        d.close()
-    return d

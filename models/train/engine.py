@@ -12,8 +12,8 @@ the interface they talk over must be named (``trainer.dist_interface``), and eve
 gives up after ``trainer.dist_timeout_s`` (a killed peer fails one at once).
 
 With several ranks and ZeRO stage 0 the engine does not all-reduce its gradients itself: each
-rank's loss is its share's part of the whole batch's loss (``models.train.shard``), the learner
-sums the ranks' gradients once per step (``models.train.ranks.RankGroup.reduce_grads``, passed to
+rank's loss is its share's part of the whole batch's loss (``models.train.data_parallel``), the learner
+sums the ranks' gradients once per step (``models.train.data_parallel.RankGroup.reduce_grads``, passed to
 ``engine_step`` as ``reduce``) however many micro-batches each rank ran, and the gradient norm and
 clipping then see the whole batch's gradient.  ZeRO stages 1-3 reduce (average) in the engine:
 there the learner scales each rank's loss by the world size (``loss_scale``) and the engine

@@ -6,7 +6,7 @@ and builds every step's decision: the page's candidate actions and their tokens
 waiting batch on one background thread while the trainer's step runs (torch releases the GIL in
 its kernels); ``take`` hands the result to the step (or ``None``: the step builds it itself).
 ``dynaweb bench train --stream`` reports the gain (``prepare_overlap_speedup``).  On rank ``r``
-of a trainer group only the rank's share is built (``models.train.shard``; the leader's share:
+of a trainer group only the rank's share is built (``models.train.data_parallel``; the leader's share:
 the other ranks build theirs when the batch reaches them).
 """
 
@@ -44,7 +44,7 @@ class BatchPreparer:
 
     def _build(self, batch: Any) -> tuple[list, dict]:
         from models.policy.loss import prepare_decisions
-        from models.train.shard import rank_share
+        from models.train.data_parallel import rank_share
 
         trajs = batch.trajs()
         return trajs, prepare_decisions(

@@ -1,17 +1,53 @@
 """The trainer as a component: one rank of it in this process (``dynaweb train``; ``core.launch``
-starts several).  Rank 0 runs ``Trainer.loop`` and tells the other ranks when to stop; the others
-run ``Trainer.follow``; a lost rank raises ``models.train.ranks.RankLost``."""
+starts several).  ``build_trainer`` is the one place the trainer's parts are made from the config
+(the S3 store, rank 0's topics, publisher, checkpoint writer and consumer factory, the learner and
+its embedder, a scratch folder); ``run_trainer`` starts the component: rank 0 runs
+``Trainer.loop`` and tells the other ranks when to stop; the others run ``Trainer.follow``; a lost
+rank raises ``models.train.data_parallel.RankLost``."""
 
 from __future__ import annotations
 
+import functools
+import tempfile
 import threading
+from pathlib import Path
 
 from core.config import Config
 from core.process import start_component
+from core.s3 import make_client
 from models import metrics as M
+from models.checkpoints.store import CheckpointStore
+from models.checkpoints.writer import CheckpointWriter
+from models.train.data_parallel import RankGroup, env_world
 from models.train.engine import setup_distributed
-from models.train.ranks import RankGroup, env_world
-from models.train.trainer import Trainer
+from models.train.learner import Learner
+from models.train.trainer import LeaderParts, Trainer
+from streams.kafka import ensure_topics, make_consumer, make_publisher
+
+
+def build_trainer(
+    cfg: Config, stop: threading.Event | None = None, group: RankGroup | None = None
+) -> Trainer:
+    """A trainer rank wired from ``cfg`` (``group``: this rank's place; None: the only rank).
+    Rank 0 alone gets the topics (created if missing), a publisher and the checkpoint writer."""
+    stop = stop or threading.Event()
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    leader_parts = None
+    if group is None or group.leader:  # the other ranks read no topic and write nothing to S3
+        topics = ensure_topics(cfg)
+        pub = make_publisher(cfg.kafka, client="trainer", run=cfg.run_id)
+        writer = CheckpointWriter(store, pub, topics.checkpoints, cfg.run_id, stop)
+        leader_parts = LeaderParts(topics, pub, writer, functools.partial(make_consumer, cfg.kafka))
+    work = Path(tempfile.mkdtemp(prefix="dynaweb-trainer-"))
+    embedder = None
+    if cfg.trainer.infonce_weight > 0:
+        from models.lm.embedder import default_embedder
+
+        embedder = default_embedder()
+    learner = Learner(
+        cfg.trainer, cfg.model, cfg.dream.max_change_tokens, cfg.run_id, group, embedder
+    )
+    return Trainer(cfg, learner, store, work, leader_parts, stop)
 
 
 def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
@@ -27,7 +63,7 @@ def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
         setup_distributed(cfg.trainer.dist_interface, cfg.trainer.dist_timeout_s)
         group = RankGroup(rank, world).start()
     if rank != 0:  # the group's figures come from rank 0 alone (models/metrics.py)
-        tr = Trainer(cfg, stop, group)
+        tr = build_trainer(cfg, stop, group)
         try:
             tr.setup()
             tr.follow()
@@ -51,7 +87,7 @@ def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
             M.TRAINER_UNGROUPED,
         ):
             m.labels(cfg.run_id, src)
-    tr = Trainer(cfg, stop, group)
+    tr = build_trainer(cfg, stop, group)
     try:
         tr.setup()
         tr.loop()

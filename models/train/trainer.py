@@ -1,4 +1,7 @@
-"""The trainer run loop: DeepSpeed updates of the policy and the world model.
+"""The trainer's I/O loop around its learner: topics in, checkpoints and announcements out.
+
+The updates themselves are the learner's (``models.train.learner.Learner``: batches in, DeepSpeed
+steps of the policy and the world model out); this module feeds it and keeps what it learned.
 
 Inputs (Kafka, manual partition assignment, no consumer group):
 ``train.policy`` (mixed TrainingBatch records from the stream worker),
@@ -21,11 +24,14 @@ trainer's own weights, and a restart resumes from the newest version written.
 
 Several ranks (``trainer.ranks`` / ``dynaweb train --ranks N``, or a launcher's WORLD_SIZE): rank 0
 is the trainer above (``loop``) and sends every decision to the other ranks
-(``models.train.ranks``): what to load at the start, each policy and world-model batch (each rank
-trains its share, ``models.train.shard``; gradients summed over the ranks), each checkpoint (every
-rank saves its engine state, rank 0 alone uploads and announces), the stop.  The other ranks
-(``follow``) read no topic and write nothing to S3.  A lost rank ends every rank with
-``RankLost`` (exit 1), and the group restarts as one component.
+(``models.train.data_parallel``): what to load at the start, each policy and world-model batch
+(each rank trains its share; gradients summed over the ranks), each checkpoint (every rank saves
+its engine state, rank 0 alone uploads and announces), the stop.  The other ranks (``follow``)
+read no topic and write nothing to S3.  A lost rank ends every rank with ``RankLost`` (exit 1),
+and the group restarts as one component.
+
+The constructor takes its parts (``models.parts``) and opens nothing; ``models.train.run
+.build_trainer`` makes them from the config.
 """
 
 from __future__ import annotations
@@ -33,101 +39,122 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-import tempfile
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 from core.bounded import BoundedSet
-from core.config import Config
-from core.s3 import make_client
+from core.config import Config, ModelConfig
 from models import metrics as M
 from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
-from models.checkpoints.writer import CheckpointWriter
 from models.component import close_component
 from models.dream.gate import FidelityWindow
 from models.lm.saved import load_model, make_model, state_has_every_weight
+from models.parts import CheckpointSink, ConsumerFactory, Publisher
 from models.train.consumed import DreamConsumption
-from models.train.engine import current_lr, trainer_engine
+from models.train.data_parallel import RankGroup, follow
+from models.train.engine import current_lr
+from models.train.learner import Learner, world_model_batch
 from models.train.prepare import BatchPreparer
-from models.train.rank import TrainerRank
-from models.train.ranks import RankGroup
 from models.train.report import export_policy_stats, export_source_stats
 from streams import records
-from streams.kafka import (
-    assignable,
-    ensure_topics,
-    is_control,
-    make_consumer,
-    make_publisher,
-)
+from streams.kafka import assignable, is_control
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
 
 
-def build_models(cfg: Config, policy_dir: Path | None = None, wm_dir: Path | None = None) -> dict:
+def build_models(
+    model_cfg: ModelConfig, policy_dir: Path | None = None, wm_dir: Path | None = None
+) -> dict:
+    """Both kinds as ``(model, tokenizer)``: loaded from their ``hf`` folders, else fresh."""
     from models.policy.model import Policy
     from models.world_model.model import WorldModel
 
-    pol = load_model(Policy, str(policy_dir)) if policy_dir else make_model(Policy, cfg.model)
-    wm = load_model(WorldModel, str(wm_dir)) if wm_dir else make_model(WorldModel, cfg.model)
+    pol = load_model(Policy, str(policy_dir)) if policy_dir else make_model(Policy, model_cfg)
+    wm = load_model(WorldModel, str(wm_dir)) if wm_dir else make_model(WorldModel, model_cfg)
     return {"policy": pol, "world_model": wm}
 
 
 PENDING_BATCHES = 4  # policy batches polled ahead of training (Trainer.poll_into)
-T = TypeVar("T")
+# what the trainer keeps of the world-model topics (rank 0's memory, not a correctness bound)
+WM_REPLAY = 20_000  # the replay the world model's batches are drawn from (newest kept)
+WM_FRESH = 256  # transitions not yet trained on: up to half of each batch comes from these first
+WM_TERMINAL = 5_000  # the replay's episode-ending steps, drawn at ``trainer.wm_terminal_share``
+WM_SEEN = 500_000  # transition keys remembered to drop the broker's redeliveries
+EVAL_WINDOW = 64  # held-out transitions kept; ``report_fidelity`` checks the newest 8
 
 
-class Trainer(TrainerRank):
+@dataclass
+class LeaderParts:
+    """What rank 0 alone has (the other ranks read no topic and write nothing to S3): the run's
+    topics, a publisher (progress messages), the checkpoint sink (uploads and announcements) and
+    the factory its two consumers are opened with in ``setup``."""
+
+    topics: Topics
+    pub: Publisher
+    writer: CheckpointSink
+    open_consumer: ConsumerFactory
+
+
+class Trainer:
     preparer: BatchPreparer | None = None  # builds the next batch ahead (set up with the tokenizer)
 
     def __init__(
-        self, cfg: Config, stop: threading.Event | None = None, group: RankGroup | None = None
+        self,
+        cfg: Config,
+        learner: Learner,
+        store: CheckpointStore,
+        work: Path,
+        leader_parts: LeaderParts | None = None,
+        stop: threading.Event | None = None,
     ):
+        """``learner``: this rank's updates (its ``group``: this rank's place, None: the only
+        rank); ``store``: this run's checkpoints (resume, and ``trainer.init_from``'s other run
+        through its client); ``work``: a scratch folder, removed by ``close``;
+        ``leader_parts``: rank 0's (None on the other ranks)."""
         self.cfg = cfg
         self.stop = stop or threading.Event()
         self.run = cfg.run_id
-        self.group = group  # several ranks: this rank's place (None: the only rank)
-        self.leader = group is None or group.leader
-        self.rank = str(group.rank if group is not None else 0)  # the per-rank metrics' label
-        self.store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        self.topics: Topics | None = None
-        self.pub: Any = None
-        self.writer: CheckpointWriter | None = None
-        if self.leader:  # the other ranks read no topic and write nothing to S3
-            self.topics = ensure_topics(cfg)
-            self.pub = make_publisher(cfg.kafka, client="trainer", run=cfg.run_id)
-            self.writer = CheckpointWriter(
-                self.store, self.pub, self.topics.checkpoints, self.run, self.stop
-            )
-        self.work = Path(tempfile.mkdtemp(prefix="dynaweb-trainer-"))
+        self.learner = learner
+        self.group: RankGroup | None = learner.group
+        self.leader = self.group is None or self.group.leader
+        assert (leader_parts is not None) == self.leader, "rank 0 alone has the topics and S3 sink"
+        self.rank = learner.rank  # the per-rank metrics' label
+        self.store = store
+        self.topics = leader_parts.topics if leader_parts else None
+        self.pub = leader_parts.pub if leader_parts else None
+        self.writer = leader_parts.writer if leader_parts else None
+        self.open_consumer = leader_parts.open_consumer if leader_parts else None
+        self.work = work
         self.version = 0
-        self.policy_steps = 0
-        self.wm_steps = 0
         self.offsets: dict[str, dict[int, int]] = {}
-        self.consumer = None  # world-model and evaluation topics; opened by setup()
-        self.batch_consumer = None  # the policy-batch topic, polled only when there is room
+        self.consumer: Any = None  # world-model and evaluation topics; opened by setup()
+        self.batch_consumer: Any = None  # the policy-batch topic, polled only when there is room
         self.seen_batches = BoundedSet()
-        self.seen_wm = BoundedSet(500_000)
-        self.wm_buffer: deque = deque(maxlen=20_000)
-        self.wm_fresh: deque = deque(maxlen=256)
-        self.wm_terminal: deque = deque(maxlen=5_000)  # the buffer's done steps
-        self.eval_window: deque = deque(maxlen=64)
+        self.seen_wm = BoundedSet(WM_SEEN)
+        self.wm_buffer: deque = deque(maxlen=WM_REPLAY)
+        self.wm_fresh: deque = deque(maxlen=WM_FRESH)
+        self.wm_terminal: deque = deque(maxlen=WM_TERMINAL)  # the buffer's done steps
+        self.eval_window: deque = deque(maxlen=EVAL_WINDOW)
         self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
         self.batches_consumed = 0
         self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
         self.dreams_consumed = DreamConsumption()  # per dream producer: its pacing signal
         self.last_ckpt_time = time.time()
-        self.embedder = None
-        if cfg.trainer.infonce_weight > 0:
-            from models.lm.embedder import default_embedder
 
-            self.embedder = default_embedder()
+    @property
+    def policy_steps(self) -> int:
+        return self.learner.policy_steps
+
+    @property
+    def wm_steps(self) -> int:
+        return self.learner.wm_steps
 
     # --- setup and resume -------------------------------------------------------
     def setup(self) -> None:
@@ -156,33 +183,28 @@ class Trainer(TrainerRank):
         if lat is None and self.cfg.trainer.wm_init_from:  # a fresh run: the offline world model
             wm_dir = wm_init_dir(self.cfg.trainer.wm_init_from)
             log.info("world model initialised from %s", wm_dir)
-        models = build_models(self.cfg, dirs.get("policy") and dirs["policy"] / "hf", wm_dir)
-        self.policy_model, self.tokenizer = models["policy"]
+        models = build_models(self.cfg.model, dirs.get("policy") and dirs["policy"] / "hf", wm_dir)
+        lrn = self.learner
         self.preparer = BatchPreparer(
-            self.tokenizer,
+            models["policy"][1],
             self.cfg.model.max_positions,
             self.cfg.trainer.policy_temperature,
             *((self.group.rank, self.group.world) if self.group is not None else ()),
         )
-        self.wm_model, self.wm_tokenizer = models["world_model"]
-        tc = self.cfg.trainer
-        # lr schedule: restored by load_checkpoint; several ranks: the engine broadcasts rank 0's
-        # weights at its start (a collective, as are the checkpoint saves below)
-        self.p_engine = self._collective(lambda: trainer_engine(self.policy_model, tc, "policy"))
-        self.w_engine = self._collective(lambda: trainer_engine(self.wm_model, tc, "world_model"))
+        lrn.start(models["policy"], models["world_model"])
         if manifest is not None:
-            for kind, engine in (("policy", self.p_engine), ("world_model", self.w_engine)):
+            for kind, engine in lrn.engines():
                 state = dirs.get(kind, Path("/nonexistent")) / "state"
                 if state.exists():
                     strict = state_has_every_weight(dirs[kind] / "hf", engine.module)
-                    self._collective(
+                    lrn.collective(
                         lambda e=engine, st=state, s=strict: e.load_checkpoint(
                             str(st), tag="ds", load_module_strict=s
                         )
                     )
             extra = manifest.get("extra", {})
-            self.policy_steps = int(extra.get("policy_steps", 0))
-            self.wm_steps = int(extra.get("wm_steps", 0))
+            lrn.policy_steps = int(extra.get("policy_steps", 0))
+            lrn.wm_steps = int(extra.get("wm_steps", 0))
             # what the checkpoint's offsets stand for: the stream workers' back-pressure compares
             # their batches with these counts, so they must not restart from 0 with the trainer
             # (after a trainer and a worker restart the lag stayed over its bound for good and the
@@ -267,8 +289,9 @@ class Trainer(TrainerRank):
     def _open_consumer(self) -> None:
         """Two consumers assigned by hand at the checkpoint's offsets (or the beginning): the
         world-model topics', and the policy batches' (``poll_into`` says when each is polled)."""
-        self.consumer = make_consumer(self.cfg.kafka, max_poll_records=64)
-        self.batch_consumer = make_consumer(self.cfg.kafka, max_poll_records=PENDING_BATCHES)
+        assert self.open_consumer is not None and self.topics is not None
+        self.consumer = self.open_consumer(max_poll_records=64)
+        self.batch_consumer = self.open_consumer(max_poll_records=PENDING_BATCHES)
         self._assign(self.consumer, (self.topics.world_model, self.topics.world_model_eval))
         self._assign(self.batch_consumer, (self.topics.policy_batches,))
 
@@ -289,9 +312,10 @@ class Trainer(TrainerRank):
         state into rank 0's directories (``save_states``; the ranks' optimizer shards under ZeRO
         1-3), then rank 0 alone uploads and announces."""
         t0 = time.time()
+        lrn = self.learner
         models = (
-            ("policy", self.p_engine, self.tokenizer),
-            ("world_model", self.w_engine, self.wm_tokenizer),
+            ("policy", lrn.p_engine, lrn.tokenizer),
+            ("world_model", lrn.w_engine, lrn.wm_tokenizer),
         )
         dirs = {}
         for kind, engine, tok in models:
@@ -304,7 +328,7 @@ class Trainer(TrainerRank):
             dirs[kind] = str(d / "state")
         if self.group is not None:
             self.group.send(("checkpoint", self.version, dirs))
-        self.save_states(dirs)
+        lrn.save_states(dirs)
         cfg_dict = self.cfg.to_dict()
         extra = {
             "policy_steps": self.policy_steps,
@@ -424,12 +448,12 @@ class Trainer(TrainerRank):
             return False
         if self.group is not None:
             self.group.send(("policy", trajs))
-        loss, stats, gn = self.policy_update(trajs, prepared, t0)
+        loss, stats, gn = self.learner.policy_update(trajs, prepared, t0)
         self.dreams_consumed.add(trajs)
         M.TRAINER_STEPS.labels(self.run, "policy").inc()
         M.TRAINER_BATCH_KIND.labels(self.run, batch.kind).inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "policy").set(gn)
-        M.TRAINER_LR.labels(self.run, "policy").set(current_lr(self.p_engine))
+        M.TRAINER_LR.labels(self.run, "policy").set(current_lr(self.learner.p_engine))
         M.TRAINER_LOSS.labels(self.run, "policy", "total").set(float(loss.detach()))
         export_policy_stats(self.run, stats)
         export_source_stats(self.run, stats)
@@ -457,8 +481,6 @@ class Trainer(TrainerRank):
         return kept
 
     def wm_step(self) -> None:
-        from models.train.learner import world_model_batch
-
         n = self.cfg.trainer.wm_batch
         share = self.cfg.trainer.wm_terminal_share
         batch = world_model_batch(self.wm_fresh, self.wm_buffer, self.wm_terminal, n, share)
@@ -466,10 +488,10 @@ class Trainer(TrainerRank):
             return
         if self.group is not None:
             self.group.send(("world_model", batch))
-        loss, stats, gn = self.wm_update(batch)
+        loss, stats, gn = self.learner.wm_update(batch)
         M.TRAINER_STEPS.labels(self.run, "world_model").inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "world_model").set(gn)
-        M.TRAINER_LR.labels(self.run, "world_model").set(current_lr(self.w_engine))
+        M.TRAINER_LR.labels(self.run, "world_model").set(current_lr(self.learner.w_engine))
         for k in ("lm_loss", "infonce", "reward_head_loss", "done_head_loss"):
             if k in stats:
                 M.TRAINER_LOSS.labels(self.run, "world_model", k.removesuffix("_loss")).set(
@@ -484,8 +506,9 @@ class Trainer(TrainerRank):
         from models.world_model.scores import fidelity
 
         sample = list(self.eval_window)[-8:]
-        self.w_engine.eval()
-        runner = WorldModelRunner(self.w_engine.module, self.wm_tokenizer, self.cfg.dream)
+        engine = self.learner.w_engine
+        engine.eval()
+        runner = WorldModelRunner(engine.module, self.learner.wm_tokenizer, self.cfg.dream)
         from core.spaces import Observation, parse_action
 
         preds = runner.predict(
@@ -583,6 +606,12 @@ class Trainer(TrainerRank):
         fixed ratio to policy steps, so a run's world model does not depend on the machine's speed."""
         r = self.cfg.trainer.wm_steps_per_policy_step
         return r <= 0 or self.wm_steps < r * max(1, self.policy_steps)
+
+    def follow(self) -> None:
+        """A rank other than 0, after ``setup``: rank 0's commands until it stops the group
+        (``models.train.data_parallel.follow``)."""
+        assert self.group is not None and not self.leader
+        follow(self.group, self.learner)
 
     def close(self) -> None:
         if self.preparer is not None:

@@ -292,7 +292,7 @@ def _wm_share_loss(
     head_w: float,
     select: Collection[int],
 ) -> tuple[torch.Tensor, dict]:
-    """The rows ``select`` of a batch (a data-parallel trainer rank's share, ``models.train.shard``)
+    """The rows ``select`` of a batch (a data-parallel trainer rank's share, ``models.train.data_parallel``)
     in micro-batches (``_wm_loss_chunked``), weighted as in the whole batch: each row's share of
     the batch's target tokens, the heads' whole-batch class weights, InfoNCE over every row's
     pooled vector (the no-grad pass pools them all); the page head's own InfoNCE term goes with the

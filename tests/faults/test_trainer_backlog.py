@@ -18,7 +18,7 @@ import pytest
 from core.config import Config
 from core.s3 import make_client
 from models.checkpoints.store import CheckpointStore
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams.kafka import ensure_topics, make_publisher
 from tests.factories import training_batch, transition
 from tests.faults.harness import RECOVERY_S, report
@@ -41,7 +41,7 @@ def test_trainer_restart_with_a_backlog(run_cfg: Config) -> None:
     cfg = small(run_cfg)
     topics = ensure_topics(cfg)
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-    first = Trainer(cfg)
+    first = build_trainer(cfg)
     try:
         first.setup()  # version 0, then the trainer is gone
     finally:
@@ -59,7 +59,7 @@ def test_trainer_restart_with_a_backlog(run_cfg: Config) -> None:
     pub.close()
 
     stop = threading.Event()
-    tr = Trainer(cfg, stop=stop)
+    tr = build_trainer(cfg, stop=stop)
     t0 = time.time()
     worker = threading.Thread(target=lambda: (tr.setup(), tr.loop()), daemon=True)
     worker.start()
@@ -101,7 +101,7 @@ def test_trainer_restart_with_a_backlog(run_cfg: Config) -> None:
     # a third trainer resumes from the newest version with the consumed counts that version's
     # offsets stand for: the stream workers' back-pressure lag compares their batches with them
     # (restarting them from 0 left a worker over its lag bound for good after a soak's restarts)
-    third = Trainer(cfg)
+    third = build_trainer(cfg)
     try:
         third.setup()
         done = sum(third.offsets.get(topics.policy_batches, {}).values())

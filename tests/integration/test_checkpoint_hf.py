@@ -11,7 +11,7 @@ import torch
 from core.config import Config
 from core.s3 import make_client
 from models.checkpoints.store import CheckpointStore
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.factories import small_trainer, training_batch
 
@@ -34,14 +34,14 @@ def test_trainer_checkpoint_is_a_plain_hf_directory(run_cfg: Config, tmp_path: P
     pub.send(topics.policy_batches, training_batch(cfg))
     pub.flush()
     pub.close()
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()
         tr.loop()  # one step -> v1 (trained weights, not the initial ones)
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
         for kind, engine, tok in (
-            ("policy", tr.p_engine, tr.tokenizer),
-            ("world_model", tr.w_engine, tr.wm_tokenizer),
+            ("policy", tr.learner.p_engine, tr.learner.tokenizer),
+            ("world_model", tr.learner.w_engine, tr.learner.wm_tokenizer),
         ):
             lat = store.latest(kind)
             assert lat["version"] == 1

@@ -19,7 +19,7 @@ import pytest
 from core.config import Config
 from core.metrics import scrape_targets
 from core.spaces import Observation
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams import kafka as sk
 from streams import records
 from tests.factories import transition
@@ -88,7 +88,7 @@ def _dream_and_train(
     succeed, or with ``two_buttons`` ``_two_button_episode``s."""
     cfg.model.layers, cfg.model.d_model, cfg.model.heads = 1, 32, 2
     topics = sk.ensure_topics(cfg)
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # the version-0 policy and world model in S3 (the generator's first load)
     finally:

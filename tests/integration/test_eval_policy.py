@@ -7,7 +7,7 @@ import json
 
 from core.config import Config
 from infra.cli import main
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams import records
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.factories import small_trainer
@@ -20,7 +20,7 @@ def test_eval_policy_live_with_dreams(run_cfg: Config, capsys, monkeypatch) -> N
     cfg = small_trainer(run_cfg)
     cfg.collector.max_steps = 3
     topics = ensure_topics(cfg)
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # publishes v0
     finally:
@@ -82,7 +82,7 @@ def test_eval_policy_live_with_dreams(run_cfg: Config, capsys, monkeypatch) -> N
 def test_eval_world_model_on_the_eval_topic(run_cfg: Config, capsys, monkeypatch) -> None:
     cfg = small_trainer(run_cfg)
     topics = ensure_topics(cfg)
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # world model v0
     finally:

@@ -18,7 +18,7 @@ from infra.cli import main
 from models.checkpoints.reader import ModelSlot
 from models.checkpoints.store import CheckpointStore
 from models.lm.saved import make_model
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from models.world_model.loss import world_model_batch_loss
 from models.world_model.model import WorldModel
 from streams import records
@@ -107,7 +107,7 @@ def test_world_model_gate_promotes_better_rejects_worse(
         s.work.mkdir()
     gate = Gate(cfg)
     rejected0 = GATE_DECISIONS.labels(cfg.run_id, "rejected")._value.get()
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # v0 (random world model): the first version becomes LATEST without a gate
         assert (
@@ -115,10 +115,12 @@ def test_world_model_gate_promotes_better_rejects_worse(
             and store.decision("policy", 0)["by"] == "trainer"
         )
         assert all(s.refresh() and s.version == 0 for s in slots.values())
-        random_wm = {k: v.detach().clone() for k, v in tr.w_engine.module.state_dict().items()}
+        random_wm = {
+            k: v.detach().clone() for k, v in tr.learner.w_engine.module.state_dict().items()
+        }
         assert gate.run_once() is None  # nothing newer than LATEST
 
-        tr.w_engine.module.load_state_dict(good)
+        tr.learner.w_engine.module.load_state_dict(good)
         tr.version = 1
         tr.checkpoint()  # a candidate: written, LATEST stays, generators stay
         assert (
@@ -137,7 +139,7 @@ def test_world_model_gate_promotes_better_rejects_worse(
         )
         assert all(s.refresh() and s.version == 1 for s in slots.values())
 
-        tr.w_engine.module.load_state_dict(
+        tr.learner.w_engine.module.load_state_dict(
             random_wm
         )  # a worse candidate (the trainer keeps its own weights)
         tr.version = 2
@@ -168,11 +170,11 @@ def test_world_model_gate_promotes_better_rejects_worse(
     assert _announced(cfg, "world_model") == [0, 1] and _announced(cfg, "policy") == [0, 1]
 
     # a gated trainer resumes from its newest version (the rejected v4), not from LATEST
-    tr2 = Trainer(cfg)
+    tr2 = build_trainer(cfg)
     try:
         tr2.setup()
         assert tr2.version == 4
-        w = tr2.w_engine.module.state_dict()
+        w = tr2.learner.w_engine.module.state_dict()
         assert all(torch.equal(w[k], random_wm[k]) for k in random_wm)
     finally:
         tr2.close()
@@ -209,7 +211,7 @@ def test_live_policy_gate_and_cli(run_cfg: Config, capsys, monkeypatch) -> None:
     hi = cfg.collector.seed_stop
     cfg.gate.seeds = f"{hi + 500}:{hi + 502}"
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # v0 -> LATEST
         tr.version = 1

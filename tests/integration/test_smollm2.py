@@ -16,7 +16,7 @@ from core.spaces import Observation
 from models.checkpoints.reader import ModelSlot
 from models.checkpoints.store import CheckpointStore
 from models.policy.runner import PolicyRunner
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from models.world_model.runner import WorldModelRunner
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.factories import training_batch
@@ -39,13 +39,16 @@ def test_smollm2_learns_checkpoints_and_hot_reloads_on_the_real_stack(
     pub = Publisher(make_producer(cfg.kafka))
     pub.send(topics.policy_batches, training_batch(cfg))
     pub.flush()
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # both models from the GGUF file; v0 published
-        assert type(tr.policy_model.lm).__name__ == "LlamaForCausalLM"
-        assert type(tr.wm_model.lm).__name__ == "LlamaForCausalLM"
-        assert tr.policy_model.spec.element_head and not tr.policy_model.spec.element_named
-        assert tr.wm_model.match is None and tr.wm_model.lines is None
+        assert type(tr.learner.policy_model.lm).__name__ == "LlamaForCausalLM"
+        assert type(tr.learner.wm_model.lm).__name__ == "LlamaForCausalLM"
+        assert (
+            tr.learner.policy_model.spec.element_head
+            and not tr.learner.policy_model.spec.element_named
+        )
+        assert tr.learner.wm_model.match is None and tr.learner.wm_model.lines is None
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
         policy = ModelSlot(store, "policy", tmp_path / "p", cfg.run_id)
         assert policy.refresh() and policy.version == 0
@@ -54,7 +57,7 @@ def test_smollm2_learns_checkpoints_and_hot_reloads_on_the_real_stack(
         assert tr.policy_steps == 1 and store.latest("policy")["version"] == 1
         assert policy.refresh() and policy.version == 1
         after = policy.model.state_dict()
-        trained = tr.p_engine.module.state_dict()
+        trained = tr.learner.p_engine.module.state_dict()
         assert all(torch.equal(after[k], trained[k]) for k in trained)  # the trainer's weights
         assert any(not torch.equal(before[k], after[k]) for k in before)  # and they moved
         runner = PolicyRunner(policy.model, policy.tokenizer, cfg.model, seed=0)

@@ -22,7 +22,7 @@ import uuid
 import pytest
 
 from core.config import Config
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams import kafka as sk
 from streams import records
 from streams.records import Control
@@ -47,7 +47,7 @@ def test_paused_trainer_slows_the_dream_generator(run_cfg: Config, tmp_path):
     cfg = run_cfg
     cfg.model.layers, cfg.model.d_model, cfg.model.heads = 1, 32, 2
     topics = sk.ensure_topics(cfg)
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # publishes the version-0 policy and world model to S3
     finally:

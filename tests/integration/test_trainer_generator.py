@@ -13,7 +13,7 @@ from core.config import Config
 from core.s3 import make_client
 from models.checkpoints.reader import ModelSlot
 from models.checkpoints.store import CheckpointStore
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.factories import small_trainer, training_batch
 
@@ -30,7 +30,7 @@ def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(
     pub = Publisher(make_producer(cfg.kafka))
     pub.send(topics.policy_batches, training_batch(cfg))
     pub.flush()
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # publishes v0 before the first step
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
@@ -42,7 +42,7 @@ def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(
         assert tr.policy_steps == 1 and store.latest("policy")["version"] == 1
         assert slot.refresh() and slot.version == 1
         v1 = _params(slot.model)
-        trained = _params(tr.p_engine.module)
+        trained = _params(tr.learner.p_engine.module)
         assert all(torch.equal(v1[k], trained[k]) for k in trained)  # exactly the trainer's weights
         assert any(not torch.equal(v0[k], v1[k]) for k in v0)  # and they moved
         # a tampered v2: LATEST moves, but the file no longer matches the manifest -> refused

@@ -15,7 +15,7 @@ from models.checkpoints.reader import ModelSlot
 from models.checkpoints.store import CheckpointStore
 from models.lm.backbone import make_causal_lm
 from models.lm.lora import ADAPTERS, base_digest
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.factories import small_trainer, training_batch
 
@@ -39,7 +39,7 @@ def test_a_lora_trainer_uploads_adapters_only_and_the_slot_hot_reloads_them(
     pub.send(topics.policy_batches, training_batch(cfg))
     pub.flush()
     pub.close()
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()  # v0
         store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
@@ -65,18 +65,20 @@ def test_a_lora_trainer_uploads_adapters_only_and_the_slot_hot_reloads_them(
         v1 = slot.model
         # hot reload of the adapters: the base tensors are the ones v0 brought
         assert v1.lm.transformer.wte.weight is v0.lm.transformer.wte.weight
-        trained = _trained(tr.p_engine.module)
+        trained = _trained(tr.learner.p_engine.module)
         got = _trained(v1)
         assert trained.keys() == got.keys() and any(".lora_" in k for k in got)
         assert all(torch.equal(got[k], trained[k].cpu()) for k in trained)  # the trainer's weights
         assert any(not torch.equal(got[k], p) for k, p in _trained(v0).items())  # that moved
     finally:
         tr.close()
-    again = Trainer(cfg)  # a restart resumes from v1: the base from its path, state/ not strict
+    again = build_trainer(
+        cfg
+    )  # a restart resumes from v1: the base from its path, state/ not strict
     try:
         again.setup()
         assert again.version == 1 and again.policy_steps == 1
-        resumed = _trained(again.p_engine.module)
+        resumed = _trained(again.learner.p_engine.module)
         assert all(torch.equal(resumed[k].cpu(), trained[k].cpu()) for k in trained)
     finally:
         again.close()

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 
 from core.config import Config
 from models.train.engine import current_lr, lr_factor
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.factories import small_trainer, training_batch
 
@@ -28,27 +28,27 @@ def test_trainer_restart_restores_the_lr_schedule(run_cfg: Config) -> None:
     pub.close()
     tc = cfg.trainer
     tc.max_steps = 2
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()
-        assert math.isclose(current_lr(tr.p_engine), tc.lr * lr_factor(0, 4, 6, 0.2))
+        assert math.isclose(current_lr(tr.learner.p_engine), tc.lr * lr_factor(0, 4, 6, 0.2))
         tr.loop()  # two policy steps, a checkpoint after each
-        assert tr.policy_steps == 2 and tr.p_engine.lr_scheduler.last_epoch == 2
+        assert tr.policy_steps == 2 and tr.learner.p_engine.lr_scheduler.last_epoch == 2
         lr2 = tc.lr * lr_factor(2, 4, 6, 0.2)
-        assert math.isclose(current_lr(tr.p_engine), lr2)
+        assert math.isclose(current_lr(tr.learner.p_engine), lr2)
         exported = REGISTRY.get_sample_value(
             "dynaweb_trainer_learning_rate", {"run": cfg.run_id, "model": "policy"}
         )
         assert exported is not None and math.isclose(exported, lr2)
     finally:
         tr.close()
-    again = Trainer(cfg)  # a restart: resumes from LATEST (v2)
+    again = build_trainer(cfg)  # a restart: resumes from LATEST (v2)
     try:
         again.setup()
         assert again.version == 2 and again.policy_steps == 2
-        assert again.p_engine.lr_scheduler.last_epoch == 2
-        assert math.isclose(current_lr(again.p_engine), lr2)
+        assert again.learner.p_engine.lr_scheduler.last_epoch == 2
+        assert math.isclose(current_lr(again.learner.p_engine), lr2)
         # the world model was never stepped: its schedule is still at step 0
-        assert math.isclose(current_lr(again.w_engine), tc.wm_lr * lr_factor(0, 4, 6, 0.2))
+        assert math.isclose(current_lr(again.learner.w_engine), tc.wm_lr * lr_factor(0, 4, 6, 0.2))
     finally:
         again.close()

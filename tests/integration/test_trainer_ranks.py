@@ -22,7 +22,7 @@ from core.spaces import Observation
 from core.supervise import Supervisor
 from evaluation.bench.synthetic import synthetic_batch
 from models.checkpoints.store import CheckpointStore
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams import records
 from streams.checkpoints import announcement_of
 from streams.kafka import Publisher, ensure_topics, make_producer
@@ -111,7 +111,7 @@ def test_two_ranks_train_one_batch_as_one_rank_and_only_rank_0_writes(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    tr = Trainer(one)
+    tr = build_trainer(one)
     try:
         tr.setup()
         tr.loop()

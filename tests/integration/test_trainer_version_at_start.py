@@ -9,7 +9,7 @@ from prometheus_client import REGISTRY
 
 from core.config import Config
 from models import metrics as M
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from streams.kafka import Publisher, ensure_topics, make_producer
 from tests.factories import small_trainer, training_batch
 
@@ -29,7 +29,7 @@ def test_resumed_trainer_publishes_its_version_at_start(run_cfg: Config) -> None
     pub.flush()
     pub.close()
     cfg.trainer.max_steps = 1
-    tr = Trainer(cfg)
+    tr = build_trainer(cfg)
     try:
         tr.setup()
         tr.loop()  # one policy step: v1
@@ -38,7 +38,7 @@ def test_resumed_trainer_publishes_its_version_at_start(run_cfg: Config) -> None
     assert tr.version == 1
     for kind in ("policy", "world_model"):  # as a fresh process: nothing exported yet
         M.TRAINER_VERSION.labels(cfg.run_id, kind).set(-1)
-    again = Trainer(cfg)
+    again = build_trainer(cfg)
     try:
         again.setup()  # resumes from LATEST; no step, no checkpoint
         assert again.version == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -138,7 +139,7 @@ def test_back_pressure_stretches_the_whole_iteration_not_only_the_round():
 def test_the_first_round_with_new_weights_dreams_one_group():
     d = dreamer()
     d.starts.append(StartState(PAGE, "miniwob/click-test", 2))
-    G, full = d.cfg.dream.group_size, d.cfg.dream.batch // d.cfg.dream.group_size
+    G, full = d.dream.group_size, d.dream.batch // d.dream.group_size
     assert full >= 2
     d.first_round = True  # as refresh_models leaves it after loading a new version
     n1 = d.dream_once()
@@ -169,7 +170,7 @@ def test_a_dreamed_transition_is_stamped_when_its_step_was_dreamed():
     by_step: dict[int, set[float]] = {}
     for r in d.sent:
         by_step.setdefault(r.step, set()).add(r.created_at)
-    assert len(by_step) == d.cfg.dream.horizon >= 2
+    assert len(by_step) == d.dream.horizon >= 2
     firsts = [min(by_step[h]) for h in sorted(by_step)]
     assert t0 < firsts[0] and all(
         b - a >= 0.015 for a, b in zip(firsts[:-1], firsts[1:], strict=True)
@@ -192,7 +193,7 @@ def _transition(step: int) -> bytes:
 def test_dreams_start_from_any_real_step_or_only_the_first():
     for start_from, expected in (("any", [0, 2]), ("first", [0])):
         d = dreamer()
-        d.cfg.dream.start_from = start_from
+        d.dream.start_from = start_from
         d.starts.clear()
         msgs = [SimpleNamespace(value=_transition(s)) for s in (0, 2)]
         d.consumer = SimpleNamespace(poll=lambda timeout_ms, msgs=msgs: {"tp": msgs})
@@ -211,9 +212,11 @@ def test_an_announcement_of_a_version_loaded_or_loading_does_not_give_a_round_up
 
     d = dreamer()
     d.reload_clock = SimpleNamespace(announced=lambda v: None)
-    d.slots = {k: object.__new__(ModelSlot) for k in ("policy", "world_model")}
+    d.slots = {
+        k: ModelSlot(None, k, Path("/nonexistent"), "abandon") for k in ("policy", "world_model")
+    }
     for s in d.slots.values():
-        s.version, s.loading, s._ready = 4, None, None
+        s.version = 4
     d.slots["world_model"].loading = 5
     d.prefetcher = Prefetcher(list(d.slots.values()), d._announced.set, threading.Event())
 

@@ -40,8 +40,8 @@ def test_the_dream_generator_waits_for_a_world_model_worth_dreaming_in():
         "world_model": SimpleNamespace(version=3, extra={}),
     }
     assert d.gate_open()  # the gate is off by default
-    d.cfg.dream.wm_gate = True
-    d.cfg.dream.wm_gate_margin, d.cfg.dream.wm_gate_min_samples = 0.05, 16
+    d.dream.wm_gate = True
+    d.dream.wm_gate_margin, d.dream.wm_gate_min_samples = 0.05, 16
     assert not d.gate_open() and "no held-out score" in d.gate_reason
     d.slots["world_model"].extra = {"wm_gate": {"n": 40, "margin": 0.01}}
     assert not d.gate_open() and "below the margin" in d.gate_reason

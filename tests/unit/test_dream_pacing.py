@@ -10,8 +10,8 @@ from core.config import Config
 from evaluation.studies.sample_efficiency.diagnostics import diag_by_arm, dream_stale
 from evaluation.studies.sample_efficiency.report import stale_share
 from infra import up as up_mod
-from models.dream.dreamer import pace_window
 from models.dream.pacing import CreditWindow, auto_window_groups
+from models.dream.run import pace_window
 from models.train.consumed import DreamConsumption
 from tests.factories import make_mixer
 from tests.factories import mixer_trajectory as mk
@@ -27,13 +27,17 @@ def test_auto_window_is_the_dreams_consumed_while_a_version_surely_stays_fresh()
     assert auto_window_groups(2, 5, 16, 0.5, 0.5, 8) == 3
     assert auto_window_groups(2, 5, 16, 0.5, 1.0, 8) == 6  # dream-only training: all online ones
     assert auto_window_groups(0, 1, 2, 0.5, 0.5, 8) == 1  # never less than one group
-    assert pace_window(Config()).window_episodes == 24
+
+    def pace(cfg: Config) -> CreditWindow | None:
+        return pace_window(cfg.dream, cfg.stream, cfg.trainer.checkpoint_every)
+
+    assert pace(Config()).window_episodes == 24
     off = Config()
     off.dream.pace = False
-    assert pace_window(off) is None
+    assert pace(off) is None
     fixed = Config()
     fixed.dream.pace_window_groups = 3
-    assert pace_window(fixed).window_episodes == 24
+    assert pace(fixed).window_episodes == 24
 
 
 def test_a_full_window_waits_until_the_trainer_consumes() -> None:

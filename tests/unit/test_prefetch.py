@@ -4,8 +4,11 @@ without downloading it again; a failed prefetch hands the reload back to the rea
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
+from core.config import Config
 from models.checkpoints.reader import ModelSlot, Prefetcher
+from streams.topics import Topics
 
 
 class _Store:
@@ -84,9 +87,20 @@ def test_each_slot_is_reported_ready_as_it_finishes_and_the_dream_generator_give
     slow = threading.Event()  # the world model's download takes longer
     pol = _Slot(store, "policy", Path("/nonexistent"), "r-prefetch-kinds")
     wm = _Slot(store, "world_model", Path("/nonexistent"), "r-prefetch-kinds", gate=slow)
-    d = object.__new__(Dreamer)  # the dream generator's reload bookkeeping only (no Kafka, no S3)
-    d.slots = {"policy": pol, "world_model": wm}
-    d._announced, d._prefetched = threading.Event(), threading.Event()
+    cfg = Config(run_id="r-prefetch-kinds")
+    d = Dreamer(  # the dream generator's reload bookkeeping only (no Kafka, no S3)
+        cfg.run_id,
+        "p",
+        cfg.dream,
+        cfg.model,
+        topics=Topics(cfg.run_id),
+        slots={"policy": pol, "world_model": wm},
+        pub=SimpleNamespace(),
+        open_consumer=lambda **kw: None,
+        watch=lambda on_announcement: SimpleNamespace(),
+        work=Path("/nonexistent"),
+        stop=stop,
+    )
     d._runners, d.first_round = ("old",), False
     pool = ThreadPoolExecutor(2)
     pf = Prefetcher([pol, wm], d._prefetched.set, stop, pool=pool, on_slot_ready=d._slot_ready)

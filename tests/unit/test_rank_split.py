@@ -1,4 +1,4 @@
-"""A data-parallel trainer's batch split (``models.train.shard``): every item of a batch goes to
+"""A data-parallel trainer's batch split (``models.train.data_parallel``): every item of a batch goes to
 exactly one rank, the shares together are the batch, and the ranks' losses and gradients on their
 shares add up to the whole batch's (policy: GSPO + BC; world model: LM + InfoNCE + heads), their
 reports merged into the whole batch's."""
@@ -14,8 +14,13 @@ from models.lm.saved import make_model
 from models.policy.loss import policy_batch_loss
 from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
-from models.train.ranks import RankLost
-from models.train.shard import merge_policy_stats, merge_wm_stats, rank_indices, rank_share
+from models.train.data_parallel import (
+    RankLost,
+    merge_policy_stats,
+    merge_wm_stats,
+    rank_indices,
+    rank_share,
+)
 from models.world_model.loss import world_model_batch_loss
 from streams.records import TrainingBatch
 from tests.factories import POLICY_CFG as CFG

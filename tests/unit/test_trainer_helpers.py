@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -9,9 +10,13 @@ import torch
 from core.bounded import BoundedSet
 from core.config import Config
 from models import metrics as M
+from models.checkpoints.store import CheckpointStore
 from models.losses import group_advantages, source_stats, task_success_reward
-from models.train.trainer import Trainer, export_source_stats
+from models.train.learner import Learner
+from models.train.report import export_source_stats
+from models.train.trainer import LeaderParts, Trainer
 from streams.records import Trajectory
+from streams.topics import Topics
 
 
 def _traj(
@@ -82,16 +87,24 @@ def test_export_source_stats_accumulates_running_totals() -> None:
     assert M.TRAINER_SOURCE_NONZERO.labels(run, "real")._value.get() == 0.5
 
 
-def test_trainer_drops_stale_samples_at_train_time() -> None:
+def _trainer(cfg: Config, tmp_path: Path) -> Trainer:
+    """A rank-0 ``Trainer`` wired from fake parts (no broker, S3 or model): its loop's state."""
+    parts = LeaderParts(Topics(cfg.run_id), SimpleNamespace(), SimpleNamespace(), lambda **kw: None)
+    learner = Learner(cfg.trainer, cfg.model, cfg.dream.max_change_tokens, cfg.run_id)
+    return Trainer(cfg, learner, CheckpointStore(None, "b", cfg.run_id), tmp_path, parts)
+
+
+def test_trainer_drops_stale_samples_at_train_time(tmp_path: Path) -> None:
     cfg = Config(run_id="stale-test")
     cfg.stream.max_staleness = 2
-    me = SimpleNamespace(version=10, cfg=cfg, run=cfg.run_id)
+    me = _trainer(cfg, tmp_path)
+    me.version = 10
     trajs = [
         _traj("a", 1.0, pv=7, ep="old"),
         _traj("a", 1.0, pv=8, ep="ok"),
         _traj("", 1.0, "expert", pv=0, ep="e"),
     ]
-    kept = Trainer.drop_stale(me, trajs)
+    kept = me.drop_stale(trajs)
     assert [t.episode_id for t in kept] == ["ok", "e"]
     assert M.TRAINER_STALE.labels(cfg.run_id, "dream")._value.get() == 1
 
@@ -103,14 +116,13 @@ def test_bounded_set_forgets_oldest() -> None:
     assert s.add(1)
 
 
-def test_mixed_batch_with_only_stale_online_samples_is_skipped_whole() -> None:
+def test_mixed_batch_with_only_stale_online_samples_is_skipped_whole(tmp_path: Path) -> None:
     from streams.records import TrainingBatch
 
     cfg = Config(run_id="skip-test")
     cfg.stream.max_staleness = 1
-    tr = Trainer.__new__(Trainer)  # the loop's state only: no broker, S3 or model needed to skip
-    tr.cfg, tr.run, tr.version, tr.offsets = cfg, cfg.run_id, 5, {}
-    tr.batches_consumed, tr.consumed_by_worker, tr.policy_steps = 0, {}, 0
+    tr = _trainer(cfg, tmp_path)  # the loop's state only: no broker, S3 or model needed to skip
+    tr.version = 5
     trajs = [
         _traj("a", 1.0, pv=2, ep="old1"),
         _traj("a", 0.0, pv=3, ep="old2"),
@@ -124,7 +136,7 @@ def test_mixed_batch_with_only_stale_online_samples_is_skipped_whole() -> None:
         trajectories=[vars(t) for t in trajs],
         expert_fraction=0.34,
     )
-    assert Trainer.policy_step(tr, (batch, "train.policy", 0, 7)) is False
+    assert tr.policy_step((batch, "train.policy", 0, 7)) is False
     assert tr.policy_steps == 0 and tr.batches_consumed == 1 and tr.consumed_by_worker == {"w": 1}
     assert tr.offsets == {"train.policy": {0: 7}}  # consumed: a restart does not read it again
     assert M.TRAINER_BATCH_KIND.labels(cfg.run_id, "stale_skipped")._value.get() == 1

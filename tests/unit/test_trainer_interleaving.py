@@ -11,17 +11,17 @@ order; the trainer's real ``loop`` and ``poll`` run, the steps themselves are co
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import deque
 from dataclasses import asdict
+from pathlib import Path
 from types import SimpleNamespace
 
 from kafka import TopicPartition
 
-from core.bounded import BoundedSet
 from core.config import load_config
-from models.train.trainer import PENDING_BATCHES, Trainer
+from models.checkpoints.store import CheckpointStore
+from models.train.learner import Learner
+from models.train.trainer import PENDING_BATCHES, LeaderParts, Trainer
 from streams import records
 from streams.topics import Topics
 
@@ -48,6 +48,15 @@ class FakeConsumer:
 
     def resume(self, *tps: TopicPartition) -> None:
         self.paused.difference_update(tps)
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0}
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        pass
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
         self.polls += 1
@@ -100,34 +109,39 @@ def _backlog(run: str, topics: Topics) -> dict[TopicPartition, deque]:
     }
 
 
-def _trainer(**trainer: object) -> Trainer:
+def _trainer(tmp_path: Path, **trainer: object) -> Trainer:
+    """A ``Trainer`` wired from fake parts (consumers with kafka-python's order, a publisher and
+    a checkpoint sink that do nothing, no S3 client): the loop's bookkeeping only."""
     env = {"DYNAWEB_RUN_ID": "u", "DYNAWEB_TRAINER__MAX_STEPS": str(BACKLOG)}
     env.update({f"DYNAWEB_TRAINER__{k.upper()}": str(v) for k, v in trainer.items()})
     cfg = load_config(env=env)
-    tr = object.__new__(Trainer)  # no models, no Kafka: the loop's bookkeeping only
-    tr.cfg, tr.run, tr.topics, tr.stop = cfg, cfg.run_id, Topics(cfg.run_id), threading.Event()
-    queues = _backlog(cfg.run_id, tr.topics)
-    batches = TopicPartition(tr.topics.policy_batches, 0)
-    tr.batch_consumer = FakeConsumer({batches: queues.pop(batches)}, max_records=PENDING_BATCHES)
-    tr.consumer = FakeConsumer(queues)
-    tr.offsets, tr.seen_batches, tr.seen_wm = {}, BoundedSet(), BoundedSet()
-    tr.wm_buffer, tr.wm_fresh, tr.eval_window = deque(), deque(), deque()
-    tr.wm_terminal = deque()
-    tr.policy_steps = tr.wm_steps = tr.version = 0
-    tr.last_ckpt_time = time.time()
-    tr.pub = SimpleNamespace(check=lambda: None)
-    tr.preparer = None  # no tokenizer: batches are not prepared ahead
+    topics = Topics(cfg.run_id)
+    queues = _backlog(cfg.run_id, topics)
+    batches = TopicPartition(topics.policy_batches, 0)
+    consumers = {  # by max_poll_records: the policy batches' consumer, the world model's
+        PENDING_BATCHES: FakeConsumer({batches: queues.pop(batches)}, max_records=PENDING_BATCHES),
+        MAX_POLL_RECORDS: FakeConsumer(queues),
+    }
+    parts = LeaderParts(
+        topics,
+        pub=SimpleNamespace(check=lambda: None),
+        writer=SimpleNamespace(),
+        open_consumer=lambda max_poll_records: consumers[max_poll_records],
+    )
+    learner = Learner(cfg.trainer, cfg.model, cfg.dream.max_change_tokens, cfg.run_id)
+    tr = Trainer(cfg, learner, CheckpointStore(None, "b", cfg.run_id), tmp_path, parts)
+    tr._open_consumer()  # no engines: batches are not prepared ahead (no preparer)
     tr.order = []
 
     def policy_step(item: tuple) -> bool:
         if item[0] is None:
             return False
-        tr.policy_steps += 1
+        learner.policy_steps += 1
         tr.order.append("p")
         return True
 
     def wm_step() -> None:
-        tr.wm_steps += 1
+        learner.wm_steps += 1
         tr.order.append("w")
 
     tr.policy_step, tr.wm_step = policy_step, wm_step
@@ -143,8 +157,8 @@ def _trainer(**trainer: object) -> Trainer:
     return tr
 
 
-def test_world_model_steps_start_behind_a_few_policy_steps_of_a_backlog() -> None:
-    tr = _trainer(checkpoint_every=10_000)
+def test_world_model_steps_start_behind_a_few_policy_steps_of_a_backlog(tmp_path: Path) -> None:
+    tr = _trainer(tmp_path, checkpoint_every=10_000)
     tr.loop()
     assert tr.policy_steps == BACKLOG  # the whole backlog trained: paused partitions resumed
     first_wm = tr.order.index("w")
@@ -155,8 +169,8 @@ def test_world_model_steps_start_behind_a_few_policy_steps_of_a_backlog() -> Non
     assert max(tr.pending_seen) <= PENDING_BATCHES and not tr.batch_consumer.paused
 
 
-def test_the_fixed_ratio_still_holds() -> None:
-    tr = _trainer(checkpoint_every=10_000, wm_steps_per_policy_step=0.5)
+def test_the_fixed_ratio_still_holds(tmp_path: Path) -> None:
+    tr = _trainer(tmp_path, checkpoint_every=10_000, wm_steps_per_policy_step=0.5)
     tr.loop()
     assert tr.policy_steps == BACKLOG
     assert tr.wm_steps == BACKLOG // 2
