@@ -10,7 +10,7 @@ heads); the pure loss functions they use are in ``models.losses``.  ``policy_upd
 the step both share: ``_update``), for the trainer and ``dynaweb bench train``: where the engine
 allows it (ZeRO stage 0) the loss runs in micro-batches, each calling ``engine.backward``, so only
 one micro-batch's graph is alive.  ``Learner`` is one trainer rank's pair of engines with those
-updates, their counts and this rank's metrics; ``world_model_batch`` draws the world model's batch.
+updates, their counts and this rank's metrics.
 
 With a trainer group of several ranks (``group``: ``models.train.data_parallel.RankGroup``) every rank
 calls the update with the same batch; each trains its share (``models.train.data_parallel.rank_indices``:
@@ -23,10 +23,8 @@ up to float rounding (``dynaweb bench train --ranks 2``: ``rank_update_max_abs_d
 
 from __future__ import annotations
 
-import random
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -272,22 +270,3 @@ class Learner:
         """This rank's share of a batch (``models.train.data_parallel.rank_share``)."""
         g = self.group
         return items if g is None else rank_share(items, g.rank, g.world)
-
-
-def world_model_batch(
-    fresh: deque,
-    buffer: Sequence,
-    terminal: Sequence,
-    n: int,
-    terminal_share: float = 0.0,
-    rng: Any = random,
-) -> list:
-    """The trainer's world-model batch of ``n``: the newest transitions first (up to half, taken
-    off ``fresh``), ``round(n * terminal_share)`` drawn from ``terminal`` (the steps that end an
-    episode, where the reward heads learn success from failure: a few percent of the data;
-    ``trainer.wm_terminal_share``, as ``wm_study.terminal_share`` offline), the rest drawn from
-    ``buffer``.  Fewer when the buffers hold fewer."""
-    got = [fresh.popleft() for _ in range(min(len(fresh), n // 2 or 1))]
-    k = min(len(terminal), round(n * terminal_share), n - len(got)) if terminal_share > 0 else 0
-    got += rng.sample(list(terminal), k) if k else []
-    return got + rng.sample(list(buffer), min(len(buffer), n - len(got)))

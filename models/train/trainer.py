@@ -59,9 +59,11 @@ from models.parts import CheckpointSink, ConsumerFactory, Publisher
 from models.train.consumed import DreamConsumption
 from models.train.data_parallel import RankGroup, follow
 from models.train.engine import current_lr
-from models.train.learner import Learner, world_model_batch
+from models.train.learner import Learner
 from models.train.prepare import BatchPreparer
+from models.train.replay import WorldModelReplay
 from models.train.report import export_policy_stats, export_source_stats
+from models.train.start import init_dirs, start_plan
 from streams import records
 from streams.kafka import assignable, is_control
 from streams.topics import Topics
@@ -82,12 +84,6 @@ def build_models(
 
 
 PENDING_BATCHES = 4  # policy batches polled ahead of training (Trainer.poll_into)
-# what the trainer keeps of the world-model topics (rank 0's memory, not a correctness bound)
-WM_REPLAY = 20_000  # the replay the world model's batches are drawn from (newest kept)
-WM_FRESH = 256  # transitions not yet trained on: up to half of each batch comes from these first
-WM_TERMINAL = 5_000  # the replay's episode-ending steps, drawn at ``trainer.wm_terminal_share``
-WM_SEEN = 500_000  # transition keys remembered to drop the broker's redeliveries
-EVAL_WINDOW = 64  # held-out transitions kept; ``report_fidelity`` checks the newest 8
 
 
 @dataclass
@@ -137,11 +133,7 @@ class Trainer:
         self.consumer: Any = None  # world-model and evaluation topics; opened by setup()
         self.batch_consumer: Any = None  # the policy-batch topic, polled only when there is room
         self.seen_batches = BoundedSet()
-        self.seen_wm = BoundedSet(WM_SEEN)
-        self.wm_buffer: deque = deque(maxlen=WM_REPLAY)
-        self.wm_fresh: deque = deque(maxlen=WM_FRESH)
-        self.wm_terminal: deque = deque(maxlen=WM_TERMINAL)  # the buffer's done steps
-        self.eval_window: deque = deque(maxlen=EVAL_WINDOW)
+        self.replay = WorldModelReplay()  # the world-model topics' transitions (sizes: replay.py)
         self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
         self.batches_consumed = 0
         self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
@@ -178,7 +170,7 @@ class Trainer:
                     manifest = m
             self.version = lat["version"]
         elif self.cfg.trainer.init_from:
-            dirs = self._init_dirs(self.cfg.trainer.init_from, plan["init"])
+            dirs = init_dirs(self.store, self.cfg.trainer.init_from, self.work, plan["init"])
         wm_dir = dirs.get("world_model") and dirs["world_model"] / "hf"
         if lat is None and self.cfg.trainer.wm_init_from:  # a fresh run: the offline world model
             wm_dir = wm_init_dir(self.cfg.trainer.wm_init_from)
@@ -229,62 +221,16 @@ class Trainer:
             self._open_consumer()
 
     def _start_plan(self) -> dict:
-        """What this start loads: per kind the version to resume (``resume_point``; none: a fresh
-        run) and for a fresh run with ``trainer.init_from`` the other run's versions.  Rank 0
-        decides and sends it; the other ranks load the same."""
+        """What this start loads (``models.train.start.start_plan``).  Rank 0 decides and sends
+        it; the other ranks load the same."""
         if not self.leader:
             cmd = self.group.receive()
             assert cmd[0] == "plan", cmd[0]
             return cmd[1]
-        resume: dict = {"policy": self.resume_point("policy")}
-        if resume["policy"] is not None:
-            resume.update({k: self.resume_point(k) for k in KINDS if k != "policy"})
-        init = {}
-        if resume["policy"] is None and self.cfg.trainer.init_from:
-            init = self._init_entries(self.cfg.trainer.init_from)
-        plan = {"resume": resume, "init": init}
+        plan = start_plan(self.store, self.cfg.gate.enabled, self.cfg.trainer.init_from)
         if self.group is not None:
             self.group.send(("plan", plan))
         return plan
-
-    def _init_entries(self, spec: str) -> dict[str, dict]:
-        """The versions of another run (``RUN`` = its LATEST, or ``RUN:VERSION``) a fresh run
-        starts from, by kind."""
-        src_run, _, ver = spec.partition(":")
-        src = CheckpointStore(self.store.client, self.cfg.s3.bucket, src_run)
-        entries: dict[str, dict] = {}
-        for kind in KINDS:
-            if ver:
-                entry = {"version": int(ver), "manifest_sha256": None}
-            else:
-                entry = src.latest(kind)
-            if entry is None:
-                if kind == "policy":
-                    raise RuntimeError(
-                        f"trainer.init_from={spec!r}: run {src_run!r} has no policy checkpoint"
-                    )
-                continue
-            entries[kind] = entry
-        return entries
-
-    def _init_dirs(self, spec: str, entries: dict[str, dict] | None = None) -> dict[str, Path]:
-        """Download another run's checkpoint (``RUN`` = its LATEST, or ``RUN:VERSION``; ``entries``:
-        the versions ``_init_entries`` chose) as the initial weights of this fresh run; the
-        optimizer starts fresh, versions start at 0."""
-        src_run, _, _ = spec.partition(":")
-        src = CheckpointStore(self.store.client, self.cfg.s3.bucket, src_run)
-        dirs: dict[str, Path] = {}
-        for kind, entry in (self._init_entries(spec) if entries is None else entries).items():
-            dest = self.work / f"init-{kind}"
-            src.download(kind, int(entry["version"]), dest, entry.get("manifest_sha256"))
-            dirs[kind] = dest
-        log.info("initialised from %s (%s)", spec, ", ".join(dirs))
-        return dirs
-
-    def resume_point(self, kind: str) -> dict | None:
-        """The version to resume ``kind`` from: ``LATEST``, or with ``gate.enabled`` the newest version
-        this trainer wrote (a rejected candidate still holds the trainer's newest weights)."""
-        return self.store.newest(kind) if self.cfg.gate.enabled else self.store.latest(kind)
 
     def _open_consumer(self) -> None:
         """Two consumers assigned by hand at the checkpoint's offsets (or the beginning): the
@@ -410,13 +356,8 @@ class Trainer:
                         if t.source == "dream":
                             continue  # the world model never trains on dreams
                         if tp.topic == self.topics.world_model_eval:
-                            self.eval_window.append(t)
-                        elif self.seen_wm.add(t.key):
-                            self.wm_buffer.append(t)
-                            self.wm_fresh.append(t)
-                            if t.done:
-                                self.wm_terminal.append(t)
-                        else:
+                            self.replay.add_eval(t)
+                        elif not self.replay.add(t):
                             M.TRAINER_DUPES.labels(self.run, "world_model").inc()
                 except records.RecordError as e:  # the stream worker validated; count and go on
                     log.warning("skipping invalid record on %s@%d: %s", tp.topic, m.offset, e)
@@ -483,7 +424,7 @@ class Trainer:
     def wm_step(self) -> None:
         n = self.cfg.trainer.wm_batch
         share = self.cfg.trainer.wm_terminal_share
-        batch = world_model_batch(self.wm_fresh, self.wm_buffer, self.wm_terminal, n, share)
+        batch = self.replay.batch(n, share)
         if not batch:
             return
         if self.group is not None:
@@ -500,12 +441,12 @@ class Trainer:
         M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
 
     def report_fidelity(self) -> None:
-        if not self.eval_window:
+        if not self.replay.eval_window:
             return
         from models.world_model.runner import WorldModelRunner
         from models.world_model.scores import fidelity
 
-        sample = list(self.eval_window)[-8:]
+        sample = list(self.replay.eval_window)[-8:]
         engine = self.learner.w_engine
         engine.eval()
         runner = WorldModelRunner(engine.module, self.learner.wm_tokenizer, self.cfg.dream)
@@ -568,7 +509,7 @@ class Trainer:
                     self.version += 1
                     self.report_fidelity()
                     self.checkpoint()
-            if self.wm_buffer and tc.train_world_model and self._wm_due():
+            if self.replay and tc.train_world_model and self._wm_due():
                 self.wm_step()
                 did = True
             if not did:
@@ -593,12 +534,12 @@ class Trainer:
         broker restart; docs/reliability.md); and one consumer hands out one partition's records
         before the next's, so a backlog starved world-model training (test_trainer_interleaving)."""
         room = PENDING_BATCHES - len(pending)
-        idle = not (pending or self.wm_buffer)
+        idle = not (pending or self.replay)
         if room > 0:
             pending.extend(
                 self.poll(250 if idle else 0, consumer=self.batch_consumer, max_records=room)
             )
-        idle = not (pending or self.wm_buffer)
+        idle = not (pending or self.replay)
         pending.extend(self.poll(timeout_ms=250 if idle else 0))
 
     def _wm_due(self) -> bool:

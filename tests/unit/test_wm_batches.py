@@ -54,7 +54,7 @@ def test_terminal_indices_are_the_done_steps_by_task():
 def test_the_trainers_batch_takes_the_newest_then_terminal_steps_then_the_buffer():
     from collections import deque
 
-    from models.train.learner import world_model_batch
+    from models.train.replay import world_model_batch
 
     fresh = deque(["f1", "f2", "f3", "f4", "f5"])
     buffer = [f"b{i}" for i in range(100)]

@@ -1,0 +1,72 @@
+"""What the trainer keeps of the world-model topics: the replay its world-model batches are drawn
+from, and the held-out window its fidelity is checked on.
+
+Rank 0 reads ``train.world_model`` (real and expert transitions) into the replay, deduplicated by
+transition key (the broker may deliver a record again), and ``eval.world_model`` into the held-out
+window; ``batch`` draws a world-model batch (``world_model_batch``).  The sizes bound rank 0's
+memory; they are not a correctness bound (an evicted transition was trained on or drawn from).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from core.bounded import BoundedSet
+
+WM_REPLAY = 20_000  # the replay the world model's batches are drawn from (newest kept)
+WM_FRESH = 256  # transitions not yet trained on: up to half of each batch comes from these first
+WM_TERMINAL = 5_000  # the replay's episode-ending steps, drawn at ``trainer.wm_terminal_share``
+WM_SEEN = 500_000  # transition keys remembered to drop the broker's redeliveries
+EVAL_WINDOW = 64  # held-out transitions kept; the trainer's fidelity check reads the newest 8
+
+
+class WorldModelReplay:
+    def __init__(self) -> None:
+        self.seen = BoundedSet(WM_SEEN)
+        self.buffer: deque = deque(maxlen=WM_REPLAY)
+        self.fresh: deque = deque(maxlen=WM_FRESH)
+        self.terminal: deque = deque(maxlen=WM_TERMINAL)  # the buffer's done steps
+        self.eval_window: deque = deque(maxlen=EVAL_WINDOW)
+
+    def __bool__(self) -> bool:
+        """Whether there is anything to train the world model on."""
+        return bool(self.buffer)
+
+    def add(self, t: Any) -> bool:
+        """A training transition into the replay; False for one seen before (not added)."""
+        if not self.seen.add(t.key):
+            return False
+        self.buffer.append(t)
+        self.fresh.append(t)
+        if t.done:
+            self.terminal.append(t)
+        return True
+
+    def add_eval(self, t: Any) -> None:
+        """A held-out transition into the fidelity window."""
+        self.eval_window.append(t)
+
+    def batch(self, n: int, terminal_share: float = 0.0) -> list:
+        return world_model_batch(self.fresh, self.buffer, self.terminal, n, terminal_share)
+
+
+def world_model_batch(
+    fresh: deque,
+    buffer: Sequence,
+    terminal: Sequence,
+    n: int,
+    terminal_share: float = 0.0,
+    rng: Any = random,
+) -> list:
+    """The trainer's world-model batch of ``n``: the newest transitions first (up to half, taken
+    off ``fresh``), ``round(n * terminal_share)`` drawn from ``terminal`` (the steps that end an
+    episode, where the reward heads learn success from failure: a few percent of the data;
+    ``trainer.wm_terminal_share``, as ``wm_study.terminal_share`` offline), the rest drawn from
+    ``buffer``.  Fewer when the buffers hold fewer."""
+    got = [fresh.popleft() for _ in range(min(len(fresh), n // 2 or 1))]
+    k = min(len(terminal), round(n * terminal_share), n - len(got)) if terminal_share > 0 else 0
+    got += rng.sample(list(terminal), k) if k else []
+    return got + rng.sample(list(buffer), min(len(buffer), n - len(got)))
