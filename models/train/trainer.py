@@ -99,6 +99,10 @@ class LeaderParts:
 
 
 class Trainer:
+    """One trainer rank's I/O around its ``Learner``: ``setup`` (resume or start, engines,
+    version 0, consumers), ``loop`` on rank 0 (poll, train, checkpoint, report progress),
+    ``follow`` on the others, ``close``."""
+
     preparer: BatchPreparer | None = None  # builds the next batch ahead (set up with the tokenizer)
 
     def __init__(
