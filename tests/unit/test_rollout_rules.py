@@ -139,7 +139,7 @@ class HeadWorldModel:
 
 
 def test_dream_steps_carry_p_success_and_the_dreamer_counts_groups_and_ends():
-    from models.dream.dreamer import group_outcomes, rollout_end
+    from models.dream.groups import group_outcomes, rollout_end
 
     ros = dream_rollouts(ClickPolicy(), HeadWorldModel(), [PAGE], group_size=3, horizon=2, batch=3)
     assert [ro[-1]["p_success"] for ro in ros] == [0.9, 0.2, 0.2] and [ro.reward for ro in ros] == [
@@ -158,7 +158,7 @@ def test_dream_steps_carry_p_success_and_the_dreamer_counts_groups_and_ends():
 
 
 def test_keep_varied_publishes_only_groups_with_a_nonzero_advantage():
-    from models.dream.dreamer import keep_varied
+    from models.dream.groups import keep_varied
 
     # group 1: rewards differ (p_success 0.9, 0.2, 0.2); groups 2-3: every rollout stops, reward 0
     varied = dream_rollouts(ClickPolicy(), HeadWorldModel(), [PAGE], group_size=3, horizon=2)
