@@ -20,7 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from models.lm.types import Tokenizer
+
+if TYPE_CHECKING:
+    from models.lm.base import LanguageModel
 
 
 class Publisher(Protocol):
@@ -78,8 +83,8 @@ class Slot(Protocol):
 
     kind: str
     version: int | None
-    model: Any
-    tokenizer: Any
+    model: LanguageModel | None
+    tokenizer: Tokenizer | None
     extra: dict
 
     def refresh(self) -> bool: ...

@@ -27,11 +27,16 @@ import os
 import socket
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import torch
 
 from core.config import TrainerConfig
+
+if TYPE_CHECKING:
+    from deepspeed import DeepSpeedEngine
+
+Engine: TypeAlias = "DeepSpeedEngine"  # what ``make_engine`` returns (a name for type checkers)
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -149,7 +154,7 @@ def lr_schedule(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def current_lr(engine: Any) -> float:
+def current_lr(engine: Engine) -> float:
     """The learning rate the engine's next step uses (first parameter group)."""
     return float(engine.optimizer.param_groups[0]["lr"])
 
@@ -164,7 +169,7 @@ def make_engine(
     min_lr_ratio: float = 0.0,
     dist_interface: str = "",
     dist_timeout_s: float = 300.0,
-) -> Any:
+) -> Engine:
     """A DeepSpeed engine with AdamW at peak ``lr`` and the ``lr_schedule`` (defaults: constant lr);
     ``dist_interface``, ``dist_timeout_s``: ``setup_distributed``'s, for several ranks."""
     import deepspeed
@@ -190,7 +195,7 @@ def make_engine(
     return engine
 
 
-def trainer_engine(model: torch.nn.Module, tc: TrainerConfig, kind: str = "policy") -> Any:
+def trainer_engine(model: torch.nn.Module, tc: TrainerConfig, kind: str = "policy") -> Engine:
     """``make_engine`` with ``TrainerConfig``: peak ``tc.lr`` (policy) or ``tc.wm_lr`` (world model), one
     schedule shape for both (``warmup_steps``, ``decay_steps``, ``min_lr_ratio``; each model counts its own
     optimizer steps)."""
@@ -208,7 +213,7 @@ def trainer_engine(model: torch.nn.Module, tc: TrainerConfig, kind: str = "polic
 
 
 def engine_step(
-    engine: Any,
+    engine: Engine,
     loss: torch.Tensor | None,
     reduce: Callable[[torch.nn.Module], None] | None = None,
     coalesce: bool = False,
@@ -234,7 +239,7 @@ def engine_step(
     return total**0.5
 
 
-def chunked_backward_ok(engine: Any, zero_stage: int) -> bool:
+def chunked_backward_ok(engine: Engine, zero_stage: int) -> bool:
     """Whether a loss may call ``engine.backward`` once per micro-batch before one ``step``: with
     ZeRO stage 0 the gradients simply add up (several ranks: the engine does not reduce them, the
     learner sums them once before the step, ``own_reduce``); ZeRO 1-3 reduce each parameter once per

@@ -32,7 +32,10 @@ import torch
 from core.config import ModelConfig, TrainerConfig
 from models import metrics as M
 from models.checkpoints.writer import save_engine_state
+from models.lm.embedder import PageEmbedder
+from models.lm.types import Tokenizer
 from models.policy.loss import policy_batch_loss
+from models.policy.model import Policy
 from models.train.data_parallel import (
     RankGroup,
     merge_policy_stats,
@@ -41,6 +44,7 @@ from models.train.data_parallel import (
     rank_share,
 )
 from models.train.engine import (
+    Engine,
     chunked_backward_ok,
     engine_step,
     loss_scale,
@@ -48,6 +52,7 @@ from models.train.engine import (
     trainer_engine,
 )
 from models.world_model.loss import world_model_batch_loss
+from models.world_model.model import WorldModel
 
 T = TypeVar("T")
 
@@ -56,12 +61,12 @@ def _share(n: int, group: RankGroup | None) -> list[int] | None:
     return None if group is None else rank_indices(n, group.rank, group.world)
 
 
-def _backward_fn(engine: Any, scale: float) -> Callable:
+def _backward_fn(engine: Engine, scale: float) -> Callable:
     return engine.backward if scale == 1.0 else (lambda x: engine.backward(x * scale))
 
 
 def _to_backward(
-    engine: Any, loss: torch.Tensor, scale: float, cfg: TrainerConfig, group: RankGroup | None
+    engine: Engine, loss: torch.Tensor, scale: float, cfg: TrainerConfig, group: RankGroup | None
 ) -> torch.Tensor | None:
     """The (unchunked) loss to back-propagate, scaled.  A rank whose share is empty (a batch with
     fewer items than ranks) has nothing to back-propagate when the learner sums the gradients.
@@ -78,7 +83,7 @@ def _to_backward(
 
 
 def _step(
-    engine: Any, loss: torch.Tensor | None, cfg: TrainerConfig, group: RankGroup | None
+    engine: Engine, loss: torch.Tensor | None, cfg: TrainerConfig, group: RankGroup | None
 ) -> float:
     if group is None:
         return engine_step(engine, loss)
@@ -88,7 +93,7 @@ def _step(
 
 
 def _update(
-    engine: Any,
+    engine: Engine,
     batch_loss: Callable[..., tuple],
     n: int,
     chunk_rows: int,
@@ -120,8 +125,8 @@ def _update(
 
 
 def policy_update(
-    engine: Any,
-    tokenizer: Any,
+    engine: Engine,
+    tokenizer: Tokenizer,
     trajectories: list,
     cfg: TrainerConfig,
     model_cfg: ModelConfig,
@@ -144,11 +149,11 @@ def policy_update(
 
 
 def world_model_update(
-    engine: Any,
-    tokenizer: Any,
+    engine: Engine,
+    tokenizer: Tokenizer,
     transitions: list,
     cfg: TrainerConfig,
-    embedder: Any,
+    embedder: PageEmbedder | None,
     max_change_tokens: int,
     group: RankGroup | None = None,
 ) -> tuple:
@@ -185,7 +190,7 @@ class Learner:
         max_change_tokens: int,
         run: str,
         group: RankGroup | None = None,
-        embedder: Any = None,
+        embedder: PageEmbedder | None = None,
     ):
         self.tc, self.model_cfg = trainer_cfg, model_cfg
         self.max_change_tokens = int(max_change_tokens)  # dream.max_change_tokens
@@ -195,14 +200,16 @@ class Learner:
         self.embedder = embedder  # the world model's InfoNCE text encoder (None: no InfoNCE)
         self.policy_steps = 0
         self.wm_steps = 0
-        self.policy_model: Any = None  # set by start
-        self.wm_model: Any = None
-        self.tokenizer: Any = None
-        self.wm_tokenizer: Any = None
-        self.p_engine: Any = None  # the engines around the two models
-        self.w_engine: Any = None
+        self.policy_model: Policy | None = None  # set by start
+        self.wm_model: WorldModel | None = None
+        self.tokenizer: Tokenizer | None = None
+        self.wm_tokenizer: Tokenizer | None = None
+        self.p_engine: Engine | None = None  # the engines around the two models
+        self.w_engine: Engine | None = None
 
-    def start(self, policy: tuple, world_model: tuple) -> None:
+    def start(
+        self, policy: tuple[Policy, Tokenizer], world_model: tuple[WorldModel, Tokenizer]
+    ) -> None:
         """Both engines, for ``policy`` and ``world_model`` (each ``(model, tokenizer)``): the lr
         schedule is restored by ``load_checkpoint``; with several ranks the engine broadcasts rank
         0's weights at its start (a collective, as are the checkpoint saves)."""
@@ -214,7 +221,7 @@ class Learner:
         self.p_engine = self.collective(lambda: trainer_engine(pm, tc, "policy"))
         self.w_engine = self.collective(lambda: trainer_engine(wm, tc, "world_model"))
 
-    def engines(self) -> tuple[tuple[str, Any], tuple[str, Any]]:
+    def engines(self) -> tuple[tuple[str, Engine | None], tuple[str, Engine | None]]:
         return (("policy", self.p_engine), ("world_model", self.w_engine))
 
     def collective(self, fn: Callable[[], T]) -> T:

@@ -15,11 +15,13 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from models.lm.types import Tokenizer
+
 
 class BatchPreparer:
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         max_positions: int,
         default_temperature: float,
         rank: int = 0,
