@@ -47,6 +47,7 @@ class LatestPolicyAgent:
             cfg.run_id,
             poll_s=cfg.s3.latest_poll_s,
             component="collector",
+            model=cfg.model,
         )
         self._dirty = (
             threading.Event()

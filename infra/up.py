@@ -282,6 +282,20 @@ def dream_line(s: dict) -> str:
     return out
 
 
+def stored_model_refusal(cfg: Config) -> str:
+    """Why this run id's stored checkpoints must not be continued under ``cfg`` (written for
+    another model: ``models.checkpoints.spec``), or "" when they may (or there are none)."""
+    from core.s3 import make_client
+    from models.checkpoints.spec import ModelSpecMismatch, check_run
+    from models.checkpoints.store import CheckpointStore
+
+    try:
+        check_run(CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id), cfg.model)
+    except ModelSpecMismatch as e:
+        return str(e)
+    return ""
+
+
 def run_up(
     cfg: Config, duration: float = 0, start_stack: bool = True, as_json: bool = False
 ) -> int:
@@ -292,6 +306,12 @@ def run_up(
         print("[up] starting the stack (S3, broker, task server, Prometheus)...", flush=True)
         for name, st in stack.up().items():
             print(f"[up]   {name:11s} {st['endpoint']}", flush=True)
+    refusal = stored_model_refusal(cfg)
+    if refusal:
+        print(f"[up] {refusal}", flush=True)
+        if start_stack and stack.started:
+            stack.down(only=stack.started)
+        return 2
     ensure_topics(cfg)
     sup = Supervisor(cfg, component_argv(cfg))
     stop = {"now": False}

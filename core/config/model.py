@@ -79,6 +79,14 @@ class ModelConfig:
         "(policy_path, world_model_path, checkpoints) always uses the tokenizer saved with it.",
     )
 
+    continue_stored: bool = _f(
+        False,
+        "Continue this run id's stored checkpoints even when they were written for another model "
+        "(backbone, sizes, tokenizer, LoRA base: models/checkpoints/spec.py) than these settings "
+        "ask for; the stored model then stays. Off: such a start stops with an error naming both "
+        "(use a new run id for the new model).",
+    )
+
     def checks(self) -> list[tuple[str, str]]:
         """LoRA adapters need a base model to stand on (a model built from config has none)."""
         out = []

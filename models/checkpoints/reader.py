@@ -19,6 +19,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from models import metrics as M
+from models.checkpoints.spec import ModelSpecMismatch, check_manifest
 from models.checkpoints.store import S3_ERRORS, CheckpointStore, CorruptCheckpoint
 from models.lm.base import LanguageModel
 from models.lm.lora import BaseMismatch
@@ -250,9 +251,13 @@ class ModelSlot:
         poll_s: float = 0.0,
         component: str = "dream",
         clock: Callable[[], float] = time.monotonic,
+        model: Any = None,
     ):
         self.store, self.kind, self.work, self.run = store, kind, work, run
         self.poll_s, self.component, self._clock = poll_s, component, clock
+        # the configuration's ``model`` section: a checkpoint written for another model is refused
+        # with ``ModelSpecMismatch`` (models/checkpoints/spec.py); None: not checked
+        self.model_config = model
         self.version: int | None = None
         self.loading: int | None = None  # the version being downloaded or loaded, if any
         self.model: LanguageModel | None = None
@@ -340,6 +345,12 @@ class ModelSlot:
                 self.refused.add(version)
                 shutil.rmtree(dest, ignore_errors=True)
                 return
+            if self.model_config is not None:
+                try:  # another model than configured: raised, it stops the reader
+                    check_manifest(manifest, self.model_config, self.run)
+                except ModelSpecMismatch:
+                    shutil.rmtree(dest, ignore_errors=True)
+                    raise
             t_dl = time.time()
             _WARM.wait(300.0)  # the warm-up's import, if still running ("held" in the log line)
             if self.kind == "policy":

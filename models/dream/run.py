@@ -47,7 +47,7 @@ def build_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = 
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
     work = reader_workdir("dream", cfg.s3.reader_dir)
     slots = {
-        k: ModelSlot(store, k, work, cfg.run_id, poll_s=cfg.s3.latest_poll_s)
+        k: ModelSlot(store, k, work, cfg.run_id, poll_s=cfg.s3.latest_poll_s, model=cfg.model)
         for k in ("policy", "world_model")
     }
     pub = make_publisher(cfg.kafka, client="dream", run=cfg.run_id)

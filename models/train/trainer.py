@@ -51,6 +51,7 @@ import torch
 from core.bounded import BoundedSet
 from core.config import Config, ModelConfig
 from models import metrics as M
+from models.checkpoints.spec import check_manifest
 from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
 from models.component import close_component
 from models.dream.gate import FidelityWindow
@@ -166,6 +167,8 @@ class Trainer:
                 if kl is None:
                     continue
                 dest = self.work / f"resume-{kind}"
+                # a stored model this configuration does not ask for stops here (spec.py)
+                check_manifest(self.store.manifest(kind, kl["version"])[0], self.cfg.model)
                 m = self.store.download(kind, kl["version"], dest, kl["manifest_sha256"])
                 dirs[kind] = dest
                 if self.leader:
