@@ -175,12 +175,22 @@ class _Acting:
         if at > now:
             await asyncio.sleep(at - now)
 
+    @staticmethod
+    def acted_version(ex: dict, pv: int) -> int:
+        """The policy version a step is stamped with: the one the agent reports it acted with
+        (``info["policy_version"]``, a hot-reloading agent), else ``pv``, read before the call.
+        Read before the call alone, it was the version before a reload the call itself installed:
+        the first act of a ``latest`` collector, which loads version 0, was stamped -1, and its
+        group then spanned -1 to 2 in ``bench reload`` (beyond ``max_staleness`` 2)."""
+        v = ex.pop("policy_version", None)
+        return pv if v is None else int(v)
+
     async def act(self, obs: Observation, hist: list, task: str) -> tuple:
         await self._pace()
         if self.wait <= 0:
             pv, wv = self.versions()
             ((a, lp, nt, ex),) = await self._call([obs], [hist], [task])
-            return a, lp, nt, pv, wv, ex
+            return a, lp, nt, self.acted_version(ex, pv), wv, ex
         fut = asyncio.get_running_loop().create_future()
         self.pending.append((obs, hist, task, fut))
         self._wake.set()
@@ -211,7 +221,7 @@ class _Acting:
                 continue
             for b, (a, lp, nt, ex) in zip(batch, res, strict=False):
                 if not b[3].done():
-                    b[3].set_result((a, lp, nt, pv, wv, ex))
+                    b[3].set_result((a, lp, nt, self.acted_version(ex, pv), wv, ex))
 
     def close(self) -> None:
         if self._runner is not None:

@@ -47,7 +47,7 @@ class LatestPolicyAgent:
             cfg.run_id,
             poll_s=cfg.s3.latest_poll_s,
             component="collector",
-            model=cfg.model,
+            model_config=cfg.model,
         )
         self._dirty = (
             threading.Event()
@@ -120,7 +120,9 @@ class LatestPolicyAgent:
         self._refresh()
         if self._runner is None:
             self.wait_ready()
-        self.reload_clock.used(self._runner.policy_version)
-        return self._runner.act_info(
-            observations, histories, temperature=self.cfg.dream.temperature
-        )
+        runner = self._runner  # the pacer's refresh (another thread) may replace it meanwhile
+        self.reload_clock.used(runner.policy_version)
+        out = runner.act_info(observations, histories, temperature=self.cfg.dream.temperature)
+        for _a, _lp, _nt, info in out:  # the version that acted (collectors.agents._Acting)
+            info["policy_version"] = int(runner.policy_version)
+        return out

@@ -34,6 +34,42 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+class TreeMemory:
+    """``dynaweb_process_tree_resident_bytes``: the resident set of this process and all its
+    descendants (``core.proctree``: a collector's Playwright driver and Chromium included), read
+    at most every ``every_s`` (a walk of ``/proc``), beside prometheus_client's own
+    ``process_resident_memory_bytes`` of the process alone.  Registered once per process by its
+    metrics endpoint: every long-lived component reports it."""
+
+    def __init__(self, every_s: float = 10.0):
+        self.every_s = every_s
+        self._at, self._value = 0.0, 0.0
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        from core.proctree import tree_rss
+
+        now = time.monotonic()
+        if not self._at or now - self._at >= self.every_s:
+            self._at, self._value = now, float(tree_rss(os.getpid()))
+        yield GaugeMetricFamily(
+            "dynaweb_process_tree_resident_bytes",
+            "Resident bytes of this process and all its descendants (a collector's browser "
+            "included).",
+            value=self._value,
+        )
+
+
+_TREE_MEMORY: dict[int, TreeMemory] = {}  # registry id -> its collector (one per registry)
+
+
+def register_tree_memory(registry: CollectorRegistry = REGISTRY) -> None:
+    if id(registry) not in _TREE_MEMORY:
+        _TREE_MEMORY[id(registry)] = TreeMemory()
+        registry.register(_TREE_MEMORY[id(registry)])
+
+
 class MetricsEndpoint:
     def __init__(
         self,
@@ -49,6 +85,7 @@ class MetricsEndpoint:
         self.labels = dict(labels or {})  # more target labels (a trainer rank's ``rank``)
         host = cfg.stack.bind
         self.port = cfg.metrics_port or free_port(host)
+        register_tree_memory(registry)
         self.server, self.thread = start_http_server(self.port, addr=host, registry=registry)
         self.url = f"http://{host}:{self.port}/metrics"
         self.target_file = (

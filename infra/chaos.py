@@ -370,8 +370,11 @@ def run(
         report["read_errors"].append(f"topic check: {type(e).__name__}: {e}")
     gap = report["checkpoints"]["longest_gap_s"]
     report["checkpoint_gap_ok"] = gap is not None and gap <= max_checkpoint_gap_s
+    # every component whose memory was judged (infra.soak.window_slope) grew under the limit
+    report["memory_ok"] = all(m.get("slope_ok") is not False for m in report["memory"].values())
     report["ok"] = (
         report["checkpoint_gap_ok"]
+        and report["memory_ok"]
         and all(e.ok for e in events)
         and not report["read_errors"]
         and report["probe"]["missing"] == 0

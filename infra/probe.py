@@ -18,6 +18,7 @@ from collections import Counter
 from core.config import Config
 from streams import records
 from streams.kafka import ensure_topics, make_publisher, read_until_sentinel
+from streams.offsets import read_offsets
 
 
 class ProbeFailed(AssertionError):
@@ -111,11 +112,27 @@ class Probe:
         self.pub.close()
         return counts
 
+    def ends(self) -> dict[int, int]:
+        """Per partition of the probe's topic, 1 + the highest offset the broker acknowledged."""
+        return {p: end for (t, p), end in self.pub.acked_ends.items() if t == self.topic}
+
     def read_back(self, timeout_s: float = 600.0) -> dict:
         """Probe ids an independent consumer reads from the topic: found, duplicates, and the
-        acknowledged ids (``0 .. sent-1`` when all were acknowledged) that are missing."""
+        acknowledged ids (``0 .. sent-1`` when all were acknowledged) that are missing.  Read by
+        offsets (``streams.offsets.read_offsets``: up to the acknowledged ends, several ranges at
+        once, at most ``timeout_s``); without acknowledged offsets, up to a sentinel."""
         seen: Counter = Counter()
-        for _m, raw in read_until_sentinel(self.cfg.kafka, self.topic, self.cfg.run_id, timeout_s):
+        ends = self.ends()
+        if ends:
+            raws = (v for _p, _o, v in read_offsets(self.cfg.kafka, self.topic, ends, timeout_s))
+        else:
+            raws = (
+                raw
+                for _m, raw in read_until_sentinel(
+                    self.cfg.kafka, self.topic, self.cfg.run_id, timeout_s
+                )
+            )
+        for raw in raws:
             rec = records.decode(raw)
             if isinstance(rec, records.Control) and rec.kind == "probe":
                 seen[rec.info["i"]] += 1

@@ -16,57 +16,14 @@ import os
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 
 from core.config import Config
 from core.metrics import run_targets, scrape_targets
+from core.proctree import tree_cpu_s, tree_rss
 from infra.up import CounterTotals
 from streams.kafka import read_until_sentinel
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1024 * 1024
-
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def process_tree(pid: int, proc: Path = Path("/proc")) -> dict[int, list[str]]:
-    """pid -> ``stat`` fields (after ``pid (comm) ``) of ``pid`` and all its descendants (a
-    collector's Playwright driver and Chromium start their own process groups, so the tree is
-    followed, not the group)."""
-    stats: dict[int, list[str]] = {}
-    children: dict[int, list[int]] = defaultdict(list)
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid ...
-        stats[int(d.name)] = fields
-        children[int(fields[1])].append(int(d.name))
-    out: dict[int, list[str]] = {}
-    seen, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        if p in stats:
-            out[p] = stats[p]
-        todo.extend(children.get(p, ()))
-    return out
-
-
-def tree_rss(pid: int, proc: Path = Path("/proc")) -> int:
-    """Resident bytes of process ``pid`` and all its descendants."""
-    return sum(int(f[21]) * PAGE for f in process_tree(pid, proc).values())
-
-
-def tree_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
-    """CPU seconds (user + system, with reaped children's) of ``pid`` and all its descendants."""
-    return sum(sum(int(x) for x in f[11:15]) for f in process_tree(pid, proc).values()) / TICK
 
 
 def stable_id(labels: dict) -> str:
@@ -87,6 +44,34 @@ def slope_per_h(points: list[tuple[float, float]]) -> float | None:
     if var == 0:
         return None
     return 3600 * sum((t - mt) * (v - mv) for t, v in points) / var
+
+
+SLOPE_WINDOW_S = 2400.0  # the memory check's window: the run's last 40 minutes
+SLOPE_LIMIT_MB_PER_H = 50.0  # a component's resident memory may grow at most this fast there
+SLOPE_MIN_S = 1200.0  # judged only over at least 20 minutes of one process (else None)
+
+
+def window_slope(
+    points: list[tuple[float, int, int]],
+    end: float,
+    window_s: float = SLOPE_WINDOW_S,
+    min_s: float = SLOPE_MIN_S,
+) -> tuple[float | None, float]:
+    """MB per hour of a component's resident memory over the ``window_s`` before ``end``: the
+    least-squares slope of the process that lived longest in that window (a restart starts a new
+    process, whose level says nothing about the old one's growth), and the seconds it covers.
+    None when that process covers less than ``min_s`` of the window."""
+    by_pid: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for t, pid, rss in points:
+        if end - window_s <= t <= end:
+            by_pid[pid].append((t, rss / MB))
+    if not by_pid:
+        return None, 0.0
+    pts = max(by_pid.values(), key=lambda p: p[-1][0] - p[0][0])
+    covered = pts[-1][0] - pts[0][0]
+    if covered < min_s:
+        return None, covered
+    return slope_per_h(pts), covered
 
 
 class Watch:
@@ -202,7 +187,14 @@ class Watch:
                 else []
             )
             late_growth = slope_per_h(late)
+            end = self.last_sample if self.last_sample is not None else pts[-1][0]
+            last40, covered = window_slope(pts, end)
             out[cid] = {
+                # the check: growth over the run's last 40 minutes under 50 MB/h (None: not
+                # judged, its process covered under 20 minutes of them)
+                "slope_mb_per_h_last_40m": None if last40 is None else round(last40, 1),
+                "slope_over_s": round(covered),
+                "slope_ok": None if last40 is None else last40 < SLOPE_LIMIT_MB_PER_H,
                 "first_mb": round(pts[0][2] / MB, 1),
                 "last_mb": round(pts[-1][2] / MB, 1),
                 "max_mb": round(max(r for _t, _p, r in pts) / MB, 1),
@@ -275,15 +267,17 @@ def render(rep: dict) -> str:
         )
     lines.append(
         f"  {'component':40s} {'first MB':>9s} {'last MB':>8s} {'max MB':>7s} {'MB/h':>6s} "
-        f"{'late MB/h':>9s} restarts"
+        f"{'late MB/h':>9s} {'last 40m MB/h':>13s} restarts"
     )
     for cid, m in rep["memory"].items():
         g = "-" if m["growth_mb_per_h"] is None else f"{m['growth_mb_per_h']:.1f}"
         late = m.get("growth_mb_per_h_second_half")
         gl = "-" if late is None else f"{late:.1f}"
+        s40 = m.get("slope_mb_per_h_last_40m")
+        s40 = "-" if s40 is None else f"{s40:.1f}" + ("" if m.get("slope_ok") else " (!)")
         lines.append(
             f"  {cid:40s} {m['first_mb']:9.1f} {m['last_mb']:8.1f} {m['max_mb']:7.1f} {g:>6s} "
-            f"{gl:>9s} {rep['restarts'].get(cid, 0)}"
+            f"{gl:>9s} {s40:>13s} {rep['restarts'].get(cid, 0)}"
         )
     c = rep["checkpoints"]
     lines.append(

@@ -240,6 +240,12 @@ DREAM_GROUPS = Counter(
     "rewards differ (varied: a nonzero GSPO advantage) or not (uniform).",
     ["run", "rewards"],
 )
+DREAM_UNIFORM_PUBLISHED = Counter(
+    "dynaweb_dream_uniform_published_total",
+    "Uniform dream groups published anyway: dream.max_dropped_per_published groups had been "
+    "dropped since the last published one (the learner waiting for dreams makes progress).",
+    ["run"],
+)
 DREAM_GROUPS_DROPPED = Counter(
     "dynaweb_dream_groups_dropped_total",
     "Dream groups dreamed but not published, by reason "

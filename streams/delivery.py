@@ -254,6 +254,9 @@ class Publisher:
         self._maintaining = threading.RLock()
         self._closed = False
         self.rebuilds = 0
+        # (topic, partition) -> 1 + the highest offset acknowledged there: where an independent
+        # reader of what was acknowledged stops (streams.offsets; no high-water mark needed)
+        self.acked_ends: dict[tuple[str, int], int] = {}
         self._last_log_at = -LOG_EVERY_S
         self._last_dead_check = float("-inf")
         self._unlogged = 0
@@ -316,6 +319,10 @@ class Publisher:
         return True
 
     def _ok(self, token: int, metadata: Any) -> None:
+        where = (getattr(metadata, "topic", None), getattr(metadata, "partition", None))
+        offset = getattr(metadata, "offset", None)
+        if None not in where and isinstance(offset, int) and offset >= 0:
+            self.acked_ends[where] = max(self.acked_ends.get(where, 0), offset + 1)
         if self._ledger.ack(token, self._clock()):
             self._rebuild_streak = 0
             self._producer_failing = (None, 0)

@@ -32,6 +32,18 @@ class DreamConfig:
         "carries no policy gradient; it is counted (dynaweb_dream_groups_dropped_total) and not "
         "published, and the generator dreams on. Off: every group is published.",
     )
+    max_dropped_per_published: int = _f(
+        16,
+        "drop_uniform_groups: the most groups dropped in a row before one is published anyway. "
+        "A policy that learns only from dreams (stream.policy_sources=[dream]) waits for dreamed "
+        "groups; without a cap it waited without bound (about 30 minutes for 10 policy steps "
+        "in one study cell). When a round brings the count of groups dropped since the last "
+        "published one to this, the round's first uniform group is published (no advantage: "
+        "the learner steps on it with nothing to learn from it; counted in "
+        "dynaweb_dream_uniform_published_total). So at most this many dreamed groups per "
+        "published one. 0 = no cap.",
+        ge=0,
+    )
     start_pool: int = _f(256, "Real start states kept.", ge=1)
     wm_gate: bool = _f(
         False,

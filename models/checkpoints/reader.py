@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
+from core.config import ModelConfig
 from models import metrics as M
 from models.checkpoints.spec import ModelSpecMismatch, check_manifest
 from models.checkpoints.store import S3_ERRORS, CheckpointStore, CorruptCheckpoint
@@ -251,13 +252,13 @@ class ModelSlot:
         poll_s: float = 0.0,
         component: str = "dream",
         clock: Callable[[], float] = time.monotonic,
-        model: Any = None,
+        model_config: ModelConfig | None = None,
     ):
         self.store, self.kind, self.work, self.run = store, kind, work, run
         self.poll_s, self.component, self._clock = poll_s, component, clock
         # the configuration's ``model`` section: a checkpoint written for another model is refused
         # with ``ModelSpecMismatch`` (models/checkpoints/spec.py); None: not checked
-        self.model_config = model
+        self.model_config = model_config
         self.version: int | None = None
         self.loading: int | None = None  # the version being downloaded or loaded, if any
         self.model: LanguageModel | None = None

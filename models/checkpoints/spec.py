@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from core.config import ModelConfig
+
 # a model on a base (``model.<kind>_path``): the base and its LoRA adapters; a model built from
 # the configuration: its sizes and tokenizer
 BASE_FIELDS = ("{kind}_path", "{kind}_lora_rank")
@@ -47,16 +49,16 @@ def spec_differences(stored: dict, wanted: dict, kind: str) -> dict[str, tuple[A
     }
 
 
-def _model_dict(model: Any) -> dict:
-    return dataclasses.asdict(model) if dataclasses.is_dataclass(model) else dict(model)
+def _model_dict(settings: ModelConfig | dict) -> dict:
+    return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
 
 
-def check_manifest(manifest: dict | None, model: Any, run: str = "") -> None:
+def check_manifest(manifest: dict | None, settings: ModelConfig | dict, run: str = "") -> None:
     """Raise ``ModelSpecMismatch`` when ``manifest`` (of one kind and version) was written for
-    another model than ``model`` (the configuration's ``model`` section, a ``ModelConfig`` or its
-    dict) asks for, unless ``model.continue_stored`` is set.  A manifest without a stored
+    another model than ``settings`` (the configuration's ``model`` section, a ``ModelConfig`` or its
+    dict) ask for, unless ``model.continue_stored`` is set.  A manifest without a stored
     configuration is not judged."""
-    wanted = _model_dict(model)
+    wanted = _model_dict(settings)
     if wanted.get("continue_stored"):
         return
     stored = ((manifest or {}).get("config") or {}).get("model")
@@ -80,11 +82,11 @@ def check_manifest(manifest: dict | None, model: Any, run: str = "") -> None:
     )
 
 
-def check_run(store: Any, model: Any) -> None:
+def check_run(store: Any, settings: ModelConfig | dict) -> None:
     """``check_manifest`` on the version of each kind a start would resume (``LATEST``, else the
     newest written: a gated run's candidates) in ``store`` (a ``CheckpointStore``); nothing stored
     passes."""
-    if _model_dict(model).get("continue_stored"):
+    if _model_dict(settings).get("continue_stored"):
         return
     client = getattr(store, "client", None)
     if client is not None and not client.bucket_exists(store.bucket):
@@ -94,4 +96,4 @@ def check_run(store: Any, model: Any) -> None:
         if entry is None:
             continue
         manifest, _ = store.manifest(kind, int(entry["version"]))
-        check_manifest(manifest, model, store.run_id)
+        check_manifest(manifest, settings, store.run_id)

@@ -39,7 +39,7 @@ from core.spaces import Observation
 from models import metrics as M
 from models.checkpoints.reader import Prefetcher, ReloadClock
 from models.component import close_component
-from models.dream.groups import keep_varied, observe_reward_signal
+from models.dream.groups import keep_varied_capped, observe_reward_signal
 from models.dream.pacing import CreditWindow
 from models.parts import AnnouncementWatcher, ConsumerFactory, Publisher, Slot
 from streams import records
@@ -137,6 +137,7 @@ class Dreamer:
         self.slots["world_model"].hold_load = self._hold_world_model_load
         self.abandoned_last = False  # the last round was given up for a new checkpoint
         self.first_round = True  # no round has run with the loaded weights yet
+        self.dropped_streak = 0  # uniform groups dropped since the last published group
         self.gate_reason = ""  # the last gate decision's reason (logged when it changes)
         self.credit = credit
         self.reload_clock = ReloadClock(self.run, "dream")
@@ -302,9 +303,13 @@ class Dreamer:
         if pv is not None and pv >= self._awaited_policy:
             self._round_done.set()  # the new policy's first round is out: the world model may load
         if cfg.drop_uniform_groups:
-            rollouts, dropped = keep_varied(rollouts)
+            rollouts, dropped, self.dropped_streak, forced = keep_varied_capped(
+                rollouts, self.dropped_streak, cfg.max_dropped_per_published
+            )
             if dropped:
                 M.DREAM_GROUPS_DROPPED.labels(self.run, "uniform").inc(dropped)
+            if forced:
+                M.DREAM_UNIFORM_PUBLISHED.labels(self.run).inc()
         if self.credit is not None and rollouts:
             self.credit.on_produced(int(pv or 0), len(rollouts), time.time())
         n = 0

@@ -43,6 +43,20 @@ def keep_varied(rollouts: list) -> tuple[list, int]:
     return kept, len({ro.group_id for ro in rollouts}) - len(varied)
 
 
+def keep_varied_capped(rollouts: list, streak: int, cap: int) -> tuple[list, int, int, bool]:
+    """``keep_varied`` with ``dream.max_dropped_per_published``: ``streak`` groups were dropped
+    since the last published one; when this round would publish none and bring the streak to
+    ``cap`` (0: no cap), its first group is published anyway.  (kept rollouts, groups dropped,
+    the new streak, whether a uniform group was published)."""
+    kept, dropped = keep_varied(rollouts)
+    if kept:
+        return kept, dropped, 0, False
+    if cap and rollouts and streak + dropped >= cap:
+        first = rollouts[0].group_id
+        return [ro for ro in rollouts if ro.group_id == first], dropped - 1, 0, True
+    return kept, dropped, streak + dropped, False
+
+
 def observe_reward_signal(run: str, rollouts: list) -> None:
     """Why dream groups do or do not carry an advantage: how each rollout ended, the reward head's
     p(success) at its last step (when the world model's heads gave it), varied/uniform groups."""

@@ -47,7 +47,9 @@ def build_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = 
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
     work = reader_workdir("dream", cfg.s3.reader_dir)
     slots = {
-        k: ModelSlot(store, k, work, cfg.run_id, poll_s=cfg.s3.latest_poll_s, model=cfg.model)
+        k: ModelSlot(
+            store, k, work, cfg.run_id, poll_s=cfg.s3.latest_poll_s, model_config=cfg.model
+        )
         for k in ("policy", "world_model")
     }
     pub = make_publisher(cfg.kafka, client="dream", run=cfg.run_id)
@@ -86,6 +88,7 @@ def run_dreamer(cfg: Config, producer_id: str, stop: threading.Event | None = No
     M.DREAM_IN_FLIGHT.labels(cfg.run_id).set(0.0)
     M.DREAM_PACE_WRITTEN_OFF.labels(cfg.run_id)
     M.DREAM_P_SUCCESS.labels(cfg.run_id)
+    M.DREAM_UNIFORM_PUBLISHED.labels(cfg.run_id)
     for outcome in ("varied", "uniform"):
         M.DREAM_GROUPS.labels(cfg.run_id, outcome)
     for end in ("done", "horizon", "stop"):

@@ -56,7 +56,9 @@ def test_a_changed_model_is_refused_and_continued_only_on_purpose(
     for d in ("reader", "reader2"):
         (tmp_path / d).mkdir()
     store = CheckpointStore(make_client(changed), changed.s3.bucket, changed.run_id)
-    slot = ModelSlot(store, "policy", tmp_path / "reader", changed.run_id, model=changed.model)
+    slot = ModelSlot(
+        store, "policy", tmp_path / "reader", changed.run_id, model_config=changed.model
+    )
     with pytest.raises(ModelSpecMismatch, match="policy checkpoint v0"):
         slot.refresh()
     assert slot.model is None
@@ -71,5 +73,7 @@ def test_a_changed_model_is_refused_and_continued_only_on_purpose(
         assert kept.policy_model.config.num_layers == 2
     finally:
         kept.close()
-    slot = ModelSlot(store, "policy", tmp_path / "reader2", changed.run_id, model=changed.model)
+    slot = ModelSlot(
+        store, "policy", tmp_path / "reader2", changed.run_id, model_config=changed.model
+    )
     assert slot.refresh() and slot.version == 0

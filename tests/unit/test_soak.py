@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.config import Config
+from core.proctree import PAGE, tree_rss
 from infra.chaos import FAULTS, ChaosError, bad_record, run
-from infra.soak import MB, PAGE, Watch, render, slope_per_h, stable_id, tree_rss
+from infra.soak import MB, Watch, render, slope_per_h, stable_id
 
 
 def _proc(root: Path, pid: int, ppid: int, pages: int, comm: str = "python3") -> None:
@@ -131,7 +132,7 @@ def _proc_cpu(root: Path, pid: int, ppid: int, ticks: int) -> None:
 
 
 def test_tree_cpu_sums_user_and_system_time_of_the_tree(tmp_path: Path) -> None:
-    from infra.soak import TICK, tree_cpu_s
+    from core.proctree import TICK, tree_cpu_s
 
     _proc_cpu(tmp_path, 10, 1, 100)
     _proc_cpu(tmp_path, 11, 10, 50)
@@ -173,3 +174,41 @@ def test_the_watch_samples_before_its_thread_starts(monkeypatch) -> None:
         assert len(seen) == 1
     finally:
         w._stop.set()
+
+
+def test_the_memory_check_is_the_slope_over_the_last_40_minutes() -> None:
+    from infra.soak import window_slope
+
+    # 60 min: +600 MB/h for the first 20 min (warm-up), then +30 MB/h
+    pts = [
+        (t, 1, int((100 + (min(t, 1200) / 6 + max(0, t - 1200) / 120)) * MB))
+        for t in range(0, 3601, 15)
+    ]
+    slope, covered = window_slope(pts, end=3600)
+    assert slope == pytest.approx(30.0, abs=0.5) and covered == 2400
+    assert window_slope(pts, end=1095) == (None, 1095)  # under 20 minutes: not judged
+    # a restart 10 minutes before the end: the longest-lived process in the window is judged
+    restarted = [p for p in pts if p[0] < 3000] + [(t, 2, 50 * MB) for t in range(3000, 3601, 15)]
+    assert window_slope(restarted, end=3600)[0] == pytest.approx(30.0, abs=0.5)
+
+    w = _watch()
+    w.memory["trainer"] = [(t, 1, int((300 + t / 36) * MB)) for t in range(0, 3601, 15)]  # 100/h
+    w.memory["dream"] = pts
+    w.last_sample = 3600
+    rep = w.memory_report()
+    assert rep["trainer"]["slope_mb_per_h_last_40m"] == pytest.approx(100.0, abs=0.5)
+    assert rep["trainer"]["slope_ok"] is False and rep["dream"]["slope_ok"] is True
+    assert "(!)" in render(
+        {
+            "run": "r",
+            "duration_s": 3600,
+            "faults": [],
+            "probe": dict.fromkeys(("sent", "acked", "found", "missing", "duplicates"), 0)
+            | {"resent": 0, "rebuilds": 0},
+            "topics": {},
+            "memory": rep,
+            "restarts": {},
+            "checkpoints": {"first_version": 0, "last_version": 1, "longest_gap_s": 1},
+            "progress": {},
+        }
+    )
