@@ -3,7 +3,7 @@
 Numerator: the FLOPs the model's maths needs for the tokens it was given, counted on
 unpadded, unique tokens (``FlopMeter``): the policy's rows are already packed (all the
 candidates of a step share one prompt, shared candidate prefixes are one trie node,
-``models.policy.loss.action_logprobs``), so a token the loss computes once is counted
+``models.lm.scoring.continuation_logprobs``), so a token the loss computes once is counted
 once; padding is never counted.  Per forward token: ``2 x`` the weights of every linear
 layer (attention and MLP projections and the LM head; embeddings are a lookup) plus
 ``4 x d_model`` per attended position per layer (``QK^T`` and ``AV``), the attended

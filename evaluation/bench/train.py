@@ -272,12 +272,14 @@ def bench_dream(cfg: Config, starts: list[dict], wm_tokens: int = 48, rounds: in
 def _single_action_pass(model: Any, tok: Any, trajs: list, cfg: Config) -> None:
     """Forward + backward of each step's chosen action tokens only (the policy objective before it
     became pi_T over the candidate set), in the trainer's micro-batches; gradients dropped."""
-    from models.policy.loss import action_logprobs, trajectory_rows
+    from models.lm.scoring import continuation_logprobs
+    from models.lm.tokenizer import pad_id
+    from models.policy.decisions import trajectory_rows
 
     rows = [r for t in trajs for r in trajectory_rows(tok, t.steps(), cfg.model.max_positions)]
     n = max(1, cfg.trainer.chunk_rows or len(rows))
     for i in range(0, len(rows), n):
-        lps = action_logprobs(model, tok, rows[i : i + n])
+        lps = continuation_logprobs(model, rows[i : i + n], pad_id(tok))
         torch.stack([lp.sum() for lp in lps]).sum().backward()
     model.zero_grad(set_to_none=True)
 
@@ -414,7 +416,7 @@ def tokens_per_transition(cfg: Config, tok: Any, obs: list[Observation], steps: 
     change target + eos, ``_wm_rows``), as trained; ``*_full``: the same texts before any fitting."""
     from models.lm.prompts import policy_prompt, world_model_prompt
     from models.lm.tokenizer import encode
-    from models.policy.loss import trajectory_rows
+    from models.policy.decisions import trajectory_rows
     from models.world_model.loss import _wm_rows
     from models.world_model.outputs import change_target
 

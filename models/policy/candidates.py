@@ -1,4 +1,4 @@
-"""The policy's action set: C(s), the valid actions of a page, and the distribution over them.
+"""The policy's action set: C(s), the valid actions of a page.
 
 ``candidate_actions(obs)`` enumerates the valid actions of an observation (deterministic
 order, de-duplicated, capped at ``max_candidates``): every typeable element x the texts the
@@ -16,16 +16,13 @@ function when acting (``models.policy.runner.PolicyRunner``) and when learning (
 ``candidates_hash`` (sha1 of the candidate texts joined by newlines, 16 hex chars) is recorded
 on every transition, so the learner can tell when its rebuilt set differs from the one acted on.
 
-Over C(s) the policy is ``pi_T(a|s) = softmax(score / T)[a]`` (``candidate_logprobs``); the T of
-a recorded log-prob is ``record_temperature`` (the sampling temperature, 1 for argmax).
+Over C(s) the policy is ``pi_T(a|s) = softmax(score / T)[a]``: ``models.policy.log_pi``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-
-import torch
 
 from core.pagetree import Node, parse_tree
 from core.spaces import Action, Observation
@@ -305,13 +302,3 @@ def policy_candidates(
     if not acts:
         acts, ids = [Action.stop("")], [action_ids(tokenizer, Action.stop("").to_text())]
     return acts, ids
-
-
-def record_temperature(temperature: float) -> float:
-    """The T of the recorded ``log pi_T``: the sampling temperature, or 1 for argmax (T <= 0)."""
-    return float(temperature) if temperature > 0 else 1.0
-
-
-def candidate_logprobs(scores: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``log pi_T`` over one candidate set: ``log_softmax(scores / T)`` (T <= 0 -> T = 1)."""
-    return torch.log_softmax(scores.float() / record_temperature(temperature), -1)

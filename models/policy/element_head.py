@@ -12,8 +12,8 @@ token ``t`` (after the final layer norm), ``w`` a learned vector and ``u`` a lea
 trained); the bracket is ``models.lm.match``'s exact-match rule (a whole word, case-sensitive, also
 a word of the instruction line) applied to the line, and ``g`` a fixed gain (``NAMED_GAIN``, below).  Actions that name no element, or
 an element the page does not show, get 0.  ``pi_T(a|s)`` is then the softmax of score/T over
-C(s), as before; acting (``models.policy.runner.PolicyRunner``) and the learner
-(``models.policy.loss``) add the same term, so the probability trained is the probability sampled.
+C(s), as before; acting and the learner add the same term (``models.policy.log_pi``, the one
+definition of ``log pi_T``), so the probability trained is the probability sampled.
 
 Why: choosing the element whose label is the asked word means, for the language-model score alone,
 predicting the element's number, which the page writes *before* its label, from the action line:
@@ -26,10 +26,10 @@ away.  The maximum, not the mean, because the label is a few tokens of the line 
 model's acted line, ``models/world_model/lines.py``).
 
 Where the hidden states come from: acting reads them from the passes that score the candidates
-(``models.lm.backbone.score_continuations(states=...)``: the shared prefix's pass and the prompt tails'
-trie nodes); the learner reads them from the forward it already runs, whose packed rows
-start with the prompt seen causally (``models.policy.loss.action_logprobs(hidden=...)``).  A prompt
-token sees only earlier prompt tokens in both, so the states are the same.
+(``models.lm.scoring.score_continuations(states=...)``: the shared prefix's pass and the prompt
+tails' trie nodes); the learner reads them from the forward it already runs, whose packed rows
+start with the prompt seen causally (``models.lm.scoring.continuation_logprobs(hidden=...)``).  A
+prompt token sees only earlier prompt tokens in both, so the states are the same.
 """
 
 from __future__ import annotations
@@ -115,9 +115,9 @@ def element_scores(
     actions: list[list[str]],
     states: list[torch.Tensor] | None = None,
 ) -> list[torch.Tensor] | None:
-    """Acting: per prompt, the element head's term of each of its candidate actions (no grad); None for a
-    policy without the element head.  ``states``: the prompts' last-layer states, as
-    ``models.lm.backbone.score_continuations`` reads them from its own passes; without them, one
+    """Per prompt, the element head's term of each of its candidate actions (no grad: acting's);
+    None for a policy without the element head.  ``states``: the prompts' last-layer states, as
+    ``models.lm.scoring.score_continuations`` reads them from its own passes; without them, one
     forward over the prompts (``prompt_states``)."""
     if head is None or not prompts:
         return None
@@ -128,21 +128,3 @@ def element_scores(
             head.terms(h, p, a).float().cpu()
             for h, p, a in zip(states, prompts, actions, strict=True)
         ]
-
-
-def row_terms(
-    head: ElementHead, rows: list[tuple[list[int], list[int]]], hidden: dict[int, torch.Tensor]
-) -> list[torch.Tensor]:
-    """The learner: the element head's term of each (prompt, continuation ids) row, with grad, from the
-    prompt states ``action_logprobs(hidden=...)`` collected (rows of one prompt share them)."""
-    ptr = head
-    groups: dict[tuple, list[int]] = {}
-    for i, (p, _) in enumerate(rows):
-        groups.setdefault(tuple(p), []).append(i)
-    out: list[torch.Tensor] = [None] * len(rows)  # type: ignore[list-item]
-    for p, idx in groups.items():
-        acts = ["".join(ptr.pieces[t] for t in rows[i][1] if 0 <= t < len(ptr.pieces)) for i in idx]
-        vals = ptr.terms(hidden[idx[0]], list(p), acts)
-        for n, i in enumerate(idx):
-            out[i] = vals[n]
-    return out

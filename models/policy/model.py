@@ -1,7 +1,8 @@
 """The policy as one module: ``Policy`` declares every part in its constructor.
 
-- ``lm``: the causal-LM backbone (``models.lm.base.LanguageModel``; GPT-Neo from
-  ``ModelConfig`` or a local Hugging Face directory, ``model.policy_path``);
+- ``lm``: the causal-LM backbone (``models.lm.types.CausalLM``; GPT-Neo from ``ModelConfig``, a
+  local Hugging Face directory or a GGUF file, ``model.policy_path``), with LoRA adapters when the
+  spec has them (``models.lm.lora``; ``base_ref``, a constructor argument, names their base);
 - ``match``: the instruction-match input feature, flagged up to the prompt's ``Action:`` line
   (``PolicySpec.match_feature``; ``models.lm.match``);
 - ``element_head``: the read-out of the page line of the element a candidate names
@@ -10,7 +11,8 @@
 ``PolicySpec`` is saved beside the weights (``dynaweb.json``); ``Policy.save_pretrained(dir)``
 and ``models.lm.saved.load_model(Policy, dir)`` write and read the whole policy in one call, a
 directory in the legacy layout through ``models.lm.saved.migrate_legacy``;
-``models.lm.saved.make_model(Policy, model_cfg)`` builds one from config.  Acting is ``models.policy.runner``, the loss
+``models.lm.saved.make_model(Policy, model_cfg)`` builds one from config.  What the policy's
+probability of an action is: ``models.policy.log_pi``; acting: ``models.policy.runner``; the loss:
 ``models.policy.loss``.
 """
 

@@ -3,11 +3,13 @@
 The policy is a distribution over the page's valid actions ``C(s) =
 policy_candidates(tokenizer, obs, prompt_ids, max_positions, max_candidates)``
 (``models.policy.candidates``: what is enumerated, and why the same function serves acting and
-learning); the score of a candidate is the summed token log-prob of its text + eos given the
-prompt, plus, for a policy with the element head (``models.policy.element_head``), a read-out of the
-page line of the element it names, and
+learning):
 
-    pi_T(a|s) = softmax_{c in C(s)}(score(c) / T)[a].
+    pi_T(a|s) = softmax_{c in C(s)}(score(c) / T)[a],
+
+the score of a candidate being the summed token log-prob of its text + eos given the prompt plus,
+for a policy with the element head, its term (``models.policy.log_pi``: the one definition, which
+the learner computes in its batched mode).
 
 Acting (``PolicyRunner.act_info``; ``act`` is the 3-tuple view): for every
 observation every candidate's tokens are scored, one is drawn from ``pi_T`` (or
@@ -17,7 +19,7 @@ the temperature it was sampled with (``info["temperature"]``; a temperature <= 0
 means argmax and records ``log pi_1``; greedy acting with T > 0 records
 ``log pi_T``).  Dropout is off (``model.eval()``), so the learner's recomputation
 of ``log pi_T`` with the unchanged model gives the same number.
-Scoring is ``models.lm.backbone.score_continuations`` (shared prefixes, token tries).
+Scoring is ``LogPi.cached`` (shared prefixes in a KV cache, token tries).
 """
 
 from __future__ import annotations
@@ -26,18 +28,11 @@ import torch
 
 from core.config import ModelConfig
 from core.spaces import Action, Observation
-from models.lm.backbone import score_continuations
 from models.lm.prompts import policy_prompt_ids
 from models.lm.tokenizer import pad_id
 from models.lm.types import Tokenizer
-from models.policy.candidates import (
-    MAX_CANDIDATES,
-    candidate_logprobs,
-    candidates_hash,
-    policy_candidates,
-    record_temperature,
-)
-from models.policy.element_head import element_scores
+from models.policy.candidates import MAX_CANDIDATES, candidates_hash, policy_candidates
+from models.policy.log_pi import LogPi, candidate_logprobs, record_temperature
 from models.policy.model import Policy
 
 
@@ -127,20 +122,9 @@ class PolicyRunner:
                 cands.append(acts)
                 cand_ids.append(ids)
             which.append(keys[key])
-        states = [None] * len(prompts) if self.model.element_head is not None else None
-        scores = score_continuations(
-            self.model,
-            prompts,
-            cand_ids,
-            self.max_positions,
-            pad_id(self.tokenizer),
-            stats=self.stats,
-            states=states,
-        )
+        log_pi = LogPi(self.model, pad_id(self.tokenizer), self.max_positions)
+        scores = log_pi.cached(prompts, cand_ids, stats=self.stats)
         texts = [[a.to_text() for a in acts] for acts in cands]
-        ptr = element_scores(self.model, self.model.element_head, prompts, texts, states=states)
-        if ptr is not None:  # the element head's term (models/policy/element_head.py)
-            scores = [s + t for s, t in zip(scores, ptr, strict=True)]
         logps = [candidate_logprobs(s, t_rec) for s in scores]
         hashes = [candidates_hash(t) for t in texts]
         out = []

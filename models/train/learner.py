@@ -135,7 +135,7 @@ def policy_update(
 ) -> tuple:
     """``policy_batch_loss`` + the engine's step (``_update``), chunked by ``cfg.chunk_rows``;
     ``prepared``: the trajectories' decisions built ahead
-    (``models.policy.loss.prepare_decisions``); ``group``: this rank's trainer group (see the
+    (``models.policy.decisions.prepare_decisions``); ``group``: this rank's trainer group (see the
     module doc).  Returns ``(loss, stats, grad_norm, time the loss was done)``."""
 
     def batch_loss(**kw: Any) -> tuple:

@@ -2,7 +2,7 @@
 
 Before a policy batch reaches the model, the loss validates its trajectories (``batch.trajs()``)
 and builds every step's decision: the page's candidate actions and their tokens
-(``models.policy.loss.prepare_decisions``).  ``BatchPreparer.prepare`` starts that for the first
+(``models.policy.decisions.prepare_decisions``).  ``BatchPreparer.prepare`` starts that for the first
 waiting batch on one background thread while the trainer's step runs (torch releases the GIL in
 its kernels); ``take`` hands the result to the step (or ``None``: the step builds it itself).
 ``dynaweb bench train --stream`` reports the gain (``prepare_overlap_speedup``).  On rank ``r``
@@ -45,7 +45,7 @@ class BatchPreparer:
             return
 
     def _build(self, batch: Any) -> tuple[list, dict]:
-        from models.policy.loss import prepare_decisions
+        from models.policy.decisions import prepare_decisions
         from models.train.data_parallel import rank_share
 
         trajs = batch.trajs()

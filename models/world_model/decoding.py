@@ -3,7 +3,7 @@
 A plain decoding loop instead of ``model.generate``: the KV cache is preallocated
 (``preallocated_cache``: ``PreallocatedLayer`` writes in place, no copy of the whole cache per
 token as ``DynamicCache``'s concatenation does); prompts that share a prefix
-(``models.lm.backbone.prefix_groups``: the rollouts of a dream group on the same page) prefill it once
+(``models.lm.scoring.prefix_groups``: the rollouts of a dream group on the same page) prefill it once
 and copy its keys to their rows once, then only their own tails run; the lean decode
 (``models.lm.lean_decode``) then reads each shared prefix once for all its rows
 (``SharedPrefixCache``, up to ``MAX_SHARED_GROUPS`` prefix groups); the 4D mask is built from
@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from core.waiting import Aborted
-from models.lm.backbone import prefix_groups
 from models.lm.lean_decode import LeanStep, SharedPrefixCache
 from models.lm.match import left_padded
+from models.lm.scoring import prefix_groups
 from models.world_model.heads import HeadPlaces
 from models.world_model.model import WorldModel
 

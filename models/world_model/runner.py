@@ -52,8 +52,8 @@ import torch
 
 from core.config import DreamConfig
 from core.spaces import Action, Observation
-from models.lm.backbone import score_continuations
 from models.lm.prompts import world_model_prompt_ids
+from models.lm.scoring import score_continuations
 from models.lm.tokenizer import decode, encode, eos_id, pad_id
 from models.lm.types import Tokenizer
 from models.world_model.change import (

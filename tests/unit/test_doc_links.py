@@ -4,7 +4,7 @@ Every relative Markdown link in README.md, CHANGELOG.md and docs/**/*.md resolve
 folder of the repository; a link into a Python file names a symbol (``path.py#name`` or
 ``path.py#Class.method``) that the file defines, found with ``ast``; a link into a Markdown page
 names one of its headings. Code spans that name a repository path (``models/lm/backbone.py``) or
-a dotted module path (``models.lm.backbone.score_continuations``) must resolve the same way. The
+a dotted module path (``models.lm.scoring.score_continuations``) must resolve the same way. The
 README stays short, every page is reachable from it, and no page or code comment speaks of the
 work sittings that produced it.
 """

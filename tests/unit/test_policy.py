@@ -5,12 +5,12 @@ import torch
 
 from core.config import TrainerConfig
 from core.spaces import Action, Observation, parse_action
-from models.lm.backbone import score_continuations
 from models.lm.prompts import action_ids, fit_tree, policy_prompt_ids
 from models.lm.saved import make_model
-from models.lm.tokenizer import build_tokenizer, decode, encode
+from models.lm.scoring import continuation_logprobs, score_continuations
+from models.lm.tokenizer import build_tokenizer, decode, encode, pad_id
 from models.policy.candidates import candidate_actions, instruction_texts
-from models.policy.loss import action_logprobs, policy_batch_loss
+from models.policy.loss import policy_batch_loss
 from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from tests.factories import POLICY_CFG as CFG
@@ -110,8 +110,8 @@ def test_learner_packing_matches_naive(policy):
     p1 = policy_prompt_ids(tok, OBS[1], ["click(4)"], 256)
     conts = [action_ids(tok, t) for t in ("click(1)", 'type(1, "Kiera")', "click(2)", 'stop("")')]
     rows = [(p0, conts[0]), (p1, conts[1]), (p0, conts[1]), (p0, conts[2]), (p1, conts[3])]
-    lps = action_logprobs(model, tok, rows, rows_per_forward=1)
-    lps2 = action_logprobs(model, tok, rows)
+    lps = continuation_logprobs(model, rows, pad_id(tok), rows_per_forward=1)
+    lps2 = continuation_logprobs(model, rows, pad_id(tok))
     for (p, c), lp, lp2 in zip(rows, lps, lps2, strict=True):
         assert lp.shape == (len(c),)
         assert abs(float(lp.sum().detach()) - _naive(model, p, c)) < 1e-3
@@ -174,19 +174,19 @@ def test_bc_step_raises_expert_likelihood():
         [(OBS[0], 'type(1, "Kiera")'), (OBS[0], "click(2)")], "expert", "", 1.0
     )
     rows = [(policy_prompt_ids(tok, OBS[0], [], 256), action_ids(tok, 'type(1, "Kiera")'))]
-    before = float(action_logprobs(model, tok, rows)[0].sum().detach())
+    before = float(continuation_logprobs(model, rows, pad_id(tok))[0].sum().detach())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(5):
         opt.zero_grad()
         loss, m = policy_batch_loss(model, tok, [traj], TrainerConfig(), CFG)
         loss.backward()
         opt.step()
-    assert float(action_logprobs(model, tok, rows)[0].sum().detach()) > before + 1.0
+    assert float(continuation_logprobs(model, rows, pad_id(tok))[0].sum().detach()) > before + 1.0
     assert m["n_bc"] == 1 and m["n_gspo"] == 0
 
 
 def test_shared_prefix_scoring_matches_naive(policy):
-    from models.lm.backbone import prefix_groups
+    from models.lm.scoring import prefix_groups
 
     model, tok = policy
     page = Observation(

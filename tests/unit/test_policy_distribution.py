@@ -12,11 +12,14 @@ import torch
 from collectors.agents import _norm
 from core.config import TrainerConfig
 from core.spaces import Action, Observation
-from models.lm.backbone import score_continuations
 from models.lm.prompts import action_ids, policy_prompt_ids
 from models.lm.saved import make_model
-from models.policy.candidates import candidate_logprobs, candidates_hash, policy_candidates
-from models.policy.loss import action_logprobs, policy_batch_loss, trajectory_decisions
+from models.lm.scoring import continuation_logprobs, score_continuations
+from models.lm.tokenizer import pad_id
+from models.policy.candidates import candidates_hash, policy_candidates
+from models.policy.decisions import trajectory_decisions
+from models.policy.log_pi import candidate_logprobs
+from models.policy.loss import policy_batch_loss
 from models.policy.model import Policy
 from models.policy.runner import PolicyRunner
 from streams import records
@@ -158,7 +161,9 @@ def test_bc_is_cross_entropy_over_the_candidates(policy):
     with torch.no_grad():
         s = score_continuations(model, [d[0].prompt], [d[0].cand_ids], CFG.max_positions, 0)[0]
         ce = -float(candidate_logprobs(s, 0.8)[d[0].index])
-        nll = -float(action_logprobs(model, tok, [(d[1].prompt, d[1].action_ids)])[0].mean())
+        nll = -float(
+            continuation_logprobs(model, [(d[1].prompt, d[1].action_ids)], pad_id(tok))[0].mean()
+        )
     assert d[0].index >= 0 and d[1].index == -1
     assert abs(m["bc_loss"] - (ce + nll) / 2) < 1e-4, (m["bc_loss"], ce, nll)
 

@@ -10,10 +10,10 @@ import dataclasses
 
 import torch
 
-from models.lm.backbone import score_continuations
 from models.lm.match import END, match_flags, token_pieces
 from models.lm.prompts import action_ids, policy_prompt_ids
 from models.lm.saved import load_model, make_model
+from models.lm.scoring import score_continuations
 from models.lm.tokenizer import decode
 from models.policy.model import Policy
 from tests.factories import POLICY_CFG as CFG

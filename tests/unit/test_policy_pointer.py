@@ -10,10 +10,10 @@ import logging
 
 import torch
 
-from models.lm.backbone import score_continuations
 from models.lm.match import token_pieces
 from models.lm.prompts import policy_prompt_ids
 from models.lm.saved import load_model, make_model
+from models.lm.scoring import score_continuations
 from models.lm.tokenizer import decode
 from models.policy.element_head import (
     NAMED_GAIN,

@@ -10,8 +10,9 @@ from core.config import Config
 from core.spaces import Observation
 from evaluation.bench.synthetic import synthetic_batch
 from models.lm.saved import make_model
-from models.policy import loss as policy_loss
-from models.policy.loss import policy_batch_loss, prepare_decisions
+from models.policy import decisions as policy_decisions
+from models.policy.decisions import prepare_decisions
+from models.policy.loss import policy_batch_loss
 from models.policy.model import Policy
 from models.train.prepare import BatchPreparer
 from streams import records
@@ -54,13 +55,13 @@ def test_the_next_batch_is_built_on_the_prepare_thread(monkeypatch):
         trajectories=[dict(vars(t)) for t in trajs], expert_fraction=0.5,
     )  # fmt: skip
     where = []
-    real = policy_loss.trajectory_decisions
+    real = policy_decisions.trajectory_decisions
 
     def spy(*a, **k):
         where.append(threading.current_thread().name)
         return real(*a, **k)
 
-    monkeypatch.setattr(policy_loss, "trajectory_decisions", spy)
+    monkeypatch.setattr(policy_decisions, "trajectory_decisions", spy)
     prep = BatchPreparer(tok, cfg.model.max_positions, 1.0)
     try:
         prep.prepare([(None, "t", 0, 1), (batch, "t", 0, 2)])  # skips a skipped record

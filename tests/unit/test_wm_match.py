@@ -12,10 +12,10 @@ import torch
 
 from core.config import ModelConfig
 from core.spaces import Observation, parse_action
-from models.lm.backbone import score_continuations
 from models.lm.match import match_flags, match_line_positions, token_pieces
 from models.lm.prompts import world_model_prompt_ids
 from models.lm.saved import load_model, make_model
+from models.lm.scoring import score_continuations
 from models.lm.tokenizer import decode, encode, eos_id, pad_id
 from models.world_model.decoding import generate_tokens
 from models.world_model.heads import HeadPlaces, head_positions

@@ -193,7 +193,7 @@ def pointable(by_task: dict[str, list[list]]) -> dict[str, dict]:
     from core.config import ModelConfig
     from models.lm.match import acted_element
     from models.lm.saved import make_model
-    from models.policy.loss import trajectory_decisions
+    from models.policy.decisions import trajectory_decisions
     from models.policy.model import Policy
 
     mc = ModelConfig()
