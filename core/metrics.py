@@ -22,6 +22,7 @@ import socket
 import time
 import urllib.request
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
@@ -127,26 +128,36 @@ class MetricsEndpoint:
             server.server_close()
 
 
-def run_targets(cfg: Config) -> list[tuple[Path, dict]]:
+class RunHome(Protocol):
+    """What the scrape-target files of a run are found by: the run's id and the state directory
+    its processes register under (a ``Config`` is one)."""
+
+    run_id: str
+
+    @property
+    def home_path(self) -> Path: ...
+
+
+def run_targets(run: RunHome) -> list[tuple[Path, dict]]:
     """(file, target entry) of every file-discovery target this run's processes registered."""
-    tdir = cfg.home_path / "prometheus" / "targets"
+    tdir = run.home_path / "prometheus" / "targets"
     out = []
     for f in sorted(tdir.glob("*.json")) if tdir.exists() else []:
         try:
             entry = json.loads(f.read_text())[0]
         except (ValueError, IndexError, KeyError, OSError):
             continue
-        if isinstance(entry, dict) and entry.get("labels", {}).get("run") == cfg.run_id:
+        if isinstance(entry, dict) and entry.get("labels", {}).get("run") == run.run_id:
             out.append((f, entry))
     return out
 
 
-def remove_targets(cfg: Config, pids: list[int] | set[int]) -> list[Path]:
+def remove_targets(run: RunHome, pids: list[int] | set[int]) -> list[Path]:
     """Remove the targets this run's processes ``pids`` registered (processes known to have
     exited); returns the files removed."""
     wanted = {str(p) for p in pids}
     gone = []
-    for f, entry in run_targets(cfg):
+    for f, entry in run_targets(run):
         if entry["labels"].get("pid") in wanted:
             f.unlink(missing_ok=True)
             gone.append(f)
@@ -163,23 +174,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_dead_targets(cfg: Config) -> list[Path]:
+def remove_dead_targets(run: RunHome) -> list[Path]:
     """Remove this run's targets left by processes of this host that no longer exist (a target
     advertised on loopback is this host's; others may be another machine's, so they stay)."""
     dead = set()
-    for _f, entry in run_targets(cfg):
+    for _f, entry in run_targets(run):
         host = str((entry.get("targets") or [""])[0]).rsplit(":", 1)[0]
         pid = entry["labels"].get("pid", "")
         if host in ("127.0.0.1", "localhost", "[::1]") and pid.isdigit():
             if not _pid_alive(int(pid)):
                 dead.add(int(pid))
-    return remove_targets(cfg, dead) if dead else []
+    return remove_targets(run, dead) if dead else []
 
 
-def scrape_targets(cfg: Config) -> list[tuple[dict, str]]:
+def scrape_targets(run: RunHome) -> list[tuple[dict, str]]:
     """(labels, metrics text) of every registered component of this run."""
     out = []
-    for _f, entry in run_targets(cfg):
+    for _f, entry in run_targets(run):
         try:
             with urllib.request.urlopen(f"http://{entry['targets'][0]}/metrics", timeout=2) as r:
                 out.append((entry["labels"], r.read().decode()))

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from core.config import Config
+from core.config import StackConfig
 
 
 class PrometheusUnavailable(RuntimeError):
@@ -33,9 +33,9 @@ class PromQueryError(ValueError):
         self.error = error
 
 
-def prometheus_url(cfg: Config, url: str | None = None) -> str:
+def prometheus_url(stack: StackConfig, url: str | None = None) -> str:
     """The given URL, else the embedded stack's Prometheus (stack.bind:stack.prometheus_port)."""
-    return (url or f"http://{cfg.stack.bind}:{cfg.stack.prometheus_port}").rstrip("/")
+    return (url or f"http://{stack.bind}:{stack.prometheus_port}").rstrip("/")
 
 
 class Prom:

@@ -17,12 +17,9 @@ class S3Unavailable(RuntimeError):
     pass
 
 
-def credentials_path(cfg: Config) -> Path:
-    return (
-        Path(cfg.s3.credentials_file)
-        if cfg.s3.credentials_file
-        else cfg.home_path / "s3" / "credentials.json"
-    )
+def credentials_path(s3: S3Config, home: Path) -> Path:
+    """``s3.credentials_file``, else the embedded store's keys under the state directory."""
+    return Path(s3.credentials_file) if s3.credentials_file else home / "s3" / "credentials.json"
 
 
 def ensure_credentials(path: Path) -> dict:
@@ -37,11 +34,10 @@ def ensure_credentials(path: Path) -> dict:
     return creds
 
 
-def resolve_keys(cfg: Config) -> tuple[str, str]:
-    s3 = cfg.s3
+def resolve_keys(s3: S3Config, home: Path) -> tuple[str, str]:
     if s3.access_key and s3.secret_key:
         return s3.access_key, s3.secret_key
-    path = credentials_path(cfg)
+    path = credentials_path(s3, home)
     if not path.exists():
         raise S3Unavailable(
             f"no S3 credentials: set DYNAWEB_S3__ACCESS_KEY/SECRET_KEY or start the embedded store with "
@@ -69,7 +65,7 @@ def check_s3(s3: S3Config, timeout: float = 3.0) -> None:
 
 def make_client(cfg: Config) -> Minio:
     check_s3(cfg.s3)
-    ak, sk = resolve_keys(cfg)
+    ak, sk = resolve_keys(cfg.s3, cfg.home_path)
     http_client = None
     if cfg.s3.secure and not cfg.s3.cert_check:
         import urllib3

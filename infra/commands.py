@@ -331,7 +331,9 @@ def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
 
     try:
         res = write_report(
-            Prom(prometheus_url(cfg, args.prometheus)), args.report_run or cfg.run_id, args.out
+            Prom(prometheus_url(cfg.stack, args.prometheus)),
+            args.report_run or cfg.run_id,
+            args.out,
         )
     except PrometheusUnavailable as e:
         print(f"dynaweb report: error: {e}", file=sys.stderr)

@@ -89,7 +89,7 @@ class Stack:
     # --- service definitions ------------------------------------------------
     def services(self) -> dict[str, Service]:
         st, home, bind = self.cfg.stack, self.home, self.cfg.stack.bind
-        creds_file = credentials_path(self.cfg)
+        creds_file = credentials_path(self.cfg.s3, self.cfg.home_path)
         b = st.s3_aux_port_base
         s3_dir = home / "s3"
         s3 = Service(
@@ -192,7 +192,7 @@ class Stack:
             d = self.home / "s3"
             (d / "data").mkdir(parents=True, exist_ok=True)
             (self.logs / "s3").mkdir(parents=True, exist_ok=True)
-            creds = ensure_credentials(credentials_path(self.cfg))
+            creds = ensure_credentials(credentials_path(self.cfg.s3, self.cfg.home_path))
             ids = {
                 "identities": [
                     {
@@ -215,7 +215,7 @@ class Stack:
         """Credentials reach the broker through its environment only (never argv or logs)."""
         if name != "broker" or self.cfg.stack.broker_storage == "memory":
             return {}
-        creds = ensure_credentials(credentials_path(self.cfg))
+        creds = ensure_credentials(credentials_path(self.cfg.s3, self.cfg.home_path))
         st = self.cfg.stack
         return {
             "AWS_ACCESS_KEY_ID": creds["access_key"],

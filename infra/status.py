@@ -317,7 +317,7 @@ def status(
     as_json: bool = False,
     at: float | None = None,
 ) -> int:
-    prom = Prom(prometheus_url(cfg, url))
+    prom = Prom(prometheus_url(cfg.stack, url))
     name = pick_run(prom, run)
     if name is None:
         print(

@@ -205,7 +205,7 @@ class Runner:
         loop = asyncio.get_running_loop()
 
         def load() -> tuple[set, dict]:
-            since = recovery.replay_start_ms(kc, run, app_id(self.cfg), tps)
+            since = recovery.replay_start_ms(kc, run, app_id(self.cfg.run_id), tps)
             return recovery.emitted_since(kc, run, self.topics.policy_batches, since)
 
         await self.sender.drain()

@@ -26,27 +26,27 @@ from typing import Any
 
 import faust
 
-from core.config import Config
+from core.config import Config, KafkaConfig, StreamConfig
 from streams.kafka import client_kwargs
 
 
-def worker_id(cfg: Config) -> str:
-    return cfg.stream.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+def worker_id(stream: StreamConfig) -> str:
+    return stream.worker_id or f"{socket.gethostname()}-{os.getpid()}"
 
 
-def app_id(cfg: Config) -> str:
+def app_id(run_id: str) -> str:
     """Consumer-group id: every stream worker of a run shares it (partitions are split)."""
-    return f"dynaweb-{cfg.run_id}-stream"
+    return f"dynaweb-{run_id}-stream"
 
 
-def broker_url(cfg: Config) -> str:
-    kw = client_kwargs(cfg.kafka)
+def broker_url(kafka: KafkaConfig) -> str:
+    kw = client_kwargs(kafka)
     return ";".join(f"kafka://{hp}" for hp in kw["bootstrap_servers"])
 
 
-def credentials(cfg: Config) -> faust.auth.Credentials | None:
+def credentials(kafka: KafkaConfig) -> faust.auth.Credentials | None:
     """Map the kafka-python security settings (streams.kafka.client_kwargs) to Faust."""
-    kw = client_kwargs(cfg.kafka)
+    kw = client_kwargs(kafka)
     proto = kw.get("security_protocol", "PLAINTEXT").upper()
     ctx = None
     if proto in ("SSL", "SASL_SSL"):
@@ -75,8 +75,9 @@ def compression() -> str | None:
         return None
 
 
-def datadir(cfg: Config) -> Path:
-    p = cfg.home_path / "streams" / cfg.run_id / worker_id(cfg)
+def datadir(home: Path, run_id: str, stream: StreamConfig) -> Path:
+    """This worker's own directory under the state directory (created)."""
+    p = home / "streams" / run_id / worker_id(stream)
     p.mkdir(parents=True, exist_ok=True)
     return p
 
@@ -117,9 +118,9 @@ def make_app(cfg: Config) -> faust.App:
     _short_fetch_wait(cfg.stream.fetch_wait_ms)
     max_bytes = cfg.kafka.max_message_bytes
     return App(
-        app_id(cfg),
-        broker=broker_url(cfg),
-        broker_credentials=credentials(cfg),
+        app_id(cfg.run_id),
+        broker=broker_url(cfg.kafka),
+        broker_credentials=credentials(cfg.kafka),
         processing_guarantee="at_least_once",
         broker_session_timeout=6.0,
         broker_heartbeat_interval=1.0,
@@ -132,7 +133,7 @@ def make_app(cfg: Config) -> faust.App:
         store="memory://",
         web_enabled=False,
         web_host="127.0.0.1",
-        datadir=str(datadir(cfg)),
+        datadir=str(datadir(cfg.home_path, cfg.run_id, cfg.stream)),
         consumer_max_fetch_size=max_bytes + 64 * 1024,
         producer_max_request_size=2 * max_bytes + 64 * 1024,
         producer_linger_ms=cfg.kafka.linger_ms,

@@ -66,7 +66,7 @@ class StreamState:
             )
         s = cfg.stream
         self.cfg, self.topics, self.clock = cfg, topics, clock
-        self.worker_id = default_worker_id(cfg)
+        self.worker_id = default_worker_id(cfg.stream)
         self.run_id = cfg.run_id
         self.incarnation = records.new_id()[:12]
         self.m = M.Bound(cfg.run_id, self.worker_id)

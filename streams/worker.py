@@ -37,8 +37,8 @@ def start_metrics(cfg: Config) -> int:
     """Serve metrics on 127.0.0.1 and register them for Prometheus file discovery."""
     from core.metrics import MetricsEndpoint
 
-    ep = MetricsEndpoint(cfg, "stream-worker", worker_id(cfg))
-    (datadir(cfg) / "metrics_port").write_text(str(ep.port))
+    ep = MetricsEndpoint(cfg, "stream-worker", worker_id(cfg.stream))
+    (datadir(cfg.home_path, cfg.run_id, cfg.stream) / "metrics_port").write_text(str(ep.port))
     return ep.port
 
 
@@ -56,7 +56,9 @@ def check_codecs() -> None:
 def build(cfg: Config, side: bool = True) -> tuple[faust.App, StreamState, Runner]:
     check_codecs()
     if not cfg.stream.worker_id:
-        cfg.stream.worker_id = worker_id(cfg)  # pin it: the same id everywhere in this process
+        cfg.stream.worker_id = worker_id(
+            cfg.stream
+        )  # pin it: the same id everywhere in this process
     topics = sk.ensure_topics(cfg)
     state = StreamState(cfg, topics)
     reader = None
@@ -66,13 +68,14 @@ def build(cfg: Config, side: bool = True) -> tuple[faust.App, StreamState, Runne
         )
     state.sync_metrics()
     app = make_app(cfg)
-    ready = datadir(cfg) / "ready"
+    wdir = datadir(cfg.home_path, cfg.run_id, cfg.stream)
+    ready = wdir / "ready"
     ready.unlink(missing_ok=True)
     runner = register(app, cfg, topics, state=state, side=reader, ready_file=ready)
 
     def caught_up() -> None:
         info = state.side_snapshot()
-        (datadir(cfg) / "rebuild.json").write_text(json.dumps(info))
+        (wdir / "rebuild.json").write_text(json.dumps(info))
         log.info("side topics caught up: %s", info)
 
     runner.on_caught_up = caught_up

@@ -4,7 +4,8 @@ environment variables and overrides, then ``Config.validate``), ``apply_override
 ``describe`` (the reference ``dynaweb config --describe`` prints).
 
 The modules: ``runtime`` (``Config`` and its loading), ``sections`` (the runtime sections),
-``model`` (``ModelConfig``), ``dream`` (``DreamConfig``) and ``fields`` (how a field is declared, typed and bounded).  The
+``model`` (``ModelConfig``), ``dream`` (``DreamConfig``), ``trainer`` (``TrainerConfig``) and
+``fields`` (how a field is declared, typed and bounded).  The
 studies' sections live with the studies (``evaluation.studies.*.config``) and compose with
 ``Config`` by subclassing it."""
 
@@ -18,9 +19,9 @@ from core.config.sections import (
     S3Config,
     StackConfig,
     StreamConfig,
-    TrainerConfig,
     UpConfig,
 )
+from core.config.trainer import TrainerConfig
 
 __all__ = [
     "SECRETS",

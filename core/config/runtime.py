@@ -33,9 +33,9 @@ from core.config.sections import (
     S3Config,
     StackConfig,
     StreamConfig,
-    TrainerConfig,
     UpConfig,
 )
+from core.config.trainer import TrainerConfig
 
 SECRETS = (("s3", "secret_key"), ("s3", "access_key"), ("kafka", "sasl_password"))
 

@@ -25,19 +25,18 @@ from evaluation.studies.sample_efficiency.arms import (
     pick_versions,
     resolve_experiment,
 )
+from evaluation.studies.sample_efficiency.artifacts import markdown, write_all
 from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
 from evaluation.studies.sample_efficiency.diagnostics import parse_scrape
 from evaluation.studies.sample_efficiency.report import (
     aggregate,
     arm_summary,
     headline,
-    markdown,
     mean_ci,
     nonzero_adv_share,
     rows_from_cells,
     steps_to_reach,
     t975,
-    write_all,
 )
 
 

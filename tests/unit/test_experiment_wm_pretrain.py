@@ -11,15 +11,14 @@ import pytest
 
 from core.config import Config
 from evaluation.studies.sample_efficiency.arms import cell_config, experiment_id, resolve_experiment
+from evaluation.studies.sample_efficiency.artifacts import markdown, write_all
 from evaluation.studies.sample_efficiency.config import SampleEfficiencyConfig
 from evaluation.studies.sample_efficiency.report import (
     aggregate,
     arm_summary,
     every_real_step,
     headline,
-    markdown,
     rows_from_cells,
-    write_all,
 )
 from evaluation.studies.sample_efficiency.wm import corpus_files, corpus_path, load_corpus, pretrain
 from models.checkpoints.store import wm_init_dir

@@ -44,10 +44,10 @@ Resume: every finished cell writes ``cells/<arm>-s<seed>.json``; a rerun with th
 ``--out`` skips those and restarts unfinished cells under a fresh run id.
 
 This module runs the study (demonstrations, the cells of every seed, the world-model probe, the
-report); the pieces: ``sample_efficiency_arms`` (the configuration of every arm and the read-out
-points), ``sample_efficiency_cell`` (one cell), ``sample_efficiency_diagnostics`` (what is read
-from the trainer's counters and the topics), ``sample_efficiency_report`` (statistics and
-artifacts).  The embedded stack, when the study starts it, comes from the ``stack_factory`` the
+report); the pieces, modules of this package: ``arm_names`` (the arms), ``arms`` (the configuration
+of every arm and the read-out points), ``cell`` (one cell), ``diagnostics`` (what is read from the
+trainer's counters and the topics), ``report`` (the figures) and ``artifacts`` (the files written
+from them).  The embedded stack, when the study starts it, comes from the ``stack_factory`` the
 command passes in (``infra.stack.Stack``).
 """
 
@@ -73,6 +73,7 @@ from evaluation.studies.sample_efficiency.arms import (
     experiment_id,
     resolve_experiment,
 )
+from evaluation.studies.sample_efficiency.artifacts import write_all
 from evaluation.studies.sample_efficiency.cell import CellRun, ExperimentError, check_child_crashes
 from evaluation.studies.sample_efficiency.config import (
     SampleEfficiencyConfig,
@@ -81,7 +82,6 @@ from evaluation.studies.sample_efficiency.config import (
 from evaluation.studies.sample_efficiency.diagnostics import diag_by_arm, per_task
 from evaluation.studies.sample_efficiency.protocol import REPO as PROTOCOL_REPO
 from evaluation.studies.sample_efficiency.protocol import protocol, tasks_apart
-from evaluation.studies.sample_efficiency.report import write_all
 
 log = logging.getLogger(__name__)
 # how the world model's fidelity is held out: the probe scores real transitions of seeds the
