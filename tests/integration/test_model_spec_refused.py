@@ -15,15 +15,24 @@ from infra.up import run_up, stored_model_refusal
 from models.checkpoints.reader import ModelSlot
 from models.checkpoints.spec import ModelSpecMismatch
 from models.checkpoints.store import CheckpointStore
-from models.train.trainer import Trainer
+from models.train.run import build_trainer
 from tests.factories import small_trainer
+
+
+def _layers(model) -> int:
+    """The backbone's layer count (GPT-Neo's ``num_layers``) of a policy module."""
+    return next(
+        m.config.num_layers
+        for m in model.modules()
+        if hasattr(getattr(m, "config", None), "num_layers")
+    )
 
 
 def test_a_changed_model_is_refused_and_continued_only_on_purpose(
     run_cfg: Config, tmp_path, capsys
 ) -> None:
     first = small_trainer(run_cfg)  # 2 layers x 64
-    tr = Trainer(first)
+    tr = build_trainer(first)
     try:
         tr.setup()  # a fresh run: version 0 written before any step
     finally:
@@ -46,7 +55,7 @@ def test_a_changed_model_is_refused_and_continued_only_on_purpose(
     assert run_up(changed, duration=1, start_stack=False) == 2
     assert "model.layers: stored 2, configured 3" in capsys.readouterr().out
 
-    again = Trainer(changed)
+    again = build_trainer(changed)
     try:
         with pytest.raises(ModelSpecMismatch, match="model.layers: stored 2, configured 3"):
             again.setup()
@@ -66,14 +75,14 @@ def test_a_changed_model_is_refused_and_continued_only_on_purpose(
     # on purpose: the stored model (2 x 64) continues, whatever the configuration says
     changed.model.continue_stored = True
     assert stored_model_refusal(changed) == ""
-    kept = Trainer(changed)
+    kept = build_trainer(changed)
     try:
         kept.setup()
         assert kept.version == 0
-        assert kept.policy_model.config.num_layers == 2
+        assert _layers(kept.learner.policy_model) == 2
     finally:
         kept.close()
     slot = ModelSlot(
         store, "policy", tmp_path / "reader2", changed.run_id, model_config=changed.model
     )
-    assert slot.refresh() and slot.version == 0
+    assert slot.refresh() and slot.version == 0 and _layers(slot.model) == 2
