@@ -5,16 +5,15 @@ import random
 
 import pytest
 
+from evaluation.studies.world_model.sampling import batches, lr_at
 from evaluation.studies.world_model.study import (
     METRICS,
     WorldModelStudyConfig,
-    batches,
     beats,
     episode_outcomes,
     eval_command,
     failed_share,
     format_result,
-    lr_at,
     split_by_episode,
 )
 from streams.records import Transition, heldout

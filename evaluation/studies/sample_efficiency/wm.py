@@ -3,7 +3,7 @@
 The DynaWeb arms dream in a world model; one trained only on a few demonstrations stays at
 "nothing changes" (docs/experiment.md).  With ``experiment.wm_corpus`` set, the study first
 trains a world model once, offline, on the corpus's real transitions of ``corpus_tasks`` (the
-loss, batch and schedule of ``dynaweb experiment world-model``: ``evaluation.studies.world_model.study``), with
+loss, batch and schedule of ``dynaweb experiment world-model``: ``evaluation.studies.world_model.train``), with
 the study's model size, and saves it as ``OUT/world_model/`` with ``OUT/world_model.json``
 (what it was trained on).  Every DynaWeb cell starts its world model there
 (``trainer.wm_init_from``); the policy still starts from the imitation arm.  A rerun with the
@@ -85,7 +85,7 @@ def pretrain(ex: ExperimentConfig, base: Config, out: Path, quick: bool, say: An
         return json.loads(meta_file.read_text())
     import torch
 
-    from evaluation.studies.world_model.study import train_world_model
+    from evaluation.studies.world_model.train import train_world_model
 
     paths = corpus_files(ex.wm_corpus)
     tasks = corpus_tasks(ex)

@@ -1,4 +1,4 @@
-"""The world-model study's sampler and schedule (``evaluation.studies.world_model.study.train_world_model``):
+"""The world-model study's sampler and schedule (``evaluation.studies.world_model.train.train_world_model``):
 shuffled epochs over the training transitions, with a share of every batch drawn from the steps
 that end an episode, each task's as often (``wm_study.terminal_share``); the learning rate's
 warm-up and cosine decay."""
