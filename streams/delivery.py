@@ -1,7 +1,7 @@
 """Publishing that survives a broken producer: every record is acknowledged, re-sent or counted lost.
 
 ``Publisher.send`` never waits for a broker round trip.  Every record stays in a ledger
-(``_Ledger``) until the broker acknowledges it (``acks="all"``):
+(``streams.ledger.Ledger``) until the broker acknowledges it (``acks="all"``):
 
 - a failed delivery puts the record in a re-send queue (bounded by ``resend_buffer_bytes``: past
   it the oldest records are dropped and counted lost, reason ``resend_buffer_full``), re-sent on
@@ -33,9 +33,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kafka.errors import (
@@ -48,6 +47,7 @@ from kafka.errors import (
 
 from streams import metrics as SM
 from streams import records
+from streams.ledger import Ledger, PendingRecord
 
 log = logging.getLogger(__name__)
 
@@ -71,129 +71,6 @@ class PublisherDead(RuntimeError):
 
 class PublishLost(RuntimeError):
     """Records were given up (counted in ``lost``); raised once by ``check``/``flush``."""
-
-
-@dataclass
-class _Record:
-    topic: str
-    value: bytes
-    key: bytes | None
-    headers: list | None
-    first_sent_at: float
-
-    @property
-    def size(self) -> int:
-        return len(self.value) + len(self.key or b"") + 64
-
-
-class _Ledger:
-    """Records handed to a producer and not yet acknowledged, the re-send queue, the counts.
-
-    Thread-safe: the producer's I/O thread acknowledges and fails records, the caller's thread
-    sends, re-sends and rebuilds.  Times are the caller's clock (``now``)."""
-
-    def __init__(self, resend_buffer_bytes: int):
-        self.limit = resend_buffer_bytes
-        self.lock = threading.Lock()
-        self.inflight: dict[int, tuple[int, _Record]] = {}  # token -> (producer generation, record)
-        self.queue: deque[_Record] = deque()
-        self.queued_bytes = 0
-        self._token = 0
-        self.sent = self.acked = self.errors = self.resent = self.lost = 0
-        self.lost_by_reason: Counter = Counter()
-        self.unreported: list[str] = []  # lost-record reasons not yet raised by check/flush
-        self.failing_since: float | None = None  # first failure since the last acknowledgement
-        self.last_ack_at: float | None = None
-
-    def track(self, rec: _Record, generation: int) -> int:
-        with self.lock:
-            self._token += 1
-            self.inflight[self._token] = (generation, rec)
-            return self._token
-
-    def ack(self, token: int, now: float) -> bool:
-        with self.lock:
-            if self.inflight.pop(token, None) is None:
-                return False  # already moved to the re-send queue by a rebuild
-            self.acked += 1
-            self.last_ack_at = now
-            self.failing_since = None
-            return True
-
-    def fail(self, token: int, now: float) -> tuple[int, _Record] | None:
-        """The failed record and its producer generation (None: no longer in flight, moved away
-        by a rebuild)."""
-        with self.lock:
-            item = self.inflight.pop(token, None)
-            if item is not None:
-                self.note_failure(now)
-            return item
-
-    def note_failure(self, now: float) -> None:
-        """Count a failed delivery (the caller holds ``lock``)."""
-        self.errors += 1
-        if self.failing_since is None:
-            self.failing_since = now
-
-    def requeue(self, rec: _Record) -> list[_Record]:
-        """Queue ``rec`` for re-sending; returns the oldest records dropped to stay in bounds."""
-        with self.lock:
-            self.queue.append(rec)
-            self.queued_bytes += rec.size
-            dropped = []
-            while self.queued_bytes > self.limit and len(self.queue) > 1:
-                old = self.queue.popleft()
-                self.queued_bytes -= old.size
-                dropped.append(old)
-            return dropped
-
-    def requeue_generation(self, generation: int) -> list[_Record]:
-        """Move every in-flight record of an abandoned producer to the re-send queue."""
-        with self.lock:
-            tokens = [t for t, (g, _r) in self.inflight.items() if g == generation]
-            moved = [self.inflight.pop(t)[1] for t in tokens]
-        dropped = []
-        for rec in moved:
-            dropped += self.requeue(rec)
-        return dropped
-
-    def take_queue(self) -> list[_Record]:
-        with self.lock:
-            out = list(self.queue)
-            self.queue.clear()
-            self.queued_bytes = 0
-            return out
-
-    def lose(self, n: int, reason: str) -> None:
-        with self.lock:
-            self.lost += n
-            self.lost_by_reason[reason] += n
-            self.unreported.append(reason)
-
-    def take_unreported(self) -> list[str]:
-        with self.lock:
-            out, self.unreported = self.unreported, []
-            return out
-
-    @property
-    def outstanding(self) -> int:
-        with self.lock:
-            return len(self.inflight) + len(self.queue)
-
-    def trouble_since(self, now: float, stall_s: float) -> float | None:
-        """Since when deliveries fail (no acknowledgement since the first failure) or stall (a
-        record waits longer than ``stall_s`` and nothing was acknowledged for as long); None: fine."""
-        with self.lock:
-            since = self.failing_since
-            stalled = self.last_ack_at is None or now - self.last_ack_at > stall_s
-            if stalled:
-                pending = [r.first_sent_at for _g, r in self.inflight.values()]
-                pending += [r.first_sent_at for r in self.queue]
-                oldest = min(pending, default=None)
-                if oldest is not None and now - oldest > stall_s:
-                    start = max(oldest, self.last_ack_at or oldest)
-                    since = start if since is None else min(since, start)
-            return since
 
 
 def _is_fatal(producer: Any) -> bool:
@@ -245,7 +122,7 @@ class Publisher:
         self.dead_after_s = dead_after_s
         self.stall_s = stall_s
         self._clock = clock
-        self._ledger = _Ledger(resend_buffer_bytes)
+        self._ledger = Ledger(resend_buffer_bytes)
         self._generation = 0
         self._rebuild_due = False
         self._rebuild_streak = 0  # rebuild attempts since the last acknowledgement
@@ -295,9 +172,11 @@ class Publisher:
         self._maintain()
         with self._ledger.lock:
             self._ledger.sent += 1
-        self._dispatch(_Record(topic, value, key.encode() if key else None, headers, self._clock()))
+        self._dispatch(
+            PendingRecord(topic, value, key.encode() if key else None, headers, self._clock())
+        )
 
-    def _dispatch(self, rec: _Record) -> bool:
+    def _dispatch(self, rec: PendingRecord) -> bool:
         """Hand ``rec`` to the producer; False if it went to the re-send queue instead."""
         if self._rebuild_due and self._factory is not None:  # known broken: wait for the new one
             dropped = self._ledger.requeue(rec)
@@ -342,7 +221,7 @@ class Publisher:
         since, n = self._producer_failing
         self._producer_failing = (self._clock() if since is None else since, n + 1)
 
-    def _failed(self, rec: _Record, exc: BaseException) -> None:
+    def _failed(self, rec: PendingRecord, exc: BaseException) -> None:
         """A send the producer refused at once (counted like a failed delivery)."""
         with self._ledger.lock:
             self._ledger.note_failure(self._clock())
@@ -350,7 +229,7 @@ class Publisher:
         self._count_failure(exc)
         self._route_failed(rec, exc)
 
-    def _route_failed(self, rec: _Record, exc: BaseException) -> None:
+    def _route_failed(self, rec: PendingRecord, exc: BaseException) -> None:
         if isinstance(exc, RECORD_ERRORS):
             self._lose(1, type(exc).__name__, exc)
             return
