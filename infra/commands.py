@@ -1,4 +1,6 @@
-"""Subcommand implementations (imports are lazy so `dynaweb --help` is fast)."""
+"""Subcommand implementations (imports are lazy so `dynaweb --help` is fast); those of the
+commands that measure (bench, eval, experiment, ablation, dream-fidelity) are in
+``infra.measure_commands``.  ``dispatch`` runs the one ``COMMANDS`` names."""
 
 from __future__ import annotations
 
@@ -13,6 +15,13 @@ from pathlib import Path
 
 from core.config import Config, describe
 from core.s3 import S3Unavailable
+from infra.measure_commands import (
+    cmd_ablation,
+    cmd_bench,
+    cmd_dream_fidelity,
+    cmd_eval,
+    cmd_experiment,
+)
 from infra.stack import StackError
 from infra.study_configs import STUDY_CONFIGS, study_config_class
 from streams.kafka import ServiceUnavailable
@@ -340,91 +349,6 @@ def cmd_report(args: argparse.Namespace, cfg: Config) -> int:
         return 2
     for f in res["files"]:
         print(f)
-    return 0
-
-
-def cmd_bench(args: argparse.Namespace, cfg: Config) -> int:
-    import importlib
-
-    if args.target == "reload":
-        from evaluation.bench.reload import main as reload_main
-        from infra.stack import Stack
-
-        return reload_main(args, cfg, stack_factory=Stack)
-    if args.target == "wm-decode":
-        from evaluation.bench.wm_decode import main as wm_decode_main
-
-        return wm_decode_main(args, cfg)
-    if args.target == "act":
-        from evaluation.bench.act import main as act_main
-
-        return act_main(args, cfg)
-    if args.target in ("collect", "dream", "train"):
-        module = {
-            "collect": "evaluation.bench.collect",
-            "dream": "evaluation.bench.train",
-            "train": "evaluation.bench.train",
-        }[args.target]
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            raise ValueError(
-                f"`bench {args.target}` is not available yet ({module} does not exist)"
-            ) from None
-        from infra.stack import PrivateBroker
-
-        # a bench with a broker of its own is given the operations that start it
-        extra: dict = {"start_broker": PrivateBroker} if args.target in ("collect", "dream") else {}
-        if args.target == "train" and getattr(args, "stream", False):
-            from infra.stack import Stack
-
-            extra = {"stack_factory": Stack}
-        return mod.main(args, cfg, **extra) or 0
-    from evaluation.bench.streams import main
-    from infra.stack import PrivateBroker, Stack
-
-    return main(args, cfg, start_broker=PrivateBroker, stack_factory=Stack)
-
-
-def cmd_eval(args: argparse.Namespace, cfg: Config) -> int:
-    if args.target == "world-model":
-        from evaluation.eval.world_model import main
-    elif args.target == "replay":
-        from evaluation.eval.replay import main
-    else:
-        from evaluation.eval.policy import main
-
-    return main(args, cfg) or 0
-
-
-def cmd_experiment(args: argparse.Namespace, cfg: Config) -> int:
-    if getattr(args, "study", None) == "world-model":
-        from evaluation.studies.world_model.study import main as wm_main
-
-        return wm_main(args, cfg) or 0
-    from evaluation.studies.sample_efficiency.study import main
-    from infra.stack import Stack
-
-    return main(args, cfg, stack_factory=Stack)
-
-
-def cmd_ablation(args: argparse.Namespace, cfg: Config) -> int:
-    from evaluation.studies.sample_efficiency.ablation import main
-
-    res = main(args.on, args.off, out=args.md, as_json=args.json)
-    if args.json:
-        print(json.dumps(res))
-    return 0
-
-
-def cmd_dream_fidelity(args: argparse.Namespace, cfg: Config) -> int:
-    from evaluation.studies.sample_efficiency.fidelity import main
-
-    res = main(args.out, md=args.md, as_json=args.json)
-    if args.json:
-        print(json.dumps(res))
     return 0
 
 
