@@ -322,6 +322,22 @@ def _eval_command(add: AddCommand) -> None:
     )
     p.add_argument("--contexts", type=int, default=1, help="policy: browser contexts")
     p.add_argument(
+        "--lookahead",
+        type=int,
+        default=0,
+        help="policy: also run the same episodes with look-ahead acting (the policy's K best "
+        "actions simulated in the world model) and report it against greedy, paired",
+    )
+    p.add_argument(
+        "--lookahead-depth", type=int, default=1, help="policy --lookahead: steps simulated"
+    )
+    p.add_argument(
+        "--world-model",
+        dest="world_model",
+        help="policy --lookahead: the world model (VERSION, 'latest' or a directory; default: "
+        "the policy's own version)",
+    )
+    p.add_argument(
         "--n", type=int, default=50, help="replay: dreamed rollouts replayed in the live browser"
     )
     p.add_argument(

@@ -106,8 +106,37 @@ class PolicyRunner:
         if not observations:
             return []
         t_rec = record_temperature(temperature)
-        # identical (observation, history) inputs -- e.g. the G rollouts of a group at
-        # their first step -- are scored once and sampled independently
+        which, cands, cand_ids, logps = self._distributions(observations, histories, t_rec)
+        hashes = [candidates_hash([a.to_text() for a in acts]) for acts in cands]
+        out = []
+        for u in which:
+            acts, ids, lp = cands[u], cand_ids[u], logps[u]
+            if greedy or temperature <= 0:
+                k = int(torch.argmax(lp))
+            else:
+                k = int(torch.multinomial(lp.exp(), 1, generator=self.generator))
+            info = {"candidates_hash": hashes[u], "temperature": t_rec, "n_candidates": len(acts)}
+            out.append((acts[k], float(lp[k]), len(ids[k]), info))
+        return out
+
+    def distribution(
+        self, observations: list[Observation], histories: list[list[str]], temperature: float = 1.0
+    ) -> list[tuple[list[Action], torch.Tensor]]:
+        """Per observation: its candidate actions C(s) and ``log pi_T`` over them (the
+        distribution ``act_info`` draws from; nothing is drawn)."""
+        if not observations:
+            return []
+        which, cands, _, logps = self._distributions(
+            observations, histories, record_temperature(temperature)
+        )
+        return [(cands[u], logps[u]) for u in which]
+
+    def _distributions(
+        self, observations: list[Observation], histories: list[list[str]], t_rec: float
+    ) -> tuple[list[int], list[list[Action]], list[list[list[int]]], list[torch.Tensor]]:
+        """(for each input its distinct page's index, and per distinct (page, history): the
+        candidates, their token ids and ``log pi_T``).  Identical (observation, history) inputs --
+        e.g. the G rollouts of a group at their first step -- are scored once."""
         keys: dict[tuple, int] = {}
         which, prompts, cands, cand_ids = [], [], [], []
         for obs, hist in zip(observations, histories, strict=True):
@@ -124,16 +153,4 @@ class PolicyRunner:
             which.append(keys[key])
         log_pi = LogPi(self.model, pad_id(self.tokenizer), self.max_positions)
         scores = log_pi.cached(prompts, cand_ids, stats=self.stats)
-        texts = [[a.to_text() for a in acts] for acts in cands]
-        logps = [candidate_logprobs(s, t_rec) for s in scores]
-        hashes = [candidates_hash(t) for t in texts]
-        out = []
-        for u in which:
-            acts, ids, lp = cands[u], cand_ids[u], logps[u]
-            if greedy or temperature <= 0:
-                k = int(torch.argmax(lp))
-            else:
-                k = int(torch.multinomial(lp.exp(), 1, generator=self.generator))
-            info = {"candidates_hash": hashes[u], "temperature": t_rec, "n_candidates": len(acts)}
-            out.append((acts[k], float(lp[k]), len(ids[k]), info))
-        return out
+        return which, cands, cand_ids, [candidate_logprobs(s, t_rec) for s in scores]

@@ -181,3 +181,32 @@ def test_live_policy_deadline_stops_starting_episodes_and_marks_the_rest() -> No
     assert ran and late and len(ran) + len(late) == 8
     assert all(r["steps"] == 2 and not r["success"] for r in ran)
     assert wall < 1.5 + 5 + 15  # the deadline, the cut of an episode in flight, Chromium's start
+
+
+def test_eval_policy_with_look_ahead_pairs_it_against_greedy(
+    run_cfg: Config, capsys, monkeypatch
+) -> None:
+    """``--lookahead 2``: the policy's two best actions simulated in the world model of the same
+    version (from S3) on the same episodes.  Version 0's world model has no trained heads, so
+    look-ahead acts greedily on every decision and says so: the paired difference is exactly 0."""
+    require_chromium()
+    cfg = small_trainer(run_cfg)
+    ensure_topics(cfg)
+    tr = build_trainer(cfg)
+    try:
+        tr.setup()  # publishes v0 of both models
+    finally:
+        tr.close()
+    for k, v in env_for(cfg).items():
+        monkeypatch.setenv(k, v)
+    hi = cfg.collector.seed_stop
+    argv = ["eval", "policy", "--tasks", "click-button", "--seeds", f"{hi}:{hi + 2}", "--json"]
+    argv += ["--no-dreams", "--lookahead", "2", "--set", "collector.max_steps=3"]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    la = res["lookahead"]
+    assert la["k"] == 2 and la["depth"] == 1 and la["world_model_version"] == 0
+    assert la["episodes"] == 2 and la["decisions"] >= 2
+    assert la["greedy_for_lack_of_heads"] == la["decisions"] and la["changed_share"] == 0.0
+    assert la["minus_greedy_points"] == 0.0 and la["success_rate"] == res["success_rate"]
+    assert la["wm_rows_per_decision"] > 0 and la["seconds_per_decision"] > 0
