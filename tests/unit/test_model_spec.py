@@ -41,7 +41,7 @@ def test_a_base_model_counts_by_its_path_and_lora_rank_not_the_sizes() -> None:
     assert spec_differences(stored, _model(policy_path=gguf), "policy") == {
         "policy_lora_rank": (8, 0)
     }
-    # the case: a GPT-Neo run resumed under the SmolLM2 configuration
+    # a GPT-Neo run resumed under the SmolLM2 configuration
     diff = spec_differences(_model(), _model(policy_path=gguf, max_positions=512), "policy")
     assert diff["policy_path"] == ("", gguf)
 

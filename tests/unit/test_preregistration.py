@@ -154,7 +154,7 @@ def test_tasks_apart_keeps_click_link_out_of_the_others_mean():
     assert got["imitation"] == {"miniwob/click-link": 0.5, "mean_others": None}
 
 
-def test_the_protocol_object_names_what_the_issue_asks_for():
+def test_the_protocol_object_names_the_study_s_design():
     cfg = SampleEfficiencyConfig()
     ex = resolve_experiment(cfg, False)
     got = p.protocol(ex, {"statement_commit": "abc", "commit": "def"}, "task_seed")

@@ -38,7 +38,7 @@ class RateProm:
 
 
 def test_a_run_younger_than_the_window_is_divided_by_its_age() -> None:
-    # the case: a trainer at 1,550 updates/h, 3 minutes old, read over 10 minutes
+    # a trainer at 1,550 updates/h, 3 minutes old, read over 10 minutes
     prom = RateProm({"dynaweb_trainer_steps_total": [({"registered_at": str(NOW - 180)}, 77.5)]})
     per_s = observed_rate(prom, "dynaweb_trainer_steps_total", 600, at=NOW)[""]
     assert 3600 * per_s == pytest.approx(1550)  # rate() over the window said 465
