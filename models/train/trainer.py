@@ -8,7 +8,7 @@ Inputs (Kafka, manual partition assignment, no consumer group):
 ``train.world_model`` (real + expert transitions only, never dreams) and
 ``eval.world_model`` (held-out real transitions for the rolling fidelity).
 Policy batches come through a consumer of their own, polled only while few wait
-(``Trainer.poll_into``), so a backlog never holds back the world model's transitions.
+(``models.train.intake.Intake.poll_into``), so a backlog never holds back the world model's transitions.
 
 Every ``checkpoint_every`` policy steps (or ``checkpoint_every_s``) it writes
 both models to S3 (``models.checkpoints.store``), with the offsets it had consumed in
@@ -44,11 +44,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from core.bounded import BoundedSet
 from core.config import Config, ModelConfig
 from models import metrics as M
 from models.checkpoints.spec import check_manifest
@@ -60,13 +58,13 @@ from models.parts import CheckpointSink, ConsumerFactory, Publisher
 from models.train.consumed import DreamConsumption
 from models.train.data_parallel import RankGroup, follow
 from models.train.engine import current_lr
+from models.train.intake import Intake
 from models.train.learner import Learner
 from models.train.prepare import BatchPreparer
 from models.train.replay import WorldModelReplay
 from models.train.report import export_policy_stats, export_source_stats
 from models.train.start import init_dirs, start_plan
 from streams import records
-from streams.kafka import assignable, is_control
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -82,9 +80,6 @@ def build_models(
     pol = load_model(Policy, str(policy_dir)) if policy_dir else make_model(Policy, model_cfg)
     wm = load_model(WorldModel, str(wm_dir)) if wm_dir else make_model(WorldModel, model_cfg)
     return {"policy": pol, "world_model": wm}
-
-
-PENDING_BATCHES = 4  # policy batches polled ahead of training (Trainer.poll_into)
 
 
 @dataclass
@@ -131,19 +126,23 @@ class Trainer:
         self.topics = leader_parts.topics if leader_parts else None
         self.pub = leader_parts.pub if leader_parts else None
         self.writer = leader_parts.writer if leader_parts else None
-        self.open_consumer = leader_parts.open_consumer if leader_parts else None
         self.work = work
         self.version = 0
-        self.offsets: dict[str, dict[int, int]] = {}
-        self.consumer: Any = None  # world-model and evaluation topics; opened by setup()
-        self.batch_consumer: Any = None  # the policy-batch topic, polled only when there is room
-        self.seen_batches = BoundedSet()
         self.replay = WorldModelReplay()  # the world-model topics' transitions (sizes: replay.py)
+        # the topics read, and the offsets consumed (its consumers: rank 0's, opened by setup())
+        self.intake = Intake(
+            self.topics, leader_parts.open_consumer if leader_parts else None, self.run, self.replay
+        )
         self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
         self.batches_consumed = 0
         self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
         self.dreams_consumed = DreamConsumption()  # per dream producer: its pacing signal
         self.last_ckpt_time = time.time()
+
+    @property
+    def offsets(self) -> dict[str, dict[int, int]]:
+        """What rank 0 consumed: the next offset per topic and partition (a checkpoint's)."""
+        return self.intake.offsets
 
     @property
     def policy_steps(self) -> int:
@@ -212,7 +211,7 @@ class Trainer:
             self.consumed_by_worker = {
                 str(w): int(n) for w, n in (extra.get("consumed_by_worker") or {}).items()
             }
-            self.offsets = {
+            self.intake.offsets = {
                 t: {int(p): int(o) for p, o in parts.items()}
                 for t, parts in manifest.get("offsets", {}).items()
             }
@@ -225,7 +224,7 @@ class Trainer:
         elif self.leader:  # version 0 before the first step (the other ranks save in ``follow``)
             self.checkpoint()
         if self.leader:
-            self._open_consumer()
+            self.intake.open()
 
     def _start_plan(self) -> dict:
         """What this start loads (``models.train.start.start_plan``).  Rank 0 decides and sends
@@ -238,25 +237,6 @@ class Trainer:
         if self.group is not None:
             self.group.send(("plan", plan))
         return plan
-
-    def _open_consumer(self) -> None:
-        """Two consumers assigned by hand at the checkpoint's offsets (or the beginning): the
-        world-model topics', and the policy batches' (``poll_into`` says when each is polled)."""
-        assert self.open_consumer is not None and self.topics is not None
-        self.consumer = self.open_consumer(max_poll_records=64)
-        self.batch_consumer = self.open_consumer(max_poll_records=PENDING_BATCHES)
-        self._assign(self.consumer, (self.topics.world_model, self.topics.world_model_eval))
-        self._assign(self.batch_consumer, (self.topics.policy_batches,))
-
-    def _assign(self, consumer: Any, topics: tuple) -> None:
-        tps = assignable(consumer, topics)
-        consumer.assign(tps)
-        for tp in tps:
-            off = self.offsets.get(tp.topic, {}).get(tp.partition)
-            if off is None:
-                consumer.seek_to_beginning(tp)
-            else:
-                consumer.seek(tp, off)
 
     # --- checkpoints --------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -324,59 +304,6 @@ class Trainer:
             " (candidate: the gate decides whether it becomes LATEST)" if gated else "",
         )
 
-    # --- data ----------------------------------------------------------------
-    def poll(self, timeout_ms: int, consumer: Any = None, max_records: int | None = None) -> list:
-        """New training batches as (batch, topic, partition, next offset).
-
-        The offset of a policy batch only counts as consumed once the batch is trained
-        (``policy_step``), so a checkpoint's offsets never skip a batch that was polled
-        but not yet trained.  World-model transitions count when they enter the replay.
-        """
-        batches = []
-        kw = {} if max_records is None else {"max_records": max_records}
-        polled = (consumer or self.consumer).poll(timeout_ms=timeout_ms, **kw)
-        for tp, msgs in polled.items():
-            for m in msgs:
-                is_batch = tp.topic == self.topics.policy_batches
-                if not is_batch:
-                    self.offsets.setdefault(tp.topic, {})[tp.partition] = m.offset + 1
-                skip = (
-                    None,
-                    tp.topic,
-                    tp.partition,
-                    m.offset + 1,
-                )  # consumed in order, nothing to train
-                if m.value is None or is_control(m.value):
-                    if is_batch:
-                        batches.append(skip)
-                    continue
-                try:
-                    if is_batch:
-                        b = records.decode(m.value, expect="training_batch")
-                        if self.seen_batches.add(b.batch_id):
-                            batches.append((b, tp.topic, tp.partition, m.offset + 1))
-                        else:
-                            M.TRAINER_DUPES.labels(self.run, "policy").inc()
-                            batches.append(skip)
-                    else:
-                        t = records.decode(m.value, expect="transition")
-                        if t.source == "dream":
-                            continue  # the world model never trains on dreams
-                        if tp.topic == self.topics.world_model_eval:
-                            self.replay.add_eval(t)
-                        elif not self.replay.add(t):
-                            M.TRAINER_DUPES.labels(self.run, "world_model").inc()
-                except records.RecordError as e:  # the stream worker validated; count and go on
-                    log.warning("skipping invalid record on %s@%d: %s", tp.topic, m.offset, e)
-                    M.CLIENT_ERRORS.labels(self.run, "trainer", "decode").inc()
-                    if is_batch:
-                        batches.append(skip)
-        return batches
-
-    def _advance(self, topic: str, partition: int, offset: int) -> None:
-        parts = self.offsets.setdefault(topic, {})
-        parts[partition] = max(parts.get(partition, 0), offset)
-
     # --- steps ----------------------------------------------------------------
     def policy_step(self, item: tuple) -> bool:
         """Train one polled batch; False when nothing was trained (a skipped record, or a mixed batch whose
@@ -384,7 +311,7 @@ class Trainer:
         move no version, and the trainer catches up with a backlog instead of making it staler)."""
         batch, topic, partition, next_offset = item
         if batch is None:
-            self._advance(topic, partition, next_offset)
+            self.intake.advance(topic, partition, next_offset)
             return False
         t0 = time.time()
         all_trajs, prepared = self.preparer.take(batch) if self.preparer else (batch.trajs(), None)
@@ -392,7 +319,7 @@ class Trainer:
         if batch.kind == "mixed" and all(t.source == "expert" for t in trajs):
             M.TRAINER_BATCH_KIND.labels(self.run, "stale_skipped").inc()
             self._count_consumed(batch)
-            self._advance(topic, partition, next_offset)
+            self.intake.advance(topic, partition, next_offset)
             return False
         if self.group is not None:
             self.group.send(("policy", trajs))
@@ -406,7 +333,7 @@ class Trainer:
         export_policy_stats(self.run, stats)
         export_source_stats(self.run, stats)
         self._count_consumed(batch)
-        self._advance(topic, partition, next_offset)
+        self.intake.advance(topic, partition, next_offset)
         return True
 
     def _count_consumed(self, batch: records.TrainingBatch) -> None:
@@ -502,7 +429,7 @@ class Trainer:
         pending: deque = deque()
         while not self.stop.is_set():
             t0 = time.time()
-            self.poll_into(pending)
+            self.intake.poll_into(pending)
             did = False
             while pending and pending[0][0] is None:
                 self.policy_step(pending.popleft())  # skipped records: advance the offset only
@@ -531,24 +458,6 @@ class Trainer:
                 log.info("reached max_steps=%d", tc.max_steps)
                 break
 
-    def poll_into(self, pending: deque) -> None:
-        """Poll on every iteration: the world-model topics always, the policy batches only while
-        fewer than ``PENDING_BATCHES`` wait in ``pending`` (a lagging trainer leaves its backlog in
-        Kafka, not in memory).
-
-        Two consumers, not one with pause/resume: a kafka-python consumer on the embedded broker
-        never fetched a resumed partition again (the soak: no policy step for 20 minutes after a
-        broker restart; docs/reliability.md); and one consumer hands out one partition's records
-        before the next's, so a backlog starved world-model training (test_trainer_interleaving)."""
-        room = PENDING_BATCHES - len(pending)
-        idle = not (pending or self.replay)
-        if room > 0:
-            pending.extend(
-                self.poll(250 if idle else 0, consumer=self.batch_consumer, max_records=room)
-            )
-        idle = not (pending or self.replay)
-        pending.extend(self.poll(timeout_ms=250 if idle else 0))
-
     def _wm_due(self) -> bool:
         """World-model steps run whenever there is time, or (``wm_steps_per_policy_step`` > 0) at a
         fixed ratio to policy steps, so a run's world model does not depend on the machine's speed."""
@@ -570,7 +479,7 @@ class Trainer:
             shutil.rmtree(self.work, ignore_errors=True)
             return
         try:
-            if self.batch_consumer is not None:
-                self.batch_consumer.close()
+            if self.intake.batch_consumer is not None:
+                self.intake.batch_consumer.close()
         finally:
-            close_component(self.consumer, self.pub, self.work)
+            close_component(self.intake.consumer, self.pub, self.work)

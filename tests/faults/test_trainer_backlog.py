@@ -94,7 +94,7 @@ def test_trainer_restart_with_a_backlog(run_cfg: Config) -> None:
     # behind a few policy steps, not behind the backlog: before the fix (the trainer polled only
     # with fewer than 4 batches waiting) the first world-model step came after 63 policy steps
     # here (one poll of 64 batches); after it, after 2.  With the real model size those 63
-    # steps are minutes (models.train.trainer.Trainer.poll_into)
+    # steps are minutes (models.train.intake.Intake.poll_into)
     assert policy_at_first_wm <= MAX_POLICY_STEPS_FIRST, policy_at_first_wm
     assert first_ckpt is not None, f"no version above {resumed} within {RECOVERY_S:.0f}s"
 

@@ -3,7 +3,7 @@
 A restarted trainer's replay is empty, and the consumer (kafka-python) hands out the records it
 fetched for one partition before the next one's: with a backlog in the policy-batch topic, a
 poll returns policy batches only, up to ``max_poll_records`` (64).  The rule
-(``models.train.trainer.Trainer.poll_into``): the trainer polls the world-model topics on every
+(``models.train.intake.Intake.poll_into``): the trainer polls the world-model topics on every
 iteration and the policy batches, through a consumer of their own, only while fewer than
 ``PENDING_BATCHES`` wait, so world-model transitions reach the replay behind at most that many
 policy steps, and world-model steps follow.  The consumers here are fakes with kafka-python's
@@ -20,8 +20,9 @@ from kafka import TopicPartition
 
 from core.config import load_config
 from models.checkpoints.store import CheckpointStore
+from models.train.intake import PENDING_BATCHES
 from models.train.learner import Learner
-from models.train.trainer import PENDING_BATCHES, LeaderParts, Trainer
+from models.train.trainer import LeaderParts, Trainer
 from streams import records
 from streams.topics import Topics
 
@@ -130,7 +131,7 @@ def _trainer(tmp_path: Path, **trainer: object) -> Trainer:
     )
     learner = Learner(cfg.trainer, cfg.model, cfg.dream.max_change_tokens, cfg.run_id)
     tr = Trainer(cfg, learner, CheckpointStore(None, "b", cfg.run_id), tmp_path, parts)
-    tr._open_consumer()  # no engines: batches are not prepared ahead (no preparer)
+    tr.intake.open()  # no engines: batches are not prepared ahead (no preparer)
     tr.order = []
 
     def policy_step(item: tuple) -> bool:
@@ -146,13 +147,13 @@ def _trainer(tmp_path: Path, **trainer: object) -> Trainer:
 
     tr.policy_step, tr.wm_step = policy_step, wm_step
     tr.pending_seen = []
-    poll_into = tr.poll_into
+    poll_into = tr.intake.poll_into
 
     def counted(pending):
         poll_into(pending)
         tr.pending_seen.append(len(pending))
 
-    tr.poll_into = counted
+    tr.intake.poll_into = counted
     tr.checkpoint = tr.report_fidelity = tr.publish_progress = lambda: None
     return tr
 
@@ -166,7 +167,7 @@ def test_world_model_steps_start_behind_a_few_policy_steps_of_a_backlog(tmp_path
     # from then on one world-model step per policy step (wm_steps_per_policy_step 0: always-on)
     assert tr.wm_steps >= BACKLOG - PENDING_BATCHES - 1
     # the batches stayed in the broker: never more than PENDING_BATCHES polled ahead, no pausing
-    assert max(tr.pending_seen) <= PENDING_BATCHES and not tr.batch_consumer.paused
+    assert max(tr.pending_seen) <= PENDING_BATCHES and not tr.intake.batch_consumer.paused
 
 
 def test_the_fixed_ratio_still_holds(tmp_path: Path) -> None:
