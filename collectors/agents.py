@@ -57,7 +57,16 @@ class ExpertAgent:
         self._by_path = {}
 
     def supports(self, task: str) -> bool:
-        return task in self.experts
+        return self._expert(task) is not None
+
+    def _expert(self, task: str | None) -> Expert | None:
+        """The task's expert: from the table, else an app task's own (``AppTask.expert``)."""
+        ex = self.experts.get(task or "")
+        if ex is None and task and not task.startswith("miniwob/"):
+            from collectors.tasks import app_expert
+
+            ex = app_expert(task)
+        return ex
 
     def _task_of(self, obs: Observation) -> str | None:
         path = (obs.url or "").split("?")[0].lstrip("/")
@@ -72,7 +81,7 @@ class ExpertAgent:
         wait = 0.0
         for i, (obs, hist) in enumerate(zip(obs_list, histories, strict=False)):
             task = tasks[i] if tasks else self._task_of(obs)
-            ex = self.experts.get(task or "")
+            ex = self._expert(task)
             if ex is None:
                 raise KeyError(f"no expert for task {task!r}")
             a = ex.act(obs, hist)

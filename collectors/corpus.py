@@ -100,7 +100,7 @@ def collect_corpus(
     from collectors.tasks import list_tasks
     from collectors.taskserver import serve
 
-    all_tasks = [t.name for t in list_tasks()]
+    all_tasks = [t.name for t in list_tasks(suite="miniwob")]
     expert_tasks = [t for t in all_tasks if ExpertAgent().supports(t)]
     rows: list[dict] = []
     counts: dict = {}

@@ -55,6 +55,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,9 @@ from core.spaces import (
 log = logging.getLogger(__name__)
 
 SCROLL_PX = 120
+# app tasks: actions that may start a navigation, and how long to wait for it to start
+NAVIGATING_KINDS = frozenset({"click", "press", "select", "go_back"})
+NAVIGATION_GRACE_S = 0.15
 
 # Seeds Math.random before any page script runs (so load-time randomness is fixed too).
 SEED_INIT_JS = r"""
@@ -203,6 +207,10 @@ class WebEnv:
         self._loaded: str | None = None
         self._since_load = 0
         self.page_loads = 0
+        # an app task's episode (``collectors.webapps.runtime.Episode``), None for MiniWoB's;
+        # ``partition`` names this context's episode objects in an app (never shared)
+        self.app_episode = None
+        self.partition = uuid.uuid4().hex[:8]
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -280,6 +288,12 @@ class WebEnv:
     async def _start(self, spec: TaskSpec, seed: int) -> tuple[Observation, PageState]:
         """Load the task page if needed, start the episode and observe it (one evaluate when the
         task is ready at once, as almost all are)."""
+        self.app_episode = None
+        if spec.app_task is not None:
+            return await self._start_app(spec, seed)
+        self.builder.strip_origin = self.base_url.rstrip("/")
+        self.builder.budget = self.settings.budget
+        self.builder.prune = None
         page = self.page
         url = spec.url(self.base_url)
         s = self.settings
@@ -310,6 +324,23 @@ class WebEnv:
                 break
         return await self.builder.observe(page, reset=True)
 
+    async def _start_app(self, spec: TaskSpec, seed: int) -> tuple[Observation, PageState]:
+        """An app task (``collectors.webapps``): its reset and start page, its instruction."""
+        from collectors.webapps import runtime
+        from collectors.webapps.prune import prune_lines
+
+        ep = await runtime.start(self, spec.app_task, seed)
+        self.builder.strip_origin = ep.base_url  # page URLs without the app's origin
+        # the task's own tree budget (real pages are longer than MiniWoB's); None stays None
+        self.builder.budget = None if self.settings.budget is None else spec.app_task.obs_budget
+        self.builder.prune = prune_lines
+        self._loaded = None  # a MiniWoB task after this one loads its page again
+        self.page_loads += 1
+        obs, st = await self.builder.observe(self.page, reset=True)
+        obs.instruction = ep.instruction
+        self.app_episode = ep
+        return obs, st
+
     async def step(self, action: Action | str) -> tuple[Observation, float, bool, bool, dict]:
         if self.done:
             raise EpisodeOver("the episode is over; call reset()")
@@ -324,7 +355,10 @@ class WebEnv:
         action, error = _parsed(action)
         crashed = False
         if action is not None and not self.crashed:
-            crashed, error = await self._try_perform(action)
+            if self.app_episode is not None and action.kind in NAVIGATING_KINDS:
+                crashed, error = await self._perform_following_navigation(action)
+            else:
+                crashed, error = await self._try_perform(action)
         obs, st = None, None
         if not crashed and not self.crashed:
             obs, st, crashed = await self._observe_after(error)
@@ -334,6 +368,8 @@ class WebEnv:
             return self._crashed_step(info)
         self.obs, self.state = obs, st
         reward, terminated, truncated, timeout = self._outcome(st, action, info)
+        if self.app_episode is not None:
+            reward = await self._app_outcome(obs, st, terminated, info)
         if timeout:
             self.timeouts += 1
         self.done = terminated or truncated
@@ -359,6 +395,38 @@ class WebEnv:
                 return True, ""
             return False, short_error(e)
 
+    async def _perform_following_navigation(self, action: Action) -> tuple[bool, str]:
+        """An app page's action that may navigate (a link, a form's submit button): perform it,
+        and when a navigation request of the page follows within ``NAVIGATION_GRACE_S``, wait
+        until the new page has loaded, so the observation shows the page the action led to
+        (not the old one, a moment before it unloads)."""
+        started = asyncio.Event()
+
+        def on_request(req: Any) -> None:
+            try:
+                if req.is_navigation_request() and req.frame == self.page.main_frame:
+                    started.set()
+            except Exception:  # noqa: BLE001 - a detached frame: not the main page's navigation
+                pass
+
+        self.page.on("request", on_request)
+        try:
+            crashed, error = await self._try_perform(action)
+            if not crashed:
+                try:
+                    await asyncio.wait_for(started.wait(), NAVIGATION_GRACE_S)
+                except TimeoutError:
+                    return crashed, error
+                try:
+                    await self.page.wait_for_load_state("load", timeout=15_000)
+                except Exception as e:  # noqa: BLE001 - reported as the action's error
+                    if is_crash(e) or self.crashed:
+                        return True, ""
+                    error = error or f"the page did not load: {short_error(e)}"
+            return crashed, error
+        finally:
+            self.page.remove_listener("request", on_request)
+
     async def _observe_after(self, error: str) -> tuple[Observation | None, PageState | None, bool]:
         """(observation, page state, crashed) after an action, once the page settled."""
         try:
@@ -366,7 +434,9 @@ class WebEnv:
         except Exception as e:  # noqa: BLE001
             if is_crash(e) or self.crashed:
                 return None, None, True
-            if "execution context was destroyed" in str(e).lower():
+            # the page navigated while it was observed (an app page's DOM walk can also meet a
+            # node the unloading document already dropped)
+            if "execution context was destroyed" in str(e).lower() or self.app_episode is not None:
                 return await self._observe_after_navigation(error)
             raise
         return obs, st, False
@@ -404,6 +474,22 @@ class WebEnv:
         )
         return obs, 0.0, False, True, info
 
+    async def _app_outcome(
+        self, obs: Observation, st: PageState, terminated: bool, info: dict
+    ) -> float:
+        """An app task's step: its instruction on the observation; when the agent said stop, the
+        task's check decides the reward (an app that fails: 0, ``info["app_failure"]``)."""
+        from collectors.webapps.runtime import judged
+
+        obs.instruction = self.app_episode.instruction
+        if not terminated:
+            return 0.0
+        reward, reason, failure = await judged(self.app_episode, obs)
+        st.raw_reward, st.reason = reward, reason
+        if failure:
+            info["app_failure"] = failure
+        return reward
+
     def _outcome(
         self, st: PageState, action: Action | None, info: dict
     ) -> tuple[float, bool, bool, bool]:
@@ -420,12 +506,20 @@ class WebEnv:
         elif action is not None and action.kind == "stop":
             terminated = True
             info["stopped"] = True
-        elif info["elapsed_ms"] > self.settings.time_limit_ms + 2000:
+        elif info["elapsed_ms"] > self._limits[1] + 2000:
             timeout, truncated = True, True  # the page's own clock did not fire
-        if not (terminated or truncated) and self.steps >= self.settings.max_steps:
+        if not (terminated or truncated) and self.steps >= self._limits[0]:
             truncated = True
             info["max_steps"] = True
         return reward, terminated, truncated, timeout
+
+    @property
+    def _limits(self) -> tuple[int, int]:
+        """(max steps, time limit ms): an app task's own, else the settings'."""
+        ep = self.app_episode
+        if ep is not None:
+            return ep.task.max_steps, ep.task.time_limit_ms
+        return self.settings.max_steps, self.settings.time_limit_ms
 
     @property
     def _settle(self) -> tuple[float, float] | None:

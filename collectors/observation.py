@@ -316,9 +316,12 @@ class ObservationBuilder:
         budget: int | None = DEFAULT_BUDGET,
         measure: Callable[[str], int] = byte_len,
         strip_origin: str = "",
+        prune: Callable[[list[Line]], list[Line]] | None = None,
     ):
         self.budget = budget
         self.measure = measure
+        # lines -> the lines shown, before truncation (app pages: collectors.webapps.prune)
+        self.prune = prune
         self.strip_origin = strip_origin.rstrip("/")
         self.next_id = 1
 
@@ -336,7 +339,10 @@ class ObservationBuilder:
     def build(self, raw: dict, error: str = "") -> tuple[Observation, PageState]:
         lines = lines_from_raw(raw["lines"])
         self.next_id = max(self.next_id, int(raw["next"]))
-        tree, trunc = truncate_lines(lines, self.budget, self.measure)
+        shown = self.prune(lines) if self.prune is not None else lines
+        tree, trunc = truncate_lines(shown, self.budget, self.measure)
+        if self.prune is not None:
+            trunc["pruned"] = len(lines) - len(shown)
         all_ids = {ln.id for ln in lines if ln.id is not None}
         from core.spaces import ids_in_tree
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import threading
 import time
@@ -124,6 +125,8 @@ def main_collect(cfg: Config, collector_id: str) -> int:
     from collectors.collector import run_collector
 
     torch.set_num_threads(cfg.threads)
+    # app suites (collectors.webapps) find the stack's app under this home
+    os.environ.setdefault("DYNAWEB_HOME", str(cfg.home_path))
     topics = ensure_topics(cfg)
     pub = make_publisher(
         cfg.kafka,

@@ -16,10 +16,11 @@ pixels, free-hand curves or mouse moves to arbitrary positions are registered wi
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from collectors.experts import EXPERTS
 
@@ -33,6 +34,9 @@ class TaskSpec:
     has_expert: bool = False
     note: str = ""
     reload_each_episode: bool = False  # True: never restart an episode on the loaded page
+    # a task on a real application (``collectors.webapps.taskdef.AppTask``): the environment then
+    # takes the instruction, reset and reward from it instead of MiniWoB's page globals
+    app_task: Any = None
 
     def url(self, base_url: str) -> str:
         return base_url.rstrip("/") + "/" + self.url_path.lstrip("/")
@@ -75,6 +79,9 @@ MINIWOB_UNSOLVABLE: dict[str, str] = {
 # page leaves the previous episode's widget behind (wheelnav's pie menu keeps the old wheel: a
 # click on the new one's slices then does nothing).
 MINIWOB_RELOAD = frozenset({"click-pie", "click-pie-nodelay"})
+
+# App suites registered with MiniWoB's (modules with a ``register()``; collectors.webapps)
+BUILTIN_APP_SUITES = ("collectors.webapps.oscar.suite",)
 
 _REGISTRY: dict[str, TaskSpec] = {}
 _SUITES: dict[str, Suite] = {}
@@ -125,7 +132,7 @@ def register_suite(suite: Suite, replace_existing: bool = False) -> list[TaskSpe
 
 def _mark_experts() -> None:
     for name, spec in list(_REGISTRY.items()):
-        has = name in EXPERTS
+        has = name in EXPERTS or getattr(spec.app_task, "expert", None) is not None
         if spec.has_expert != has:
             _REGISTRY[name] = replace(spec, has_expert=has)
 
@@ -133,6 +140,8 @@ def _mark_experts() -> None:
 def _ensure() -> None:
     if "miniwob" not in _SUITES:
         register_suite(MiniWoBSuite())
+        for ref in BUILTIN_APP_SUITES:  # imported by name: the app suites import this module
+            importlib.import_module(ref).register()
     else:
         _mark_experts()
 
@@ -148,6 +157,15 @@ def get_task(name: str) -> TaskSpec:
     raise KeyError(
         f"unknown task {name!r}" + (f"; did you mean: {', '.join(near)}" if near else "")
     )
+
+
+def app_expert(name: str) -> Any:
+    """The scripted expert of an app task (``AppTask.expert``), or None."""
+    try:
+        spec = get_task(name)
+    except KeyError:
+        return None
+    return getattr(spec.app_task, "expert", None)
 
 
 def list_tasks(
@@ -170,10 +188,10 @@ def resolve_tasks(names: list[str]) -> list[TaskSpec]:
     """Expand a task list from config: names, ``suite/*``, ``*experts*`` or ``*solvable*``."""
     out: list[TaskSpec] = []
     for n in names:
-        if n in ("*experts*", "experts"):
-            out += list_tasks(has_expert=True)
+        if n in ("*experts*", "experts"):  # MiniWoB++'s (app suites: name them, ``shop/*``)
+            out += list_tasks(suite="miniwob", has_expert=True)
         elif n in ("*solvable*", "solvable"):
-            out += list_tasks(solvable=True)
+            out += list_tasks(suite="miniwob", solvable=True)
         elif n.endswith("/*"):
             out += list_tasks(suite=n[:-2])
         else:

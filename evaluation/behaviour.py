@@ -143,7 +143,7 @@ def capture(cfg: Config, out: str, seed: int = 0, tasks: str = "", timeout: floa
     if tasks:
         names = [t if "/" in t else f"miniwob/{t}" for t in tasks.split(",") if t]
     else:
-        names = [t.name for t in list_tasks()]
+        names = [t.name for t in list_tasks(suite="miniwob")]
     print(f"capturing {len(names)} tasks, seed {seed}", flush=True)
     recs, base_url = asyncio.run(capture_observations(cfg, names, seed, timeout))
     failed = [r for r in recs if "error" in r]

@@ -63,6 +63,7 @@ async def expert_table_async(
     """Run the expert of each task on every seed; one result row per task."""
     from collectors.browser import Browser
     from collectors.env import WebEnv
+    from collectors.tasks import app_expert
 
     experts = experts or ALL_EXPERTS
     server = None
@@ -87,7 +88,7 @@ async def expert_table_async(
                             t, s = queue.get_nowait()
                         except asyncio.QueueEmpty:
                             return
-                        ex = experts.get(t)
+                        ex = experts.get(t) or app_expert(t)
                         if ex is None:
                             results[t].append(
                                 {
@@ -165,6 +166,20 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def expand_tasks(names: list[str]) -> list[str]:
+    """Task names (a bare name is MiniWoB's); ``suite/*`` is every task of that suite that has
+    an expert."""
+    from collectors.tasks import list_tasks
+
+    out: list[str] = []
+    for t in names:
+        if t.endswith("/*"):
+            out += [s.name for s in list_tasks(suite=t[:-2]) if s.has_expert]
+        else:
+            out.append(t if "/" in t else f"miniwob/{t}")
+    return out
+
+
 def parse_seeds(spec: str) -> list[int]:
     out: list[int] = []
     for part in spec.split(","):
@@ -181,7 +196,7 @@ def main(args: argparse.Namespace, cfg: Config | None = None) -> int:
     tasks = (
         sorted(ALL_EXPERTS)
         if not args.tasks or args.tasks == "all"
-        else [t if "/" in t else f"miniwob/{t}" for t in args.tasks.split(",") if t]
+        else expand_tasks([t for t in args.tasks.split(",") if t])
     )
     t0 = time.time()
     rows = expert_table(

@@ -27,7 +27,9 @@ from core.s3 import credentials_path, ensure_credentials
 
 REPO = Path(__file__).resolve().parent.parent
 MONITORING = Path(__file__).resolve().parent / "monitoring"
-ORDER = ("s3", "broker", "taskserver", "prometheus")
+ORDER = ("s3", "broker", "taskserver", "prometheus", "shop")
+# started only when asked for (``stack.shop`` or ``--only shop``): the shop/... tasks' app
+OPTIONAL = frozenset({"shop"})
 RETENTION = "15d"  # how long the embedded Prometheus keeps samples (and status' totals look back)
 
 
@@ -180,7 +182,42 @@ class Stack:
             lambda: http_status(f"http://{bind}:{st.prometheus_port}/-/ready") == 200,
             extra={"targets_dir": str(self.targets_dir)},
         )
-        return {"s3": s3, "broker": broker, "taskserver": task, "prometheus": prom}
+        shop = self._shop_service()
+        return {"s3": s3, "broker": broker, "taskserver": task, "prometheus": prom, "shop": shop}
+
+    def _shop_service(self) -> Service:
+        """The django-oscar shop of the shop/... tasks (collectors/webapps/oscar/server.py)."""
+        st, home, bind = self.cfg.stack, self.home, self.cfg.stack.bind
+        shop_home = home / "apps" / "shop"
+        shop = Service(
+            "shop",
+            [
+                sys.executable,
+                "-m",
+                "collectors.webapps.oscar.server",
+                "--home",
+                str(shop_home),
+                "--host",
+                bind,
+                "--port",
+                str(st.shop_port),
+            ],
+            bind,
+            st.shop_port,
+            f"http://{bind}:{st.shop_port}",
+            lambda: http_status(f"http://{bind}:{st.shop_port}/answer/", timeout=3) == 200,
+            env={"PYTHONPATH": str(REPO)},
+            ready_timeout=600.0,  # the first start migrates Oscar's database (minutes on 2 cores)
+            extra={"credentials_file": str(shop_home / "admin.json")},
+        )
+        return shop
+
+    def wanted(self, name: str, only: list[str] | None) -> bool:
+        """Whether ``up`` starts ``name``: the optional shop only with ``stack.shop`` or when
+        named in ``only``."""
+        if only:
+            return name in only
+        return name not in OPTIONAL or bool(self.cfg.stack.shop)
 
     @property
     def targets_dir(self) -> Path:
@@ -336,7 +373,7 @@ class Stack:
         self.logs.mkdir(parents=True, exist_ok=True)
         svcs = self.services()
         for name in ORDER:
-            if only and name not in only:
+            if not self.wanted(name, only):
                 continue
             svc = svcs[name]
             info = self._read_pid(name)
@@ -417,6 +454,8 @@ class Stack:
         out = {}
         for name, svc in self.services().items():
             info = self._read_pid(name)
+            if name in OPTIONAL and info is None and not self.wanted(name, None):
+                continue  # not asked for and not running: not part of this stack
             healthy = svc.health()
             out[name] = {
                 "endpoint": svc.endpoint,

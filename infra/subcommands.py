@@ -44,7 +44,12 @@ def _stack_commands(add: AddCommand) -> None:
         "infra", "start, stop or inspect the embedded stack (S3, broker, task server, Prometheus)"
     )
     p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--only", nargs="*", help="subset of services: s3 broker taskserver prometheus")
+    p.add_argument(
+        "--only",
+        nargs="*",
+        help="subset of services: s3 broker taskserver prometheus shop (the shop starts only "
+        "when named or with stack.shop=true)",
+    )
     _json_flag(p)
 
     p = add(

@@ -138,6 +138,14 @@ class StackConfig:
     taskserver_url: str = _f(
         "", "Base URL of the task server (empty = http://127.0.0.1:<taskserver_port>)."
     )
+    shop: bool = _f(
+        False,
+        "Start the django-oscar shop of the shop/... tasks with the stack (`infra up --only shop` "
+        "starts it regardless; docs/own-app.md).",
+    )
+    shop_port: int = _f(
+        8770, "Port of the shop (the shop/... tasks' web application).", ge=1, le=65535
+    )
 
     def checks(self) -> list[tuple[str, str]]:
         out = []
@@ -146,6 +154,7 @@ class StackConfig:
             "broker_port": self.broker_port,
             "prometheus_port": self.prometheus_port,
             "taskserver_port": self.taskserver_port,
+            "shop_port": self.shop_port,
         }
         seen: dict[int, str] = {}
         for name, port in ports.items():

@@ -28,7 +28,7 @@ def test_task_registry_has_all_130_miniwob_tasks() -> None:
 
 
 def test_every_registered_task_loads_and_starts(bl) -> None:
-    tasks = list_tasks()
+    tasks = list_tasks(suite="miniwob")  # the app suites: tests/integration/test_shop_suite.py
     problems: list = []
 
     async def worker(chunk: list) -> None:
