@@ -75,6 +75,7 @@ class CollectorStats:
     published: int = 0
     step_latency_s: deque = field(default_factory=lambda: deque(maxlen=10_000))
     act_latency_s: deque = field(default_factory=lambda: deque(maxlen=10_000))
+    reset_latency_s: deque = field(default_factory=lambda: deque(maxlen=10_000))
     started_at: float = field(default_factory=time.time)
     last_step_at: float = 0.0
 
@@ -329,7 +330,9 @@ class _Collector:
                     return
                 spec, seed, group_id = job
                 try:
+                    t_reset = time.perf_counter()
                     obs, _info = await env.reset(spec, seed)
+                    self.stats.reset_latency_s.append(time.perf_counter() - t_reset)
                     failures = 0
                 except Exception as e:  # noqa: BLE001 - one bad page must not stop the collector
                     self.stats.reset_errors += 1

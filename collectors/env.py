@@ -276,7 +276,9 @@ class WebEnv:
             obs, st = await self._start(spec, int(seed))
         self.obs, self.state = obs, st
         self._t0 = time.monotonic()
+        timings = self.app_episode.notes if self.app_episode is not None else {}
         return obs, {
+            **timings,
             "task": spec.name,
             "seed": int(seed),
             "url": obs.url,
@@ -444,15 +446,21 @@ class WebEnv:
     async def _observe_after_navigation(
         self, error: str
     ) -> tuple[Observation | None, PageState | None, bool]:
-        """The action started a navigation: observe once it has loaded."""
-        try:
-            await self.page.wait_for_load_state("load", timeout=5000)
-            obs, st = await self.builder.observe(self.page, error=error)
-        except Exception as e2:  # noqa: BLE001
-            if not (is_crash(e2) or self.crashed):
-                raise
-            return None, None, True
-        return obs, st, False
+        """The action started a navigation: observe once it has loaded (an app page: up to three
+        tries, as a redirect can replace the page again while it is observed)."""
+        tries = 3 if self.app_episode is not None else 1
+        for attempt in range(tries):
+            try:
+                await self.page.wait_for_load_state("load", timeout=5000)
+                obs, st = await self.builder.observe(self.page, error=error)
+                return obs, st, False
+            except Exception as e2:  # noqa: BLE001
+                if is_crash(e2) or self.crashed:
+                    return None, None, True
+                if attempt + 1 >= tries:
+                    raise
+                await asyncio.sleep(0.1)
+        raise AssertionError("unreachable")
 
     def _crashed_step(self, info: dict) -> tuple[Observation, float, bool, bool, dict]:
         """The page crashed: the episode ends truncated, on the last observation with the error."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -78,6 +79,7 @@ async def start(env: Any, task: AppTask, seed: int) -> Episode:
         from collectors.browser import normalise_origins
 
         env.allow.origins |= normalise_origins([base, *task.origins])
+    t0 = time.perf_counter()
     await env.context.clear_cookies()
     code = episode_code(task.name, seed, env.partition)
     data = await app.data(env.context.request)
@@ -93,7 +95,10 @@ async def start(env: Any, task: AppTask, seed: int) -> Episode:
             else f"shopper.{code}@example.com"
         )
         await ep.control("login", {"email": email, "staff": task.login == "staff"})
+    t1 = time.perf_counter()
     await env.page.goto(base + fill(task.start, params), wait_until="load")
+    # the app's state restored (cookies, the task's reset, login), then the start page loaded
+    ep.notes.update(app_reset_s=t1 - t0, start_page_s=time.perf_counter() - t1)
     return ep
 
 

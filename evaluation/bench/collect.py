@@ -196,6 +196,7 @@ async def _phase(
     await asyncio.to_thread(pub.flush, 60.0)
     dt = t1 - t0
     lat = sorted(stats.step_latency_s)
+    resets = sorted(stats.reset_latency_s)
     cpu_s = sum(c1[k] - c0[k] for k in c0)
     return {
         "contexts": contexts,
@@ -209,6 +210,11 @@ async def _phase(
         "published": pub.sent - sent0,
         "flush_s": round(time.perf_counter() - t_flush, 3),
         "step_latency_p50_ms": round(1000 * lat[len(lat) // 2], 1) if lat else None,
+        # episode resets over the whole run (warm-up included): a page load, and an app task's reset
+        "reset_s_p50": round(resets[len(resets) // 2], 3) if resets else None,
+        "reset_s_p95": round(resets[min(len(resets) - 1, int(0.95 * len(resets)))], 3)
+        if resets
+        else None,
         "crashes": stats.crashes,
         "action_errors": stats.action_errors,
         "cpu_ms_per_step": {k: round(1000 * (c1[k] - c0[k]) / max(1, s1 - s0), 2) for k in c0},
@@ -318,6 +324,10 @@ def summarize(
         "pss_mb_4": four.get("pss_mb"),
         "settle_ms": settle,
         "cores_busy_1": one.get("cores_busy"),
+        "reset_s_p50_1": one.get("reset_s_p50"),
+        "reset_s_p95_1": one.get("reset_s_p95"),
+        "reset_s_p50_4": four.get("reset_s_p50"),
+        "reset_s_p95_4": four.get("reset_s_p95"),
         # the same without the settle wait: what the CPU allows (one context then keeps most of the
         # two cores busy, so the 4/1 ratio cannot exceed 2 / cores_busy_1)
         "no_settle": {

@@ -35,7 +35,9 @@ def test_the_example_task_runs_end_to_end() -> None:
         await a.open()
         await b.open()
         try:
-            rows = [await run_episode(a, EXPERTS["todo/add-item"], "todo/add-item", s) for s in range(3)]
+            rows = [
+                await run_episode(a, EXPERTS["todo/add-item"], "todo/add-item", s) for s in range(3)
+            ]
             await b.reset("todo/add-item", 0)
             other = await b.app_episode.control("state")  # b's list: nothing of a's
             _, neg, *_ = await b.step(Action.stop())

@@ -72,6 +72,8 @@ def answer(nodes: list[Node], obs: Observation, text: str) -> Action:
     if not _path(obs).startswith("/answer/"):
         return Action.click(named(nodes, "Answer the question", ("link",)).id)
     box = first(nodes, role="textbox", name="Your answer")
+    if box is None:  # the page is still loading
+        return None
     if box.value != text:
         return Action.type(box.id, text)
     return Action.click(named(nodes, "Submit answer", ("button",)).id)
@@ -117,7 +119,7 @@ def _product_fact(read):
         title = quoted(instr)[0]
 
         def fact(ns, o):
-            return read(ns) if on_product(ns, title) else None
+            return read(ns, title) if on_product(ns, title) else None
 
         value = recall(history, obs, fact)
         if value is None:
@@ -127,18 +129,18 @@ def _product_fact(read):
     return expert
 
 
-def _breadcrumb_category(nodes):
+def _breadcrumb_category(nodes, title):
+    """The product page's breadcrumb: Home > category > the product (a listitem)."""
     for n in nodes:
-        if n.role == "listitem" and n.id is not None:
+        if n.role == "listitem" and n.name == title and n.index > 0:
             prev = nodes[n.index - 1]
-            if prev.role == "link" and prev.name not in ("Home",):
-                return prev.name
+            return prev.name if prev.role == "link" else None
     return None
 
 
-price_of = _product_fact(lambda ns: money(cell_after(ns, "Price (incl. tax)")))
-stock_of = _product_fact(lambda ns: money(cell_after(ns, "Availability")))
-upc_of = _product_fact(lambda ns: cell_after(ns, "UPC"))
+price_of = _product_fact(lambda ns, t: money(cell_after(ns, "Price (incl. tax)")))
+stock_of = _product_fact(lambda ns, t: money(cell_after(ns, "Availability")))
+upc_of = _product_fact(lambda ns, t: cell_after(ns, "UPC"))
 category_of = _product_fact(_breadcrumb_category)
 
 
@@ -335,11 +337,17 @@ def add_two_to_basket(instr, nodes, obs, history):
 
 
 def _basket_line(nodes, title) -> list[Node]:
-    """The basket page's line of ``title``: its heading, quantity box, Update, Remove."""
+    """The basket page's line of ``title``: its heading up to its "Remove" link (the quantity
+    box and "Update" between)."""
     h = named(nodes, title, ("heading",))
     if h is None:
         return []
-    return nodes[h.index : h.index + 4]
+    out = []
+    for n in nodes[h.index :]:
+        out.append(n)
+        if n.name == "Remove":
+            return out
+    return []
 
 
 def basket_quantity(instr, nodes, obs, history):
@@ -358,17 +366,18 @@ def basket_quantity(instr, nodes, obs, history):
         return Action.type(box.id, qty)
     if clicked(history, "Update", lambda ns, o: _path(o) == "/basket/"):
         return Action.stop()
-    return Action.click(next(n for n in line if n.name == "Update").id)
+    update = next((n for n in line if n.name == "Update"), None)
+    return Action.click(update.id) if update else None
 
 
 def remove_from_basket(instr, nodes, obs, history):
     title = quoted(instr)[0]
     if _path(obs) != "/basket/":
         return Action.click(basket_link(nodes).id)
-    line = _basket_line(nodes, title)
-    if not line:
+    if named(nodes, title, ("heading",)) is None:
         return Action.stop()
-    return Action.click(next(n for n in line if n.name == "Remove").id)
+    line = _basket_line(nodes, title)
+    return Action.click(line[-1].id) if line else None
 
 
 # --- the dashboard ---------------------------------------------------------------------------

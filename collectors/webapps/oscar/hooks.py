@@ -103,7 +103,8 @@ async def check_renamed(ep) -> tuple[bool, str]:
     if not r["exists"]:
         return False, "the product no longer exists"
     want = ep.params["new_title"]
-    return r["title"] == want, f"title {r['title']!r}, expected {want!r}"
+    ok = r["title"] == want
+    return ok, "success" if ok else f"title {r['title']!r}, expected {want!r}"
 
 
 async def check_deleted(ep) -> tuple[bool, str]:

@@ -82,11 +82,15 @@ TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-gb"
 LANGUAGES = [("en-gb", "English")]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+PASSWORD_HASHERS = [
+    "collectors.webapps.oscar.control.hashers.ShopPBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 OSCAR_SHOP_NAME = "DynaShop"
 OSCAR_DEFAULT_CURRENCY = "USD"
 OSCAR_PRODUCTS_PER_PAGE = 10  # a listing page fits the observation budget (docs/own-app.md)
+OSCAR_DASHBOARD_ITEMS_PER_PAGE = 5  # the same for the dashboard's tables
 OSCAR_ALLOW_ANON_REVIEWS = True
 OSCAR_MODERATE_REVIEWS = False
 LOGGING = {

@@ -8,11 +8,12 @@ without touching the seeded catalogue, and two contexts with different codes nev
 
 from __future__ import annotations
 
-import secrets
+from datetime import timedelta
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 from oscar.core.loading import get_model
 
 from collectors.webapps.oscar.data import catalogue as make_catalogue
@@ -23,6 +24,7 @@ Category = get_model("catalogue", "Category")
 ProductCategory = get_model("catalogue", "ProductCategory")
 Partner = get_model("partner", "Partner")
 StockRecord = get_model("partner", "StockRecord")
+STALE_MINUTES = 10  # episode products older than this are another episode's leftovers
 SEEDED = "DW"  # the UPC prefix of the seeded catalogue
 EPISODE = "EP"  # the UPC prefix of episode products
 
@@ -32,13 +34,26 @@ def _category(name: str):
     return c or Category.add_root(name=name)
 
 
-def _product(title: str, upc: str, category: str, price: str, stock: int, description: str = ""):
+def _product(
+    title: str,
+    upc: str,
+    category: str,
+    price: str,
+    stock: int,
+    description: str = "",
+    public: bool = True,
+):
     pc, _ = ProductClass.objects.get_or_create(
         name="Goods", defaults={"requires_shipping": True, "track_stock": True}
     )
     partner, _ = Partner.objects.get_or_create(name="DynaShop")
     p = Product.objects.create(
-        product_class=pc, title=title, upc=upc, description=description, structure="standalone"
+        product_class=pc,
+        title=title,
+        upc=upc,
+        description=description,
+        structure="standalone",
+        is_public=public,
     )
     ProductCategory.objects.create(product=p, category=_category(category))
     StockRecord.objects.create(
@@ -68,7 +83,7 @@ def customer(email: str, staff: bool = False, first_name: str = "", last_name: s
     u = User.objects.filter(email=email).first()
     if u is None:
         u = User(username=email[:150], email=email, first_name=first_name, last_name=last_name)
-        u.set_password(secrets.token_urlsafe(16))
+        u.set_unusable_password()  # logged in through the control API only
     u.is_staff = u.is_staff or staff
     u.is_superuser = u.is_superuser or staff  # Oscar's dashboard wants the permissions
     u.save()
@@ -91,7 +106,11 @@ def catalogue(body: dict) -> dict:
             }
         )
     cats = [
-        {"name": c.name, "url": c.get_absolute_url(), "count": c.product_set.count()}
+        {
+            "name": c.name,
+            "url": c.get_absolute_url(),
+            "count": c.product_set.filter(upc__startswith=SEEDED).count(),
+        }
         for c in Category.objects.order_by("name")
     ]
     return {"products": out, "categories": cats}
@@ -99,10 +118,14 @@ def catalogue(body: dict) -> dict:
 
 @transaction.atomic
 def cleanup(body: dict) -> dict:
-    """Remove every episode object of ``code`` (products, categories, users)."""
+    """Remove every episode object of ``code`` (products, categories, users), and episode
+    products older than ``STALE_MINUTES`` (left by contexts that closed)."""
     code = str(body["code"])
     n = 0
-    for p in Product.objects.filter(upc__startswith=EPISODE + code):
+    stale = timezone.now() - timedelta(minutes=STALE_MINUTES)
+    for p in Product.objects.filter(upc__startswith=EPISODE + code) | Product.objects.filter(
+        upc__startswith=EPISODE, date_created__lt=stale
+    ):
         p.delete()
         n += 1
     for c in Category.objects.filter(name__endswith=" " + code):
