@@ -25,6 +25,7 @@ from collectors.webapps.app import AppUnavailable, WebApp, get_app
 from collectors.webapps.taskdef import AppTask, call, fill, normalise_answer, resolve
 
 log = logging.getLogger(__name__)
+START_TIMEOUT_MS = 30_000  # the start page's load (a loaded machine takes seconds)
 
 
 def episode_code(task: str, seed: int, partition: str) -> str:
@@ -96,7 +97,9 @@ async def start(env: Any, task: AppTask, seed: int) -> Episode:
         )
         await ep.control("login", {"email": email, "staff": task.login == "staff"})
     t1 = time.perf_counter()
-    await env.page.goto(base + fill(task.start, params), wait_until="load")
+    await env.page.goto(
+        base + fill(task.start, params), wait_until="load", timeout=START_TIMEOUT_MS
+    )
     # the app's state restored (cookies, the task's reset, login), then the start page loaded
     ep.notes.update(app_reset_s=t1 - t0, start_page_s=time.perf_counter() - t1)
     return ep

@@ -102,13 +102,19 @@ def clicked(history: list, name: str, where=None) -> bool:
 
 
 class ShopExpert(Expert):
-    max_waits = 3
+    max_waits = 4
+    wait_s = 0.3
 
     def __init__(self, name: str, fn):
         self.name, self.fn = name, fn
 
     def decide(self, instr, nodes, obs, history):
-        return self.fn(instr, nodes, obs, history)
+        try:
+            return self.fn(instr, nodes, obs, history)
+        except (AttributeError, IndexError, StopIteration):
+            # an element the plan needs is not on the page (yet): the observation came before a
+            # navigation finished; wait and read the next one (``Expert.act``: WAIT, then stop)
+            return None
 
 
 # --- information seeking ---------------------------------------------------------------------
@@ -173,7 +179,11 @@ def category_count(instr, nodes, obs, history):
     value = recall(
         history,
         obs,
-        lambda ns, o: str(len(_listing(ns))) if _on_category(ns, o, cat) else None,
+        lambda ns, o: (
+            str(len(find(ns, role="button", name="Add to basket")))
+            if _on_category(ns, o, cat)
+            else None
+        ),
     )
     if value is None:
         return _goto_category(nodes, obs, cat)

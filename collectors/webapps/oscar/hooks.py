@@ -119,6 +119,8 @@ async def check_deleted(ep) -> tuple[bool, str]:
 
 async def check_category_created(ep) -> tuple[bool, str]:
     r = await ep.control("category", {"name": ep.params["name"]})
+    # judged: the category goes (it would lengthen every shop page of later episodes)
+    await ep.control("cleanup", {"code": ep.code})
     return r["exists"], "success" if r["exists"] else f"no category {ep.params['name']!r}"
 
 

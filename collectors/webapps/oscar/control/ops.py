@@ -116,6 +116,23 @@ def catalogue(body: dict) -> dict:
     return {"products": out, "categories": cats}
 
 
+_FIRST_SEEN: dict[str, float] = {}  # episode category name -> when a cleanup first saw it
+
+
+def _stale_categories() -> int:
+    """Remove episode categories (a name ending in a 6-character code) that cleanups have seen
+    for longer than ``STALE_MINUTES``: those of episodes that ended without their own cleanup.
+    Categories carry no creation time, so this server remembers when it first saw each."""
+    now, n = timezone.now().timestamp(), 0
+    for c in Category.objects.filter(name__regex=r" [0-9a-z]{6}$"):
+        first = _FIRST_SEEN.setdefault(c.name, now)
+        if now - first > STALE_MINUTES * 60:
+            c.delete()
+            _FIRST_SEEN.pop(c.name, None)
+            n += 1
+    return n
+
+
 @transaction.atomic
 def cleanup(body: dict) -> dict:
     """Remove every episode object of ``code`` (products, categories, users), and episode
@@ -131,6 +148,7 @@ def cleanup(body: dict) -> dict:
     for c in Category.objects.filter(name__endswith=" " + code):
         c.delete()
         n += 1
+    n += _stale_categories()
     n += get_user_model().objects.filter(email__contains="." + code + "@").delete()[0]
     return {"removed": n}
 
