@@ -91,6 +91,7 @@ OSCAR_SHOP_NAME = "DynaShop"
 OSCAR_DEFAULT_CURRENCY = "USD"
 OSCAR_PRODUCTS_PER_PAGE = 10  # a listing page fits the observation budget (docs/own-app.md)
 OSCAR_DASHBOARD_ITEMS_PER_PAGE = 5  # the same for the dashboard's tables
+OSCAR_THUMBNAILER = "collectors.webapps.oscar.control.thumbnails.NoThumbnails"
 OSCAR_ALLOW_ANON_REVIEWS = True
 OSCAR_MODERATE_REVIEWS = False
 LOGGING = {
