@@ -301,12 +301,14 @@ def fingerprint() -> dict:
 
 
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
-    """Where two fingerprints differ (paths), empty when identical."""
+    """Where ``b`` (the code now) differs from ``a`` (the recorded figures): paths, empty when
+    identical.  A figure the code reports in addition (a new key of a report) is not a difference;
+    one it no longer reports, or reports with another value, is."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
-        for k in sorted(set(a) | set(b)):
-            if k not in a or k not in b:
-                out.append(f"{path}/{k}: only in {'after' if k not in a else 'before'}")
+        for k in sorted(a):
+            if k not in b:
+                out.append(f"{path}/{k}: no longer reported")
             else:
                 out.extend(differences(a[k], b[k], f"{path}/{k}"))
         return out

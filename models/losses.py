@@ -35,6 +35,27 @@ def group_advantages(rewards: torch.Tensor, group_ids: list, eps: float = EPS) -
     return adv
 
 
+def cap_dream_share(
+    adv: torch.Tensor, dreamed: list[bool], cap: float
+) -> tuple[torch.Tensor, float, float]:
+    """Dreamed trajectories' share of the summed |advantage| held at most ``cap``: returns the
+    advantages (the dreamed ones scaled by ``scale`` <= 1 where their share was over the cap), the
+    share before, and the scale.  With real mass ``R`` and dreamed mass ``D`` the scale is
+    ``cap * R / ((1 - cap) * D)``, so the dreamed share after is exactly ``cap``.  No real mass
+    (``R = 0``), no dreamed mass or ``cap >= 1``: unchanged (scale 1)."""
+    is_dream = torch.tensor(dreamed, dtype=torch.bool)
+    mag = adv.abs()
+    d = float(mag[is_dream].sum()) if len(dreamed) else 0.0
+    r = float(mag[~is_dream].sum()) if len(dreamed) else 0.0
+    share = d / (d + r) if d + r > 0 else 0.0
+    if cap >= 1.0 or d == 0.0 or r == 0.0 or share <= cap:
+        return adv, share, 1.0
+    scale = cap * r / ((1.0 - cap) * d)
+    out = adv.clone()
+    out[is_dream] = adv[is_dream] * scale
+    return out, share, scale
+
+
 def task_success_reward(raw_reward: float) -> float:
     """The reward RL trains on: task success, 1.0 if MiniWoB's raw reward is > 0 else 0.0.
 

@@ -46,6 +46,13 @@ TRAINER_CLIP_FRAC = Gauge(
 TRAINER_KL = Gauge(
     "dynaweb_trainer_kl", "KL estimate between behaviour and current policy.", ["run"]
 )
+TRAINER_DREAM_ADV = Gauge(
+    "dynaweb_trainer_dream_advantage",
+    "The last policy batch's dreamed share of the summed |GSPO advantage| (share: at the loss, "
+    "after trainer.dream_adv_cap; share_raw: before it) and the scale applied to dreamed "
+    "advantages (scale).",
+    ["run", "figure"],
+)
 TRAINER_NONZERO_ADV = Gauge(
     "dynaweb_trainer_nonzero_advantage_share", "Share of groups with nonzero advantage.", ["run"]
 )

@@ -69,6 +69,15 @@ class TrainerConfig:
         gt=0,
     )
     bc_weight: float = _f(1.0, "Weight of the behaviour-cloning term on expert trajectories.", ge=0)
+    dream_adv_cap: float = _f(
+        0.5,
+        "The most of a policy batch's summed |GSPO advantage| that dreamed trajectories may carry "
+        "(dreams weighted no more than reality): past it their advantages are scaled down to it "
+        "(models.losses.cap_dream_share). A batch without real GSPO advantage is not capped "
+        "(nothing to weigh the dreams against). 1.0: off.",
+        gt=0,
+        le=1,
+    )
     infonce_weight: float = _f(0.1, "Weight of the world model's InfoNCE term.", ge=0)
     wm_head_weight: float = _f(
         1.0,

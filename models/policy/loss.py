@@ -34,7 +34,7 @@ import torch
 from core.config import ModelConfig, TrainerConfig
 from models.lm.tokenizer import pad_id
 from models.lm.types import Tokenizer
-from models.losses import source_stats
+from models.losses import cap_dream_share, source_stats
 from models.policy.bc import bc_part, outside_logprob
 from models.policy.decisions import Decision, Rows, StepPlan, plan_step, trajectory_decisions
 from models.policy.gspo import advantages, gspo_part
@@ -274,7 +274,13 @@ def policy_batch_loss(
     split = _split_batch(trajectories, select)
     gspo = split.gspo
     rewards, adv = advantages([tr for tr, _ in gspo])
+    # dreams weighted no more than reality: the dreamed share of the summed |advantage| capped
+    adv, share_raw, scale = cap_dream_share(
+        adv, [tr.source == "dream" for tr, _ in gspo], cfg.dream_adv_cap
+    )
     tot = _Totals([0.0] * len(gspo), source_stats([tr for tr, _ in gspo], adv))
+    share = share_raw if scale == 1.0 else cfg.dream_adv_cap
+    tot.agg.update(dream_adv_share=share, dream_adv_share_raw=share_raw, dream_adv_scale=scale)
     bc_steps = sum(len(st) for _, st in split.bc)
     total = torch.zeros(())
     dev = next(model.parameters()).device

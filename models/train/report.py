@@ -37,6 +37,8 @@ def export_policy_stats(run: str, stats: dict) -> None:
             M.TRAINER_CLIP_FRAC.labels(run).set(v)
         elif k == "kl":
             M.TRAINER_KL.labels(run).set(v)
+        elif k in ("dream_adv_share", "dream_adv_share_raw", "dream_adv_scale"):
+            M.TRAINER_DREAM_ADV.labels(run, k.removeprefix("dream_adv_")).set(v)
         elif k == "nonzero_adv_share":
             M.TRAINER_NONZERO_ADV.labels(run).set(v)
         elif k.endswith("_loss"):

@@ -32,3 +32,12 @@ def test_the_fingerprint_sees_a_changed_weight() -> None:
     with torch.no_grad():
         m.weight[0, 0] = torch.nextafter(m.weight[0, 0], torch.tensor(1.0))
     assert weights_digest(m) != before
+
+
+def test_a_new_figure_is_not_a_difference_but_a_missing_or_changed_one_is() -> None:
+    from evaluation.fingerprint import differences
+
+    before = {"stats": {"loss": "0x1p+0"}}
+    assert differences(before, {"stats": {"loss": "0x1p+0", "new": 1}}) == []
+    assert differences(before, {"stats": {}}) == ["/stats/loss: no longer reported"]
+    assert differences(before, {"stats": {"loss": "0x1p-1"}})

@@ -182,6 +182,7 @@ def cell_config(
     t.checkpoint_every_s = 1e9
     t.keep_checkpoints = 1_000_000  # every version may be evaluated afterwards
     c.dream.max_dropped_per_published = 0  # the studies ran without the cap: cells stay as run
+    t.dream_adv_cap = 1.0  # nor with the dreamed advantage's cap: cells stay as run
     # the trainer's pi_T for BC and for records without a temperature (acting records its own)
     t.policy_temperature = bc_temperature(ex)
     if arm == "imitation":
