@@ -3,12 +3,12 @@
 The updates themselves are the learner's (``models.train.learner.Learner``: batches in, DeepSpeed
 steps of the policy and the world model out); this module feeds it and keeps what it learned.
 
-Inputs (Kafka, manual partition assignment, no consumer group):
+Inputs (Kafka, manual partition assignment, no consumer group; ``models.train.intake``):
 ``train.policy`` (mixed TrainingBatch records from the stream worker),
-``train.world_model`` (real + expert transitions only, never dreams) and
-``eval.world_model`` (held-out real transitions for the rolling fidelity).
-Policy batches come through a consumer of their own, polled only while few wait
-(``models.train.intake.Intake.poll_into``), so a backlog never holds back the world model's transitions.
+``train.world_model`` (real + expert transitions only, never dreams; into the replay,
+``models.train.replay``) and ``eval.world_model`` (held-out real transitions for the rolling
+fidelity).  Policy batches come through a consumer of their own, polled only while few wait
+(``Intake.poll_into``), so a backlog never holds back the world model's transitions.
 
 Every ``checkpoint_every`` policy steps (or ``checkpoint_every_s``) it writes
 both models to S3 (``models.checkpoints.store``), with the offsets it had consumed in
@@ -30,8 +30,9 @@ its engine state, rank 0 alone uploads and announces), the stop.  The other rank
 read no topic and write nothing to S3.  A lost rank ends every rank with ``RankLost`` (exit 1),
 and the group restarts as one component.
 
-The constructor takes its parts (``models.parts``) and opens nothing; ``models.train.run
-.build_trainer`` makes them from the config.
+The constructor takes its parts (``models.parts``) and opens nothing;
+``models.train.run.build_trainer`` makes them from the config.  What a start loads (resume, or
+``trainer.init_from``) is decided in ``models.train.start``.
 """
 
 from __future__ import annotations
