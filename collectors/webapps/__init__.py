@@ -1,4 +1,4 @@
-"""Tasks on real web applications, in a format independent of MiniWoB++ (issue 48).
+"""Tasks on real web applications, in a format independent of MiniWoB++.
 
 * ``taskdef``: the task format (``AppTask``): start URL, instruction template filled from a seeded
   draw of the app's data, reset, success check, step limit, allowed origins; tasks are declared in
