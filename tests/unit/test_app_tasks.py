@@ -186,3 +186,19 @@ def test_shop_suite_is_registered_beside_miniwob() -> None:
     assert all(t.name.startswith("miniwob/") for t in resolve_tasks(["*experts*"]))
     assert all(t.name.startswith("shop/") for t in resolve_tasks(["shop/*"]))
     assert get_task("miniwob/click-button").app_task is None
+
+
+def test_the_stack_starts_the_shop_only_when_asked(tmp_path) -> None:
+    from core.config import load_config
+    from infra.stack import ORDER, Stack
+
+    cfg = load_config(env={}, overrides={"home": str(tmp_path)})
+    stack = Stack(cfg)
+    assert "shop" in ORDER and stack.services()["shop"].host == "127.0.0.1"
+    assert not stack.wanted("shop", None) and stack.wanted("s3", None)
+    assert stack.wanted("shop", ["shop"]) and not stack.wanted("s3", ["shop"])
+    cfg.stack.shop = True
+    assert stack.wanted("shop", None)
+    argv = stack.services()["shop"].argv
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"  # binds loopback
+    assert not any("password" in a for a in argv)  # credentials only in the 0600 file
