@@ -159,11 +159,11 @@ def episode(body: dict) -> dict:
     removed = cleanup(body)["removed"]
     urls = []
     for p in body.get("products", []):
-        urls.append(
-            _product(
-                p["title"], p["upc"], p["category"], p["price"], int(p.get("stock", 5))
-            ).get_absolute_url()
+        # not public: the shop's listings and search (other contexts' tasks) never show it
+        made = _product(
+            p["title"], p["upc"], p["category"], p["price"], int(p.get("stock", 5)), public=False
         )
+        urls.append(made.get_absolute_url())
     for u in body.get("users", []):
         c = customer(
             u["email"], first_name=u.get("first_name", ""), last_name=u.get("last_name", "")
