@@ -101,6 +101,28 @@ def clicked(history: list, name: str, where=None) -> bool:
     return False
 
 
+def submitted(history: list, obs: Observation, name: str, where=None) -> bool | None:
+    """After clicking ``name`` (a form's submit button): True once the page has moved on (the
+    URL differs from the one the click was made on), None while it has not (wait for the POST
+    to finish before stopping, or the check runs before the app saved), False before the click."""
+    for o, a in reversed(history):
+        if getattr(a, "kind", "") != "click":
+            continue
+        nodes = parse_tree(o.tree)
+        n = next((x for x in nodes if x.id == a.element), None)
+        if n is not None and n.name == name and (where is None or where(nodes, o)):
+            return True if obs.url != o.url else None
+    return False
+
+
+def _stop_after(history, obs, name, where=None) -> Action | None | bool:
+    """``stop`` once the submit went through; None (wait) while it is on its way; False before."""
+    done = submitted(history, obs, name, where)
+    if done is None:
+        return None
+    return Action.stop() if done else False
+
+
 class ShopExpert(Expert):
     max_waits = 4
     wait_s = 0.3
@@ -279,8 +301,9 @@ def _goto_login(nodes, obs) -> Action | None:
 
 
 def login(instr, nodes, obs, history):
-    if clicked(history, "Log In"):
-        return Action.stop()
+    end = _stop_after(history, obs, "Log In")
+    if end is not False:
+        return end
     step = _goto_login(nodes, obs)
     if step is not None:
         return step
@@ -295,8 +318,9 @@ def login(instr, nodes, obs, history):
 
 
 def register(instr, nodes, obs, history):
-    if clicked(history, "Register"):
-        return Action.stop()
+    end = _stop_after(history, obs, "Register")
+    if end is not False:
+        return end
     step = _goto_login(nodes, obs)
     if step is not None:
         return step
@@ -312,8 +336,9 @@ def register(instr, nodes, obs, history):
 
 
 def change_first_name(instr, nodes, obs, history):
-    if clicked(history, "Save"):
-        return Action.stop()
+    end = _stop_after(history, obs, "Save")
+    if end is not False:
+        return end
     name = re.search(r"profile to (\S+?)\.?$", instr).group(1)
     box = named(nodes, "First name", ("textbox",))
     if box is None:
@@ -427,8 +452,9 @@ def admin_find_upc(instr, nodes, obs, history):
 
 def admin_rename_product(instr, nodes, obs, history):
     old, new = quoted(instr)[:2]
-    if clicked(history, "Save"):
-        return Action.stop()
+    end = _stop_after(history, obs, "Save")
+    if end is not False:
+        return end
     title = named(nodes, "Title", ("textbox",))
     if title is not None and "/products/" in _path(obs):
         return fill_then(nodes, [(title, new)], Action.click(named(nodes, "Save", ("button",)).id))
@@ -438,12 +464,11 @@ def admin_rename_product(instr, nodes, obs, history):
 
 def admin_delete_product(instr, nodes, obs, history):
     title = quoted(instr)[0]
+    end = _stop_after(history, obs, "Delete", lambda ns, o: _path(o).endswith("/delete/"))
+    if end is not False:
+        return end
     if _path(obs).endswith("/delete/"):
-        if clicked(history, "Delete", lambda ns, o: _path(o).endswith("/delete/")):
-            return Action.stop()
         return Action.click(named(nodes, "Delete", ("button",)).id)
-    if clicked(history, "Delete", lambda ns, o: _path(o).endswith("/delete/")):
-        return Action.stop()
     step = _dashboard_find(nodes, obs, "Product title:", title, title)
     if step is not None:
         return step
@@ -457,8 +482,9 @@ def admin_delete_product(instr, nodes, obs, history):
 
 def admin_create_category(instr, nodes, obs, history):
     name = quoted(instr)[0]
-    if clicked(history, "Save"):
-        return Action.stop()
+    end = _stop_after(history, obs, "Save")
+    if end is not False:
+        return end
     box = named(nodes, "Name", ("textbox",))
     if box is None:
         link = next(
