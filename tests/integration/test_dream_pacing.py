@@ -198,7 +198,13 @@ def test_dropping_uniform_groups_puts_only_groups_with_an_advantage_at_the_loss(
     # the world model learns that "OK" succeeds and "No" fails; the policy imitates both clicks,
     # so some groups' rollouts differ in reward and others (every rollout clicked alike) do not
     counts, mixer_stale, dream_log = _dream_and_train(
-        run_cfg, tmp_path, at_loss=20, two_buttons=True, DYNAWEB_DREAM__DROP_UNIFORM_GROUPS="true"
+        run_cfg,
+        tmp_path,
+        at_loss=20,
+        two_buttons=True,
+        DYNAWEB_DREAM__DROP_UNIFORM_GROUPS="true",
+        # no uniform group published for liveness (dream.max_dropped_per_published): only the drop
+        DYNAWEB_DREAM__MAX_DROPPED_PER_PUBLISHED="0",
     )
     print(
         f"\n{counts['groups']:.0f} dream groups at the loss, {counts['groups_nonzero']:.0f} with "
