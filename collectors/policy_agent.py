@@ -29,7 +29,18 @@ log = logging.getLogger(__name__)
 
 
 class LatestPolicyAgent:
-    def __init__(self, cfg: Config, stop: threading.Event | None = None, producer_id: str = ""):
+    """The policy agent over a model slot (``models.parts.Slot``).  The constructor opens nothing;
+    ``start`` starts the prefetch thread and the announcement watcher, ``latest_policy_agent``
+    builds the real parts from the config."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        slot: Any,
+        stop: threading.Event | None = None,
+        producer_id: str = "",
+        work: Any = None,
+    ):
         from models.policy.runner import sampler_generator
 
         self.cfg = cfg
@@ -38,29 +49,26 @@ class LatestPolicyAgent:
             cfg.run_id, producer_id or f"policy-agent-{uuid.uuid4().hex}"
         )
         self.stop = stop or threading.Event()
-        store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
-        self.work = reader_workdir("collector-policy", cfg.s3.reader_dir)
-        self.slot = ModelSlot(
-            store,
-            "policy",
-            self.work,
-            cfg.run_id,
-            poll_s=cfg.s3.latest_poll_s,
-            component="collector",
-            model_config=cfg.model,
-        )
+        self.slot = slot
+        self.work = work  # the slot's download folder
         self._dirty = (
             threading.Event()
         )  # re-read LATEST at the next act (installs a prefetched one)
         self._dirty.set()
-        # an announced version is downloaded and loaded while episodes go on, then installed
-        self.prefetcher = Prefetcher(
-            [self.slot], self._dirty.set, self.stop, name="collector-prefetch"
-        ).start()
         self.reload_clock = ReloadClock(cfg.run_id, "collector")
         self._runner: Any = None
         self._lock = threading.Lock()
-        # from the beginning: the newest announcement before this agent started counts too
+        self.prefetcher: Prefetcher | None = None
+        self._watcher: CheckpointWatcher | None = None
+
+    def start(self) -> LatestPolicyAgent:
+        """An announced version is downloaded and loaded while episodes go on, then installed;
+        the watcher reads the checkpoint topic from the beginning (the newest announcement before
+        this agent started counts too)."""
+        cfg = self.cfg
+        self.prefetcher = Prefetcher(
+            [self.slot], self._dirty.set, self.stop, name="collector-prefetch"
+        ).start()
         self._watcher = CheckpointWatcher(
             cfg.kafka,
             [Topics(cfg.run_id, cfg.kafka.partitions).checkpoints],
@@ -71,6 +79,7 @@ class LatestPolicyAgent:
             connect_in_thread=True,
             stop=self.stop,
         ).start()
+        return self
 
     def _on_announcement(self, rec: Any) -> None:
         self.reload_clock.announced(rec.version)
@@ -126,3 +135,22 @@ class LatestPolicyAgent:
         for _a, _lp, _nt, info in out:  # the version that acted (collectors.agents._Acting)
             info["policy_version"] = int(runner.policy_version)
         return out
+
+
+def latest_policy_agent(
+    cfg: Config, stop: threading.Event | None = None, producer_id: str = ""
+) -> LatestPolicyAgent:
+    """The ``latest`` agent with its real parts (the run's checkpoint store in S3, a model slot
+    in a reader folder of its own), started."""
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    work = reader_workdir("collector-policy", cfg.s3.reader_dir)
+    slot = ModelSlot(
+        store,
+        "policy",
+        work,
+        cfg.run_id,
+        poll_s=cfg.s3.latest_poll_s,
+        component="collector",
+        model_config=cfg.model,
+    )
+    return LatestPolicyAgent(cfg, slot, stop, producer_id, work).start()

@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from core.config import Config
 from core.metrics import MetricsEndpoint
 from streams import records
 from streams.kafka import PublisherDead, ensure_topics, make_publisher
+
+if TYPE_CHECKING:
+    from collectors.policy_agent import LatestPolicyAgent
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +78,8 @@ class LatestAgentAdapter:
 
     source = "real"
 
-    def __init__(self, cfg: Config):
-        from collectors.policy_agent import LatestPolicyAgent
-
-        self.inner = LatestPolicyAgent(cfg)
+    def __init__(self, inner: LatestPolicyAgent):
+        self.inner = inner
 
     @property
     def policy_version(self) -> int:
@@ -117,7 +118,9 @@ def agent_factory(cfg: Config) -> Any:
     from collectors.agents import default_agent_factory
 
     if cfg.collector.policy == "latest":
-        return LatestAgentAdapter(cfg)
+        from collectors.policy_agent import latest_policy_agent
+
+        return LatestAgentAdapter(latest_policy_agent(cfg))
     return default_agent_factory(cfg)
 
 

@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from models.lm.types import Tokenizer
+
 ASSETS = Path(__file__).resolve().parent / "assets"
 CORPUS = ASSETS / "tokenizer-corpus.jsonl.gz"
 BPE_DIR = ASSETS / "tokenizer-bpe"
@@ -191,7 +193,7 @@ def train(
 # --- measurement -----------------------------------------------------------------------
 
 
-def tokens_per_transition(tok: Any, texts: list[tuple[str, str, str, str]]) -> dict:
+def tokens_per_transition(tok: Tokenizer, texts: list[tuple[str, str, str, str]]) -> dict:
     """Mean tokens per transition (policy prompt + action + eos; world-model prompt + target + eos)."""
     from models.lm.tokenizer import encode
 

@@ -37,14 +37,14 @@ def _write_policy(cfg: Config, store: CheckpointStore, version: int, tmp: Path) 
 def test_latest_policy_reloads_from_latest_without_any_announcement(
     run_cfg: Config, tmp_path: Path
 ) -> None:
-    from collectors.policy_agent import LatestPolicyAgent
+    from collectors.policy_agent import latest_policy_agent
 
     cfg = small_trainer(run_cfg)
     cfg.s3.latest_poll_s = POLL_S
     topics = ensure_topics(cfg)
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
     _write_policy(cfg, store, 0, tmp_path)
-    agent = LatestPolicyAgent(cfg)  # watches the checkpoints topic: nothing will ever arrive
+    agent = latest_policy_agent(cfg)  # watches the checkpoints topic: nothing will ever arrive
     try:
         agent.wait_ready(timeout=120)
         assert agent.policy_version == 0
@@ -73,7 +73,7 @@ def test_an_announced_policy_is_prefetched_while_the_old_one_acts_then_installed
     """On the real S3 and broker: after an announcement the ``latest`` collector policy downloads
     and loads the new version in its prefetch thread while ``policy_version`` stays the old one
     (no act has run); the next act's refresh then installs it without downloading it again."""
-    from collectors.policy_agent import LatestPolicyAgent
+    from collectors.policy_agent import latest_policy_agent
     from models.checkpoints.store import announce
 
     cfg = small_trainer(run_cfg)
@@ -81,7 +81,7 @@ def test_an_announced_policy_is_prefetched_while_the_old_one_acts_then_installed
     ensure_topics(cfg)  # as every component does at start: the watcher reads an existing topic
     store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
     _write_policy(cfg, store, 0, tmp_path)
-    agent = LatestPolicyAgent(cfg)
+    agent = latest_policy_agent(cfg)
     try:
         agent.wait_ready(timeout=120)
         assert agent.policy_version == 0

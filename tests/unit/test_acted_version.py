@@ -36,9 +36,7 @@ class FakeRunner:
 def _latest_agent(loaded: int | None, ready: int | None) -> LatestAgentAdapter:
     """The real ``LatestPolicyAgent.act`` over a slot holding ``loaded`` (None: nothing yet) with
     ``ready`` prefetched: its refresh, inside the act, installs ``ready``."""
-    inner = object.__new__(LatestPolicyAgent)
-    inner.cfg = Config()
-    inner.slot = SimpleNamespace(version=loaded)
+    inner = LatestPolicyAgent(Config(), SimpleNamespace(version=loaded))  # not started
     inner._runner = None if loaded is None else FakeRunner(loaded)
     inner.reload_clock = SimpleNamespace(used=lambda v: None)
 
@@ -48,9 +46,7 @@ def _latest_agent(loaded: int | None, ready: int | None) -> LatestAgentAdapter:
             inner._runner = FakeRunner(ready)
 
     inner._refresh = refresh
-    adapter = object.__new__(LatestAgentAdapter)
-    adapter.inner = inner
-    return adapter
+    return LatestAgentAdapter(inner)
 
 
 @pytest.mark.parametrize("batched", [False, True])
