@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 DONE = "dynaweb-converted.txt"  # written last: the folder is complete
+FORMAT = "plain2"  # the converted copy's layout (a new one never reads an older copy)
 
 
 def cache_root() -> Path:
@@ -43,7 +44,9 @@ def file_sha256(path: str) -> str:
 def cache_dir(path: str) -> Path:
     import transformers
 
-    return cache_root() / f"{file_sha256(path)[:24]}-transformers-{transformers.__version__}"
+    return (
+        cache_root() / f"{file_sha256(path)[:24]}-transformers-{transformers.__version__}-{FORMAT}"
+    )
 
 
 def converted(path: str, convert) -> str:
@@ -59,6 +62,11 @@ def converted(path: str, convert) -> str:
         if (out / DONE).exists():
             return str(out)
         model, tok = convert(path)
+        # the reader's config names the GGUF quantisation; the converted copy is plain float32 and
+        # must load as a plain model (a model loaded as quantised refuses save_pretrained)
+        config = getattr(model, "config", None)
+        if getattr(config, "quantization_config", None) is not None:
+            del config.quantization_config
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         try:
             model.save_pretrained(str(tmp), safe_serialization=True)

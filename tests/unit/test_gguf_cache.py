@@ -33,6 +33,9 @@ def test_the_converted_copy_is_the_model_the_file_holds(tmp_path, monkeypatch) -
         a = direct(input_ids=torch.tensor([ids])).logits
         b = cached(input_ids=torch.tensor([ids])).logits
     assert torch.equal(a, b)
+    # the copy is a plain model: it saves (a model loaded as GGUF-quantised refuses to)
+    assert getattr(cached.config, "quantization_config", None) is None
+    cached.save_pretrained(str(tmp_path / "saved"))
 
 
 def test_an_incomplete_folder_is_converted_again(tmp_path, monkeypatch) -> None:
