@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from core.waiting import wait_until
 from infra.probe import Probe
 from streams.kafka import read_until_sentinel
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 def test_the_read_back_by_offsets_finds_every_acknowledged_record(run_cfg) -> None:
     probe = Probe(run_cfg, rate=100.0).start()
-    time.sleep(4)
+    wait_until(lambda: probe.sent > 100, 30, "the probe sent 100 records", every=0.1)
     counts = probe.stop()
     assert counts["acked"] == counts["sent"] > 50 and counts["lost"] == 0
     ends = probe.ends()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from core.waiting import wait_until
 from tests import owned
 
 pytestmark = pytest.mark.unit
@@ -34,8 +35,7 @@ def test_only_the_tagged_processes_are_stopped_and_the_others_named(capsys) -> N
     mine, theirs = _sleeper(tag, marker), _sleeper(None, marker)
     other_run = _sleeper(tag + "-other", marker)
     try:
-        time.sleep(0.3)
-        assert owned.owned(tag) == [mine.pid]
+        wait_until(lambda: owned.owned(tag) == [mine.pid], 10, "the tagged sleeper started")
         rc = owned.main(["--tag", tag, "--pattern", marker, "--grace", "5"])
         assert rc == 1  # it had to stop one
         assert mine.wait(5) is not None
