@@ -61,15 +61,15 @@ def converted(path: str, convert) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process converting: wait for it
         if (out / DONE).exists():
             return str(out)
-        model, tok = convert(path)
+        hf_model, tok = convert(path)
         # the reader's config names the GGUF quantisation; the converted copy is plain float32 and
         # must load as a plain model (a model loaded as quantised refuses save_pretrained)
-        config = getattr(model, "config", None)
+        config = getattr(hf_model, "config", None)
         if getattr(config, "quantization_config", None) is not None:
             del config.quantization_config
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         try:
-            model.save_pretrained(str(tmp), safe_serialization=True)
+            hf_model.save_pretrained(str(tmp), safe_serialization=True)
             tok.save_pretrained(str(tmp))
             (tmp / DONE).write_text(f"{os.path.abspath(path)}\n")
             if out.exists():  # an incomplete folder from a process that died mid-write
