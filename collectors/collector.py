@@ -44,6 +44,7 @@ from collectors.browser import Browser
 from collectors.env import WebEnv
 from collectors.schedule import _Pacer, _Schedule, collector_group_size
 from collectors.tasks import TaskSpec, resolve_tasks
+from collectors.webapps.app import AppUnavailable
 from core.config import Config
 from core.spaces import Observation
 from streams.records import Control, Transition, new_id
@@ -51,7 +52,7 @@ from streams.records import Control, Transition, new_id
 log = logging.getLogger(__name__)
 
 # what of a step's ``info`` a transition carries (when set)
-_INFO_KEYS = ("reason", "error", "timeout", "crashed", "max_steps", "stopped")
+_INFO_KEYS = ("reason", "error", "timeout", "crashed", "max_steps", "stopped", "app_failure")
 
 
 # --- stats -----------------------------------------------------------------------
@@ -334,6 +335,12 @@ class _Collector:
                     obs, _info = await env.reset(spec, seed)
                     self.stats.reset_latency_s.append(time.perf_counter() - t_reset)
                     failures = 0
+                except AppUnavailable as e:  # the app is down or restarting: wait, not crash
+                    self.stats.reset_errors += 1
+                    _call(self.metrics, "on_app_failure", spec.name)
+                    log.warning("[%s/%d] %s: %s", self.collector_id, i, spec.name, e)
+                    await asyncio.sleep(2.0)
+                    continue
                 except Exception as e:  # noqa: BLE001 - one bad page must not stop the collector
                     self.stats.reset_errors += 1
                     failures += 1
@@ -448,6 +455,8 @@ class _Collector:
             stats.successes_per_task[task] += 1
         if trunc:
             stats.truncated += 1
+        if info.get("app_failure"):
+            _call(self.metrics, "on_app_failure", task)
         if info.get("timeout"):
             stats.timeouts += 1
             _call(self.metrics, "on_timeout", task)

@@ -50,6 +50,12 @@ GROUPS_CUT = Counter(
     "versions while they were collected (a new group started).",
     ["run", "collector"],
 )
+APP_FAILURES = Counter(
+    "dynaweb_collector_app_failures_total",
+    "Episodes of a web-application task failed (reward 0) or not started because the app was "
+    "unavailable (died, restarting).",
+    ["run", "collector", "task"],
+)
 PUBLISH_ERRORS = Counter(
     "dynaweb_collector_publish_errors_total", "Failed asynchronous publishes.", ["run", "collector"]
 )

@@ -60,6 +60,9 @@ class PromMetrics:
         r = self.recent[task]
         M.SUCCESS_RATE.labels(self.run, self.collector, self.policy, task).set(sum(r) / len(r))
 
+    def on_app_failure(self, task: str) -> None:
+        M.APP_FAILURES.labels(self.run, self.collector, task).inc()
+
     def on_timeout(self, task: str) -> None:
         M.TIMEOUTS.labels(self.run, self.collector, task).inc()
 

@@ -17,12 +17,15 @@ order of ``--faults`` and round again:
 ``kill-<component>``   SIGKILL of ``stream-worker``, ``trainer``, ``dream`` or ``collector`` (the
                        expert collector); ``dynaweb up`` restarts it
 ``malformed-flood``    1,000 malformed records published onto the real-transitions topic
+``app-kill``           the web application's process group killed (-9) (only where ``up`` runs the
+                       shop: ``up.app_tasks``); ``up`` starts it again
 =====================  ==========================================================================
 
 Recovery of each fault, bounded by ``--recovery`` (60 s): broker and store faults, the first
 acknowledgement of a probe record sent after the fault ended (``infra.probe``); a kill, the new
 process's own progress counter above 0; Prometheus, a query answering again; the flood, the
-stream worker's dead-letter count up by the flood.  Meanwhile ``infra.soak`` samples every
+stream worker's dead-letter count up by the flood; the app, a step of its collector after the app
+answers again (the episodes of the outage fail with the reason, counted in its detail).  Meanwhile ``infra.soak`` samples every
 component's memory, restarts, totals and the checkpoint version; at the end every topic's
 acknowledged records are compared with what an independent reader finds.  The report
 (``--report``, and one JSON line with ``--json``) is what docs/reliability.md publishes.
@@ -66,6 +69,9 @@ FAULTS = (
     "broker-down",
     "malformed-flood",
 )
+# faults of a run whose stack includes the shop (``up.app_tasks``); part of the default schedule
+# only there
+APP_FAULTS = ("app-kill",)
 FLOOD = 1000
 
 
@@ -73,9 +79,14 @@ class ChaosError(StackError):
     """The loop to inject faults into is not there (or not of this run)."""
 
 
-def target(cfg: Config, component: str) -> dict | None:
+def default_faults(cfg: Config) -> list[str]:
+    """Every fault of the suite, the app's too when this run's stack runs the shop."""
+    return [*FAULTS, *(APP_FAULTS if Stack(cfg).pid("shop") is not None else ())]
+
+
+def target(cfg: Config, component: str, prefix: str | None = None) -> dict | None:
     """The metrics target (labels, address) of a running component of this run."""
-    prefix = PROGRESS[component][0]
+    prefix = PROGRESS[component][0] if prefix is None else prefix
     for _f, entry in run_targets(cfg):
         labels = entry["labels"]
         if labels["component"] == component and labels["component_id"].startswith(prefix):
@@ -243,6 +254,30 @@ class Injector:
         took = wait_until(lambda: progressing(self.cfg, component, not_pid=pid), self.recovery_s)
         ev.recovery_s = None if took is None else round(took, 1)
 
+    def _app_kill(self, ev: Event) -> None:
+        """The shop killed; recovered when ``up`` has it answering again and the app's collector
+        has made a step since."""
+        from core.net import http_status
+
+        app = target(self.cfg, "collector", prefix="collector-app")
+        if app is None:
+            raise ChaosError(f"no running app collector of run {self.cfg.run_id} (up.app_tasks)")
+        url = self.stack.services()["shop"].endpoint + "/answer/"
+        failures0 = counter(app, "dynaweb_collector_app_failures")
+        ev.detail["pid"] = self.stack.kill("shop")
+        started = time.time()
+        back = wait_until(lambda: http_status(url, timeout=3) == 200, self.recovery_s)
+        if back is None:
+            return
+        steps = counter(app, "dynaweb_collector_steps")
+        stepped = wait_until(
+            lambda: counter(app, "dynaweb_collector_steps") > steps,
+            max(1.0, self.recovery_s - (time.time() - started)),
+        )
+        ev.detail["app_back_s"] = round(back, 1)
+        ev.detail["app_failures"] = counter(app, "dynaweb_collector_app_failures") - failures0
+        ev.recovery_s = None if stepped is None else round(time.time() - started, 1)
+
     def _malformed_flood(self, ev: Event) -> None:
         worker = target(self.cfg, "stream-worker")
         if worker is None:
@@ -311,10 +346,11 @@ def run(
     and 16 s with the components paused."""
     from infra.soak import Watch, topic_check
 
-    unknown = [f for f in faults if f not in FAULTS]
+    unknown = [f for f in faults if f not in (*FAULTS, *APP_FAULTS)]
     if unknown:
         raise ChaosError(
-            f"unknown fault(s) {', '.join(unknown)}; the faults are {', '.join(FAULTS)}"
+            f"unknown fault(s) {', '.join(unknown)}; the faults are "
+            f"{', '.join((*FAULTS, *APP_FAULTS))}"
         )
     if wait_until(lambda: run_targets(cfg), min(warmup_s, 60.0), every=1) is None:
         raise ChaosError(

@@ -152,10 +152,14 @@ def cmd_up(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace, cfg: Config) -> int:
-    from infra.chaos import FAULTS, run
+    from infra.chaos import default_faults, run
     from infra.soak import render
 
-    faults = [f.strip() for f in args.faults.split(",") if f.strip()] if args.faults else FAULTS
+    faults = (
+        [f.strip() for f in args.faults.split(",") if f.strip()]
+        if args.faults
+        else default_faults(cfg)
+    )
     # the probe's client reports every refused connection of an injected broker outage
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     quiet = args.json

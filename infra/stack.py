@@ -213,11 +213,24 @@ class Stack:
         return shop
 
     def wanted(self, name: str, only: list[str] | None) -> bool:
-        """Whether ``up`` starts ``name``: the optional shop only with ``stack.shop`` or when
-        named in ``only``."""
+        """Whether ``up`` starts ``name``: the optional shop only with ``stack.shop``, when the run
+        names shop/... tasks, or when named in ``only``."""
         if only:
             return name in only
-        return name not in OPTIONAL or bool(self.cfg.stack.shop)
+        return name not in OPTIONAL or bool(self.cfg.stack.shop) or self.shop_tasks_named()
+
+    def shop_tasks_named(self) -> bool:
+        """Whether the run collects on shop/... tasks (``up.app_tasks`` or ``collector.tasks``)."""
+        tasks = [*self.cfg.up.app_tasks, *self.cfg.collector.tasks]
+        return any(t.startswith("shop/") for t in tasks)
+
+    def revive(self, names: list[str]) -> list[str]:
+        """Start again those of ``names`` whose process died (``up`` keeps the app it started
+        running); returns the ones it restarted."""
+        dead = [n for n in names if self._read_pid(n) is None]
+        for name in dead:
+            self.up(only=[name])
+        return dead
 
     @property
     def targets_dir(self) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections import deque
 
@@ -24,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from core.config import Config
 from core.metrics import scrape_targets
 from core.supervise import Supervisor
-from infra.stack import Stack
+from infra.stack import OPTIONAL, Stack, StackError
 
 
 def _collect(policy: str, contexts: int, cid: str, setting: str) -> list[str]:
@@ -54,6 +55,11 @@ def component_argv(cfg: Config) -> dict[str, list[str]]:
         comps[f"collector-perturbed-{i}"] = _collect(
             "perturbed", 1, f"collector-perturbed-{i}-{run}", expert_rate
         )
+    if up.app_tasks:  # the web-application suite's expert, beside MiniWoB++'s
+        comps["collector-app"] = _collect("expert", 1, f"collector-app-{run}", expert_rate) + [
+            "--set",
+            f"collector.tasks={json.dumps(list(up.app_tasks))}",
+        ]
     if cfg.gate.enabled:  # candidates become LATEST only through the gate's probes
         comps["gate"] = ["gate"]
     pacing = f"collector.groups_per_version={up.policy_groups_per_version}"
@@ -282,6 +288,35 @@ def dream_line(s: dict) -> str:
     return out
 
 
+class AppKeeper:
+    """Keeps the web applications ``up`` started running: a thread that starts one again when its
+    process died (its collectors fail the episodes of the outage with the reason, never as a
+    success) and counts the restarts."""
+
+    def __init__(self, cfg: Config, names: list[str], every_s: float = 2.0):
+        self.names, self.every_s = names, every_s
+        self.restarts: dict[str, int] = {}
+        self._stack = Stack(cfg)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="app-keeper", daemon=True)
+        if names:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                for name in self._stack.revive(self.names):
+                    self.restarts[name] = self.restarts.get(name, 0) + 1
+                    print(f"[up] {name} had died: started again", flush=True)
+            except (OSError, StackError) as e:  # tried again at the next tick
+                print(f"[up] restarting an app failed: {e}", flush=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+
 def stored_model_refusal(cfg: Config) -> str:
     """Why this run id's stored checkpoints must not be continued under ``cfg`` (written for
     another model: ``models.checkpoints.spec``), or "" when they may (or there are none)."""
@@ -321,6 +356,8 @@ def run_up(
     code = 0
     print(f"[up] run {cfg.run_id}: logs in {sup.logs}; Ctrl-C stops", flush=True)
     recent, totals = RecentSuccess(), CounterTotals()
+    # the apps this run collects on, whether this start or an earlier one started them
+    apps = AppKeeper(cfg, [n for n in OPTIONAL if stack.wanted(n, None)]) if start_stack else None
     try:
         while not stop["now"] and not (duration and time.time() - t0 >= duration):
             sup.supervise()
@@ -333,11 +370,15 @@ def run_up(
         code = 130
     summary = summarize(cfg, totals)
     print("[up] stopping components...", flush=True)
+    if apps is not None:
+        apps.stop()
     sup.stop()
     if start_stack and stack.started:
         print(f"[up] stopping {', '.join(stack.started)}...", flush=True)
         stack.down(only=stack.started)
     summary["restarts"] = {c.name: c.restarts for c in sup.children if c.restarts}
+    if apps is not None and apps.restarts:
+        summary["restarts"].update(apps.restarts)
     summary["elapsed_s"] = round(time.time() - t0, 1)
     hours = max(summary["elapsed_s"], 1.0) / 3600
     # the learner's rate, the figure that matters: optimizer updates per hour of the whole run

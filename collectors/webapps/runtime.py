@@ -97,9 +97,14 @@ async def start(env: Any, task: AppTask, seed: int) -> Episode:
         )
         await ep.control("login", {"email": email, "staff": task.login == "staff"})
     t1 = time.perf_counter()
-    await env.page.goto(
-        base + fill(task.start, params), wait_until="load", timeout=START_TIMEOUT_MS
-    )
+    try:
+        await env.page.goto(
+            base + fill(task.start, params), wait_until="load", timeout=START_TIMEOUT_MS
+        )
+    except Exception as e:
+        if "ERR_CONNECTION" in str(e) or "ERR_EMPTY_RESPONSE" in str(e):  # the app is down
+            raise AppUnavailable(f"start page: {str(e).splitlines()[0][:160]}") from e
+        raise
     # the app's state restored (cookies, the task's reset, login), then the start page loaded
     ep.notes.update(app_reset_s=t1 - t0, start_page_s=time.perf_counter() - t1)
     return ep

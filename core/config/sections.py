@@ -369,6 +369,12 @@ class UpConfig:
         ge=0,
     )
     dreamers: int = _f(1, "Dream generators started by `up`.", ge=0)
+    app_tasks: list[str] = _f(
+        [],
+        "Web-application tasks (e.g. shop/*) of an extra expert collector started by `up` "
+        "(1 context, at expert_steps_per_s); the shop starts with the stack when a shop/... "
+        "task is named, and `up` restarts it if its process dies.",
+    )
     progress_every_s: float = _f(5.0, "Progress line period (s).", gt=0)
     restart_backoff_s: float = _f(
         2.0, "First restart delay of a crashed component (doubles, max 30 s).", gt=0

@@ -202,3 +202,21 @@ def test_the_stack_starts_the_shop_only_when_asked(tmp_path) -> None:
     argv = stack.services()["shop"].argv
     assert argv[argv.index("--host") + 1] == "127.0.0.1"  # binds loopback
     assert not any("password" in a for a in argv)  # credentials only in the 0600 file
+
+
+def test_up_runs_the_app_suite_beside_miniwob_when_app_tasks_are_named(tmp_path) -> None:
+    import json
+
+    from core.config import load_config
+    from infra.stack import Stack
+    from infra.up import component_argv
+
+    cfg = load_config(env={}, overrides={"home": str(tmp_path)})
+    assert "collector-app" not in component_argv(cfg)
+    cfg.up.app_tasks = ["shop/*"]
+    assert Stack(cfg).wanted("shop", None)  # the shop starts with the stack for its tasks
+    argv = component_argv(cfg)["collector-app"]
+    assert argv[argv.index("--policy") + 1] == "expert"
+    assert f"collector.tasks={json.dumps(['shop/*'])}" in argv
+    cfg.up.app_tasks = ["miniwob/click-button"]
+    assert not Stack(cfg).wanted("shop", None)
