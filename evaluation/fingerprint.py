@@ -38,7 +38,8 @@ from core.spaces import Observation
 from streams.records import Trajectory, Transition
 
 POLICY_CFG = ModelConfig(layers=2, d_model=32, heads=2, max_positions=256)
-WM_CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
+# the world model without the ensemble (model.world_model_ensemble): the figures recorded before it
+WM_CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320, world_model_ensemble=0)
 TREE = (
     '[1] textbox "Name"\n[2] button "Submit"\n  [3] text "hi"\n[4] combobox "Color"\n'
     '  [5] option "Red"\n  [6] option "Blue"'

@@ -95,6 +95,17 @@ def dream_pacing(q, R: str) -> dict:
     }
 
 
+def task_trust(prom: Prom, R: str, at: float | None = None) -> dict[str, dict]:
+    """Per task, the trainer's trust in its world model (``models/dream/trust.py``): the newest
+    value of each measure of ``dynaweb_trainer_task_trust`` (balanced accuracy, calibration gap,
+    predicted and real success, episodes judged, gated)."""
+    out: dict[str, dict] = {}
+    for r in prom.query(f"max by (task, measure) (dynaweb_trainer_task_trust{{{R}}})", at):
+        task, measure = r["metric"].get("task", "?"), r["metric"].get("measure", "?")
+        out.setdefault(task, {})[measure] = float(r["value"][1])
+    return dict(sorted(out.items()))
+
+
 def gather(prom: Prom, run: str, at: float | None = None) -> dict:
     R = f'run="{run}"'
     W = 60.0  # the window of the live rates (s); the learner's updates per hour: 10 minutes
@@ -158,6 +169,7 @@ def gather(prom: Prom, run: str, at: float | None = None) -> dict:
         ),
     }
     out["learned_from"] = learned_from(prom, R, at)
+    out["task_trust"] = task_trust(prom, R, at)
     out["fidelity"] = prom.by(
         f'max by (metric) (dynaweb_trainer_world_model_fidelity{{{R}, metric!="n"}})', "metric", at
     )
@@ -301,6 +313,16 @@ def render(s: dict) -> str:
             or "not reported yet"
         )
     )
+    first = True
+    for task, m in s.get("task_trust", {}).items():
+        gated = "trusted" if m.get("gated") else "held back"
+        lines.append(
+            f"{'trust' if first else '':11s} {task:28s} {gated:9s}  balanced accuracy "
+            f"{_n(m.get('balanced_accuracy'))}  predicted {_pct(m.get('predicted'))} / real "
+            f"{_pct(m.get('real'))} (gap {_n(m.get('calibration_gap'))})  over "
+            f"{_n(m.get('episodes'), '{:.0f}')} episodes"
+        )
+        first = False
     lines.append(
         f"stream      lag {_n(st['lag_batches'], '{:.0f}')} batches  {_n(st['batches_per_min'], '{:.1f}')} batches/min"
         f"  expert fraction {_pct(st['expert_fraction'])}  stale drops {_n(st['stale_dropped_10m'], '{:.0f}')}"

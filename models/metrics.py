@@ -83,6 +83,14 @@ TRAINER_FIDELITY = Gauge(
     "World-model fidelity on a rolling window of fresh real transitions.",
     ["run", "metric"],
 )
+TRAINER_TASK_TRUST = Gauge(
+    "dynaweb_trainer_task_trust",
+    "Per task, the world model judged on real episode ends before training on them "
+    "(models/dream/trust.py): balanced_accuracy, calibration_gap (|predicted - real success "
+    "rate|), predicted, real, episodes (in the window) and gated (1: the trust gate admits "
+    "the task under dream.trust_*).",
+    ["run", "task", "measure"],
+)
 TRAINER_CKPT_RETRIES = Counter(
     "dynaweb_trainer_checkpoint_retries_total",
     "Failed attempts to write a checkpoint, by stage: upload (files, manifest, LATEST to S3) and "
@@ -241,6 +249,14 @@ DREAM_P_SUCCESS = Histogram(
     ["run"],
     buckets=(0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
 )
+DREAM_DISAGREEMENT = Histogram(
+    "dynaweb_dream_disagreement",
+    "The world model's ensemble disagreement (standard deviation of its members' p(success)) "
+    "on every dreamed step it predicted; above dream.max_disagreement the dream ends there "
+    "(dynaweb_dream_rollout_ends_total{end=disagreement}).",
+    ["run"],
+    buckets=(0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5),
+)
 DREAM_GROUPS = Counter(
     "dynaweb_dream_groups_total",
     "Dream groups dreamed, by whether their rollouts' final "
@@ -263,8 +279,15 @@ DREAM_ROLLOUT_ENDS = Counter(
     "dynaweb_dream_rollout_ends_total",
     "How dreamed rollouts ended: done (predicted by "
     "the world model), horizon (truncated), stop (the policy quit: reward 0, no world "
-    "model).",
+    "model), disagreement (the world model's ensemble disagreed beyond "
+    "dream.max_disagreement: reward 0).",
     ["run", "end"],
+)
+DREAM_TASK_TRUSTED = Gauge(
+    "dynaweb_dream_task_trusted",
+    "1 when the dream generator may dream the task (its trust gate, dream.trust_gate, admits it "
+    "in the loaded world model's manifest), 0 when it holds the task back.",
+    ["run", "task"],
 )
 DREAM_HEADS_TRAINED = Gauge(
     "dynaweb_dream_world_model_heads_trained",

@@ -44,6 +44,53 @@ class DreamConfig:
         "published one. 0 = no cap.",
         ge=0,
     )
+    pessimism: float = _f(
+        1.0,
+        "Dreamed success with the world model's ensemble (model.world_model_ensemble): a step's "
+        "reward is 1 only when the reward head's p(success) > 0.5 and the members' mean p(success) "
+        "- pessimism x their standard deviation > 0.5 (MOPO-style lower bound; 0: the members' "
+        "mean must agree). Without a trained ensemble: the reward head alone.",
+        ge=0,
+    )
+    max_disagreement: float = _f(
+        0.2,
+        "End a dream at a predicted step whose ensemble members' p(success) has a standard "
+        "deviation above this (done, reward 0, reason 'disagreement'; the dream stays in its "
+        "group as a failure: models/dream/env.py). 0 = off. Counted in "
+        "dynaweb_dream_rollout_ends_total{end=disagreement}; every predicted step's "
+        "disagreement in dynaweb_dream_disagreement.",
+        ge=0,
+    )
+    trust_gate: bool = _f(
+        False,
+        "Dream a task only while the world model has judged that task's recent real episode ends "
+        "right (models/dream/trust.py): the trainer predicts each real episode's outcome at its "
+        "last step before training on it, and a task is admitted with at least trust_min_episodes "
+        "judged, balanced accuracy >= trust_min_accuracy and |predicted - real success rate| <= "
+        "trust_max_gap over the last trust_window. The trainer measures trust whether on or off "
+        "(dynaweb_trainer_task_trust, dynaweb status); off by default because a run from scratch "
+        "has judged nothing and would dream nothing until trust_min_episodes real episodes per "
+        "task (as wm_gate).",
+    )
+    trust_window: int = _f(
+        50, "trust_gate: the last real episode ends per task the trust is measured on.", ge=1
+    )
+    trust_min_episodes: int = _f(
+        20, "trust_gate: judged real episode ends a task needs in its window.", ge=1
+    )
+    trust_min_accuracy: float = _f(
+        0.7,
+        "trust_gate: least balanced accuracy (mean recall of success and failure) of the "
+        "predicted outcome.",
+        ge=0,
+        le=1,
+    )
+    trust_max_gap: float = _f(
+        0.1,
+        "trust_gate: largest |predicted - real| success rate over the window (calibration).",
+        ge=0,
+        le=1,
+    )
     start_pool: int = _f(256, "Real start states kept.", ge=1)
     wm_gate: bool = _f(
         False,

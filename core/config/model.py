@@ -34,6 +34,17 @@ class ModelConfig:
         "needs world_model_path).",
         ge=0,
     )
+    world_model_ensemble: int = _f(
+        4,
+        "Bootstrapped reward/done heads of the world model (models/world_model/ensemble.py): K "
+        "linear members on the heads' input (detached from the trunk), each trained on its own "
+        "double-or-nothing bootstrap of every batch. The spread of their p(success) is the "
+        "disagreement dreams act on (dream.pessimism, dream.max_disagreement). 0 = none. Part of "
+        "the model's spec: a run whose stored world model has another number is refused "
+        "(models/checkpoints/spec.py); a world model started from (trainer.wm_init_from, "
+        "trainer.init_from) gets fresh members.",
+        ge=0,
+    )
     lora_alpha: float = _f(
         0.0,
         "LoRA scale numerator of both models' adapters (the update is alpha / rank x B A); "

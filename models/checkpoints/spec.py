@@ -24,6 +24,12 @@ from core.config import ModelConfig
 # the configuration: its sizes and tokenizer
 BASE_FIELDS = ("{kind}_path", "{kind}_lora_rank")
 FROM_CONFIG_FIELDS = ("layers", "d_model", "heads", "max_positions", "tokenizer")
+# parts of one kind's model, whatever it is built on
+KIND_FIELDS = {"world_model": ("world_model_ensemble",)}
+# settings added after checkpoints were written without them: what a stored configuration that
+# does not name one had (so a run written before the world model's ensemble is refused under a
+# configuration that asks for one, instead of resuming an optimizer state without its members)
+ADDED = {"world_model_ensemble": 0}
 KINDS = ("policy", "world_model")
 
 
@@ -33,19 +39,22 @@ class ModelSpecMismatch(RuntimeError):
 
 def model_spec(model: dict, kind: str) -> dict[str, Any]:
     """The settings of the ``model`` section (a dict) that decide what ``kind``'s checkpoint is."""
-    names = [f.format(kind=kind) for f in BASE_FIELDS]
+    names = [f.format(kind=kind) for f in BASE_FIELDS] + list(KIND_FIELDS.get(kind, ()))
     if not model.get(f"{kind}_path"):
         names += FROM_CONFIG_FIELDS
-    return {n: model.get(n) for n in names}
+    return {n: model.get(n, ADDED.get(n)) for n in names}
 
 
 def spec_differences(stored: dict, wanted: dict, kind: str) -> dict[str, tuple[Any, Any]]:
     """``name -> (stored, configured)`` for every spec setting of ``kind`` that differs; a setting
-    the stored configuration does not name (written by an older version) is not compared."""
+    the stored configuration does not name (written by an older version) is not compared, but
+    for those in ``ADDED`` (compared as their old value)."""
     have, want = model_spec(stored, kind), model_spec(wanted, kind)
     names = list(dict.fromkeys([*have, *want]))
     return {
-        n: (have.get(n), want.get(n)) for n in names if n in stored and have.get(n) != want.get(n)
+        n: (have.get(n), want.get(n))
+        for n in names
+        if (n in stored or n in ADDED) and have.get(n) != want.get(n)
     }
 
 

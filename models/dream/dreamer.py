@@ -277,7 +277,10 @@ class Dreamer:
         n_start = 1 if self.first_round else max(1, cfg.batch // cfg.group_size)
         if self.credit is not None:  # dream.pace: no more groups than the window has room for
             n_start = self.credit.groups_allowed(n_start, cfg.group_size)
-        starts = [self.rng.choice(self.starts) for _ in range(n_start)]
+        pool = self.trusted_starts()
+        if not pool:
+            return 0
+        starts = [self.rng.choice(pool) for _ in range(n_start)]
         pr, wr = self.runners()
         pv, wv = self.slots["policy"].version, self.slots["world_model"].version
         t0 = time.time()
@@ -293,6 +296,7 @@ class Dreamer:
                 cfg.horizon,
                 temperature=cfg.temperature,
                 abort=abort,
+                max_disagreement=cfg.max_disagreement,
             )
         self.abandoned_last = not rollouts
         if not rollouts:
@@ -343,6 +347,11 @@ class Dreamer:
                         "start_step": start.step,  # the real step the dream started from
                         "wm_ok": bool(st.get("ok", True)),
                         "temperature": float(st.get("temperature") or 1.0),
+                        **(
+                            {}
+                            if st.get("disagreement") is None
+                            else {"disagreement": round(float(st["disagreement"]), 4)}
+                        ),
                         **(
                             {}
                             if st.get("p_success") is None
@@ -432,6 +441,25 @@ class Dreamer:
             self.gate_reason = why
         return ok
 
+    def trusted_starts(self) -> list[StartState]:
+        """The start states it may dream from: all of them, or with ``dream.trust_gate`` those of
+        the tasks the loaded world model's manifest trusts (``models/dream/trust.py``); each
+        task's admission is exported (``dynaweb_dream_task_trusted``)."""
+        if not self.dream.trust_gate:
+            return list(self.starts)
+        from models.dream.trust import trusted_tasks
+
+        d = self.dream
+        ok = trusted_tasks(
+            self.slots["world_model"].extra.get("task_trust"),
+            d.trust_min_accuracy,
+            d.trust_max_gap,
+            d.trust_min_episodes,
+        )
+        for task in {s.task for s in self.starts}:
+            M.DREAM_TASK_TRUSTED.labels(self.run, task or "unknown").set(float(task in ok))
+        return [s for s in self.starts if s.task in ok]
+
     def on_consumed(self, rec: records.Control) -> None:
         """The trainer's progress message: its version and this generator's consumed dreams."""
         if self.credit is None or rec.sender != "trainer":
@@ -477,7 +505,7 @@ class Dreamer:
             self.poll(timeout_ms=0 if can_dream else 500)
             state = "idle"
             if self.ready and self.starts:
-                gate = self.gate_open()
+                gate = self.gate_open() and bool(self.trusted_starts())
                 M.DREAM_GATE_OPEN.labels(self.run).set(float(gate))
                 if gate and self.pace_open():
                     self.dream_once()

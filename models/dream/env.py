@@ -30,6 +30,15 @@ would refuse before touching it (an element id not on the page, an unknown key:
 ``core.spaces.precheck_error``) leaves the page unchanged with the same
 ``Error:`` line; otherwise the world model predicts the change, reward and
 done; the step limit (the horizon) truncates.
+
+Disagreement (``dream.max_disagreement``, the world model's ensemble,
+``models.world_model.ensemble``): a predicted step on which the members' p(success) spreads more
+than the bound ends the dream there: done, reward 0, reason ``disagreement``
+(``end_on_disagreement``).  The dream is kept, not discarded: it stays in its GSPO group as a
+failure, so its actions get the advantage of a failure against the group's confident successes
+(pessimism where the model does not know, after MOPO), the group keeps its size (a discarded
+rollout would leave the group to its confident members, and the policy would learn only where
+the model is sure), and the reward is never judged on a page the model cannot judge.
 """
 
 from __future__ import annotations
@@ -146,6 +155,15 @@ def _predict(
     return dict(zip(ask, out, strict=True))
 
 
+def end_on_disagreement(step: dict, bound: float) -> dict:
+    """``step`` (a predicted step's dict, with ``disagreement``) ended when its disagreement is
+    above ``bound`` (0: never): done, reward 0, reason ``disagreement``."""
+    d = step.get("disagreement")
+    if bound <= 0 or d is None or d <= bound:
+        return step
+    return {**step, "done": True, "reward": 0.0, "reason": "disagreement"}
+
+
 def dream_rollouts(
     policy_runner: Acting,
     wm_runner: Predicting,
@@ -157,6 +175,7 @@ def dream_rollouts(
     sample_world: bool = False,
     batch: int | None = None,
     abort: Callable[[], bool] | None = None,
+    max_disagreement: float = 0.0,
 ) -> list[Rollout]:
     """G rollouts per start state (sharing a fresh group id), at most ``horizon`` steps.
     ``abort``: asked before each step after the first, and by the world model every few tokens
@@ -167,7 +186,9 @@ def dream_rollouts(
     obs, action (text), next_obs, reward, done, behaviour_logprob (= logprob =
     log pi_T of the candidate set), ntokens, candidates_hash, temperature (the T of
     the logprob), at (when the step's next page was there: ``time.time()``), ok, reason, p_success (the reward head's probability; None when the
-    world model was not asked or its heads are untrained).  ``batch`` caps how many rollouts advance together.
+    world model was not asked or its heads are untrained), disagreement (the ensemble's std of
+    p(success), None likewise).  ``batch`` caps how many rollouts advance together;
+    ``max_disagreement``: ``end_on_disagreement``'s bound (0: off).
     """
     starts = [s if isinstance(s, Observation) else s.obs for s in start_states]
     rollouts: list[Rollout] = []
@@ -212,6 +233,7 @@ def dream_rollouts(
                         "ok": True,
                         "reason": reason,
                         "p_success": None,
+                        "disagreement": None,
                     }
                 else:
                     p = preds[j]
@@ -222,7 +244,9 @@ def dream_rollouts(
                         "ok": p.ok,
                         "reason": p.reason,
                         "p_success": p.p_success,
+                        "disagreement": p.disagreement,
                     }
+                    step = end_on_disagreement(step, max_disagreement)
                 ro.append(
                     {
                         "obs": obs,

@@ -10,9 +10,13 @@ from models import metrics as M
 
 
 def rollout_end(ro: Any) -> str:
-    """How a dreamed rollout ended: ``stop`` (the policy quit), ``done`` (predicted), ``horizon``."""
+    """How a dreamed rollout ended: ``stop`` (the policy quit), ``disagreement`` (the world
+    model's ensemble disagreed, ``models.dream.env.end_on_disagreement``), ``done`` (predicted),
+    ``horizon``."""
     last = ro.steps[-1]
-    return "stop" if last.get("reason") == "stop" else ("done" if last["done"] else "horizon")
+    if last.get("reason") in ("stop", "disagreement"):
+        return str(last["reason"])
+    return "done" if last["done"] else "horizon"
 
 
 def varied_groups(rollouts: list) -> set[str]:
@@ -59,9 +63,13 @@ def keep_varied_capped(rollouts: list, streak: int, cap: int) -> tuple[list, int
 
 def observe_reward_signal(run: str, rollouts: list) -> None:
     """Why dream groups do or do not carry an advantage: how each rollout ended, the reward head's
-    p(success) at its last step (when the world model's heads gave it), varied/uniform groups."""
+    p(success) at its last step (when the world model's heads gave it), the ensemble's disagreement
+    on every predicted step (when it has one), varied/uniform groups."""
     for ro in rollouts:
         M.DREAM_ROLLOUT_ENDS.labels(run, rollout_end(ro)).inc()
+        for st in ro.steps:
+            if st.get("disagreement") is not None:
+                M.DREAM_DISAGREEMENT.labels(run).observe(float(st["disagreement"]))
         if ro.steps[-1].get("p_success") is not None:
             M.DREAM_P_SUCCESS.labels(run).observe(float(ro.steps[-1]["p_success"]))
     for outcome, k in group_outcomes(rollouts).items():

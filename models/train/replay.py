@@ -3,7 +3,9 @@ from, and the held-out window its fidelity is checked on.
 
 Rank 0 reads ``train.world_model`` (real and expert transitions) into the replay, deduplicated by
 transition key (the broker may deliver a record again), and ``eval.world_model`` into the held-out
-window; ``batch`` draws a world-model batch (``world_model_batch``).  The sizes bound rank 0's
+window; ``batch`` draws a world-model batch (``world_model_batch``).  Real episode ends (done or
+truncated, source ``real``) of either topic also wait in ``unjudged`` until the trainer judges the
+world model on them before its next step (``models.train.trust_judge``, the per-task trust gate).  The sizes bound rank 0's
 memory; they are not a correctness bound (an evicted transition was trained on or drawn from).
 """
 
@@ -21,6 +23,7 @@ WM_FRESH = 256  # transitions not yet trained on: up to half of each batch comes
 WM_TERMINAL = 5_000  # the replay's episode-ending steps, drawn at ``trainer.wm_terminal_share``
 WM_SEEN = 500_000  # transition keys remembered to drop the broker's redeliveries
 EVAL_WINDOW = 64  # held-out transitions kept; the trainer's fidelity check reads the newest 8
+UNJUDGED = 1_024  # real episode ends waiting to be judged (the oldest dropped past this)
 
 
 class WorldModelReplay:
@@ -30,6 +33,7 @@ class WorldModelReplay:
         self.fresh: deque = deque(maxlen=WM_FRESH)
         self.terminal: deque = deque(maxlen=WM_TERMINAL)  # the buffer's done steps
         self.eval_window: deque = deque(maxlen=EVAL_WINDOW)
+        self.unjudged: deque = deque(maxlen=UNJUDGED)
 
     def __bool__(self) -> bool:
         """Whether there is anything to train the world model on."""
@@ -43,11 +47,23 @@ class WorldModelReplay:
         self.fresh.append(t)
         if t.done:
             self.terminal.append(t)
+        self._to_judge(t)
         return True
 
     def add_eval(self, t: Any) -> None:
         """A held-out transition into the fidelity window."""
         self.eval_window.append(t)
+        self._to_judge(t)
+
+    def _to_judge(self, t: Any) -> None:
+        if t.source == "real" and t.final:
+            self.unjudged.append(t)
+
+    def take_unjudged(self) -> list:
+        """The real episode ends not judged yet (emptied)."""
+        out = list(self.unjudged)
+        self.unjudged.clear()
+        return out
 
     def batch(self, n: int, terminal_share: float = 0.0) -> list:
         return world_model_batch(self.fresh, self.buffer, self.terminal, n, terminal_share)

@@ -54,6 +54,7 @@ from models.checkpoints.spec import check_manifest
 from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
 from models.component import close_component
 from models.dream.gate import FidelityWindow
+from models.dream.trust import TaskTrust
 from models.lm.saved import load_model, make_model, state_has_every_weight
 from models.parts import CheckpointSink, ConsumerFactory, Publisher
 from models.train.consumed import DreamConsumption
@@ -72,14 +73,21 @@ log = logging.getLogger(__name__)
 
 
 def build_models(
-    model_cfg: ModelConfig, policy_dir: Path | None = None, wm_dir: Path | None = None
+    model_cfg: ModelConfig,
+    policy_dir: Path | None = None,
+    wm_dir: Path | None = None,
+    resumed: bool = False,
 ) -> dict:
-    """Both kinds as ``(model, tokenizer)``: loaded from their ``hf`` folders, else fresh."""
+    """Both kinds as ``(model, tokenizer)``: loaded from their ``hf`` folders, else fresh.  A
+    world model started from (not ``resumed``) gets the configured ensemble
+    (``model.world_model_ensemble``; fresh members when it had another number)."""
     from models.policy.model import Policy
     from models.world_model.model import WorldModel
 
     pol = load_model(Policy, str(policy_dir)) if policy_dir else make_model(Policy, model_cfg)
     wm = load_model(WorldModel, str(wm_dir)) if wm_dir else make_model(WorldModel, model_cfg)
+    if not resumed and wm[0].set_ensemble(int(model_cfg.world_model_ensemble)):
+        log.info("world model: %d fresh ensemble members", model_cfg.world_model_ensemble)
     return {"policy": pol, "world_model": wm}
 
 
@@ -135,6 +143,7 @@ class Trainer:
             self.topics, leader_parts.open_consumer if leader_parts else None, self.run, self.replay
         )
         self.fidelity_window = FidelityWindow()  # what dream.wm_gate reads from the manifest
+        self.task_trust = TaskTrust(cfg.dream.trust_window)  # what dream.trust_gate reads
         self.batches_consumed = 0
         self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
         self.dreams_consumed = DreamConsumption()  # per dream producer: its pacing signal
@@ -182,7 +191,9 @@ class Trainer:
         if lat is None and self.cfg.trainer.wm_init_from:  # a fresh run: the offline world model
             wm_dir = wm_init_dir(self.cfg.trainer.wm_init_from)
             log.info("world model initialised from %s", wm_dir)
-        models = build_models(self.cfg.model, dirs.get("policy") and dirs["policy"] / "hf", wm_dir)
+        models = build_models(
+            self.cfg.model, dirs.get("policy") and dirs["policy"] / "hf", wm_dir, lat is not None
+        )
         lrn = self.learner
         self.preparer = BatchPreparer(
             models["policy"][1],
@@ -270,6 +281,7 @@ class Trainer:
             "batches_consumed": self.batches_consumed,
             "consumed_by_worker": dict(self.consumed_by_worker),
             "wm_gate": self.fidelity_window.summary(),  # models/dream/gate.py
+            "task_trust": self.task_trust.summary(),  # models/dream/trust.py
             "ranks": 1 if self.group is None else self.group.world,  # who trained it
         }
         gated = self.cfg.gate.enabled
@@ -375,6 +387,27 @@ class Trainer:
                 )
         M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
 
+    def judge_trust(self) -> None:
+        """Judge the world model on the real episode ends that arrived since the last step, before
+        it trains on them (``models.train.trust_judge``), and export each task's trust."""
+        ends = self.replay.take_unjudged()
+        if not ends:
+            return
+        from models.dream.trust import MEASURES, task_trusted
+        from models.train.trust_judge import judge_episode_ends
+
+        engine = self.learner.w_engine
+        engine.eval()
+        judged = judge_episode_ends(engine.module, self.learner.wm_tokenizer, ends, self.cfg.dream)
+        for task, predicted, real in judged:
+            self.task_trust.add(task, predicted, real)
+        d = self.cfg.dream
+        for task, m in self.task_trust.summary().items():
+            for k in MEASURES:
+                M.TRAINER_TASK_TRUST.labels(self.run, task, k).set(float(m[k]))
+            ok = task_trusted(m, d.trust_min_accuracy, d.trust_max_gap, d.trust_min_episodes)
+            M.TRAINER_TASK_TRUST.labels(self.run, task, "gated").set(float(ok))
+
     def report_fidelity(self) -> None:
         if not self.replay.eval_window:
             return
@@ -445,6 +478,7 @@ class Trainer:
                     self.report_fidelity()
                     self.checkpoint()
             if self.replay and tc.train_world_model and self._wm_due():
+                self.judge_trust()  # the new real episode ends, before the step trains on them
                 self.wm_step()
                 did = True
             if not did:

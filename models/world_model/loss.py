@@ -35,6 +35,7 @@ from models.losses import (
     lm_loss,
     task_success_reward,
 )
+from models.world_model.ensemble import bootstrap_weights, transition_key
 from models.world_model.heads import try_parse_action
 from models.world_model.model import HEADS, WorldModel, WorldModelOutput
 from models.world_model.outputs import change_target
@@ -145,7 +146,21 @@ def _wm_head_targets(
             kinds,
             torch.full((len(transitions),), 1.0 / len(transitions), device=dev),
         )
+    if model is not None and model.ensemble is not None:
+        out["ensemble_head"] = ensemble_targets(transitions, out, model.ensemble.k, dev)
     return out
+
+
+def ensemble_targets(
+    transitions: list, targets: dict, k: int, dev: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ensemble's labels (2, B): success and done, as the single heads', and weights
+    (2, K, B): the single heads' class-balanced weights times each member's bootstrap weights
+    (``models.world_model.ensemble.bootstrap_weights``) over K, so the members' terms add up to
+    one head's."""
+    boot = bootstrap_weights([transition_key(t) for t in transitions], k).to(dev) / k
+    (ys, ws), (yd, wd) = targets["reward_head"], targets["done_head"]
+    return torch.stack([ys, yd]), torch.stack([ws[None] * boot, wd[None] * boot])
 
 
 def _wm_head_loss(
@@ -163,10 +178,28 @@ def _wm_head_loss(
     sel = torch.tensor(idx, device=last.device)
     total, parts = last.new_zeros((), dtype=torch.float32), {}
     for name, (y, w) in targets.items():
-        loss, st = balanced_cross_entropy(logits[name], y[sel], w[sel])
+        if name == "ensemble_head":
+            loss, acc = _ensemble_loss(out, y, w, sel)
+        else:
+            loss, st = balanced_cross_entropy(logits[name], y[sel], w[sel])
+            acc = st["acc"]
         total = total + loss
-        parts[name] = (float(loss.detach()), st["acc"])
+        parts[name] = (float(loss.detach()), acc)
     return total, parts
+
+
+def _ensemble_loss(
+    out: WorldModelOutput, y: torch.Tensor, w: torch.Tensor, sel: torch.Tensor
+) -> tuple[torch.Tensor, float]:
+    """The members' bootstrapped class-balanced CE on rows ``sel`` (``ensemble_targets``'s
+    labels and weights) -> (loss, the members' mean weighted accuracy over both heads)."""
+    assert out.ensemble_logits is not None, "a model with an ensemble gives its logits"
+    total, acc = w.new_zeros((), dtype=torch.float32), 0.0
+    for j, member_logits in enumerate(out.ensemble_logits):  # reward, done: (K, b, 2) each
+        for m in range(member_logits.shape[0]):
+            loss, st = balanced_cross_entropy(member_logits[m], y[j][sel], w[j, m][sel])
+            total, acc = total + loss, acc + st["acc"]
+    return total, acc / 2
 
 
 def _wm_head_metrics(parts: dict, targets: dict) -> dict:
@@ -179,7 +212,7 @@ def _wm_head_metrics(parts: dict, targets: dict) -> dict:
                 f"{k}_head_acc": acc,
             }
         )
-        if name != "change_head":
+        if name not in ("change_head", "ensemble_head"):
             out[f"{k}_positive_share"] = float(targets[name][0].float().mean())
     return out
 

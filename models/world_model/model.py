@@ -11,7 +11,10 @@ that order):
   (``WorldModel.head_input``, at ``models.world_model.heads.head_positions``);
 - ``change_head``: d_model -> the proposal kinds (``models.world_model.proposals``);
 - ``lines``: the named lines' layer, with line counts and the acted line's maximum
-  (``WorldModelSpec.head_lines``, ``head_counts``, ``head_acted``; ``models.world_model.lines``).
+  (``WorldModelSpec.head_lines``, ``head_counts``, ``head_acted``; ``models.world_model.lines``);
+- ``ensemble``: K bootstrapped reward/done heads on the heads' input, detached
+  (``WorldModelSpec.ensemble``, ``model.world_model_ensemble``; ``models.world_model.ensemble``);
+  their spread over the members is the disagreement the dreams act on.
 
 The model owns its behaviour: ``WorldModel.forward`` returns one ``WorldModelOutput`` (the LM's
 logits, the last layer's states, the KV cache, and as asked the heads' input with the reward,
@@ -46,6 +49,7 @@ from models.lm.lora import LoraShape, add_lora, lora_fields
 from models.lm.match import END, MatchFeature, token_pieces
 from models.lm.saved import save_model
 from models.lm.types import CausalLM, Tokenizer
+from models.world_model.ensemble import EnsembleHeads
 from models.world_model.heads import HeadPlaces, head_positions
 from models.world_model.lines import Gather, MatchLines, line_positions
 from models.world_model.proposals import KINDS
@@ -68,6 +72,9 @@ class WorldModelSpec:
     lora_rank: int = 0  # LoRA adapters on the backbone (``models.lm.lora``), 0: none
     lora_alpha: float = 0.0
     lora_targets: str = ""  # the module names the adapters wrap, comma-joined
+    # bootstrapped reward/done heads (``models.world_model.ensemble``); 0: none (a model saved
+    # before the ensemble reads as 0)
+    ensemble: int = 0
 
     @staticmethod
     def of(model_cfg: ModelConfig) -> WorldModelSpec:
@@ -79,7 +86,8 @@ class WorldModelSpec:
         lora = lora_fields(
             model_cfg.world_model_lora_rank, model_cfg.lora_alpha, model_cfg.lora_targets
         )
-        return WorldModelSpec(match_feature=on, head_lines=on, **lora)
+        k = int(model_cfg.world_model_ensemble)
+        return WorldModelSpec(match_feature=on, head_lines=on, ensemble=k, **lora)
 
 
 @dataclass
@@ -89,6 +97,7 @@ class WorldModelState:
     heads_trained: bool = False  # the reward/done heads, on ``head_feature``
     change_head_trained: bool = False
     head_feature: str | None = None
+    ensemble_trained: bool = False  # the ensemble's members (``WorldModelSpec.ensemble``)
 
 
 def _seeded_linear(dim_in: int, dim_out: int, seed: int) -> torch.nn.Linear:
@@ -121,6 +130,7 @@ class WorldModelOutput:
     reward_logits: torch.Tensor | None = None
     done_logits: torch.Tensor | None = None
     change_logits: torch.Tensor | None = None
+    ensemble_logits: tuple[torch.Tensor, torch.Tensor] | None = None  # (K, B, 2) reward, done
     pooled: torch.Tensor | None = None
     page_embedding: torch.Tensor | None = None
 
@@ -163,6 +173,21 @@ class WorldModel(LanguageModel):
             if spec.head_lines
             else None
         )
+        self.ensemble = EnsembleHeads(dim, spec.ensemble).to(dev) if spec.ensemble > 0 else None
+
+    def set_ensemble(self, k: int) -> bool:
+        """Give the model ``k`` fresh ensemble members (0: none) when it has another number
+        (a world model saved without them, started from: ``trainer.wm_init_from``,
+        ``trainer.init_from``); its spec says so from then on.  True if it changed.  Never on a
+        resumed model (its optimizer state holds the parameters it had; the model-spec check
+        refuses such a resume, ``models.checkpoints.spec``)."""
+        if k == self.spec.ensemble:
+            return False
+        dev = self.page_head.weight.device
+        self.spec = dataclasses.replace(self.spec, ensemble=int(k))
+        self.ensemble = EnsembleHeads(self.page_head.in_features, k).to(dev) if k > 0 else None
+        self.state.ensemble_trained = False
+        return True
 
     def parts(self) -> dict[str, torch.nn.Module | None]:
         """The modules saved in ``parts.safetensors``."""
@@ -173,6 +198,7 @@ class WorldModel(LanguageModel):
             "done_head": self.done_head,
             "change_head": self.change_head,
             "lines": self.lines,
+            "ensemble": self.ensemble,
         }
 
     def forward(
@@ -209,6 +235,8 @@ class WorldModel(LanguageModel):
         if heads is not None:
             res.head_input = self.head_input(gather_rows(hidden), heads)
             res.reward_logits, res.done_logits, res.change_logits = self.head_logits(res.head_input)
+            if self.ensemble is not None:
+                res.ensemble_logits = self.ensemble(res.head_input)
         if pool is not None:
             res.pooled = (hidden * pool[..., None]).sum(1) / pool.sum(1, keepdim=True).clamp(
                 min=1.0
@@ -250,6 +278,18 @@ class WorldModel(LanguageModel):
         reward, done, _ = self.head_logits(head_input)
         return torch.softmax(reward.float(), -1)[:, 1], torch.softmax(done.float(), -1)[:, 1]
 
+    def ensemble_probs(self, head_input: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(p(success), p(done)) of every ensemble member, each (K, B); None without a trained
+        ensemble."""
+        if self.ensemble is None or not self.ensemble_trained():
+            return None
+        reward, done = self.ensemble(head_input)
+        return torch.softmax(reward.float(), -1)[..., 1], torch.softmax(done.float(), -1)[..., 1]
+
+    def ensemble_trained(self) -> bool:
+        """True once a world-model step trained the ensemble's members."""
+        return self.ensemble is not None and self.state.ensemble_trained
+
     def embed_page(self, pooled: torch.Tensor) -> torch.Tensor:
         """The page head on pooled change states (n, d) -> (n, 384): the InfoNCE term's
         prediction of the next page's embedding (``models.lm.embedder``)."""
@@ -270,6 +310,8 @@ class WorldModel(LanguageModel):
         self.state.head_feature = HEAD_FEATURE
         if change_head:
             self.state.change_head_trained = True
+        if self.ensemble is not None:
+            self.state.ensemble_trained = True
 
     def saved_state(self) -> dict:
         return dataclasses.asdict(self.state)
@@ -282,6 +324,7 @@ class WorldModel(LanguageModel):
             heads_trained=bool(st.get("heads_trained")) and all(h in parts for h in HEADS),
             change_head_trained=bool(st.get("change_head_trained")) and "change_head" in parts,
             head_feature=st.get("head_feature"),
+            ensemble_trained=bool(st.get("ensemble_trained")) and "ensemble" in parts,
         )
 
     def save_pretrained(self, path: str) -> None:

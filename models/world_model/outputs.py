@@ -38,6 +38,10 @@ class Prediction:
     text_done: bool = False
     p_success: float | None = None
     p_done: float | None = None
+    # the ensemble's (``models.world_model.ensemble``): the members' mean p(success) and its
+    # standard deviation, the disagreement (None without a trained ensemble or trained heads)
+    ensemble_mean: float | None = None
+    disagreement: float | None = None
 
 
 def next_observation(obs: Observation, tree: str, action: Action | None) -> Observation:

@@ -29,6 +29,12 @@ the prefill passes of ``generate_texts`` (no extra forward).  Until then (a fres
 checkpoint written before any world-model step, heads trained on another input than
 ``HEAD_FEATURE``) reward and done come from the text.
 
+**The ensemble** (``models.world_model.ensemble``, ``model.world_model_ensemble``): with trained
+members, every prediction also carries the members' mean p(success) and its standard deviation
+(``Prediction.ensemble_mean``, ``disagreement``), and the reward is pessimistic: 1.0 only when
+p(success) > 0.5 and the members' ``mean - dream.pessimism x std`` > 0.5
+(``pessimistic_success``).
+
 The exact-match input feature and the named lines' layer are parts of the model
 (``WorldModelSpec.match_feature``, ``head_lines``: on with ``model.instruction_match``;
 ``models.lm.match``, ``models.world_model.lines``): the heads then read "the clicked link is the
@@ -63,6 +69,7 @@ from models.world_model.change import (
     parse_model_output,
 )
 from models.world_model.decoding import generate_tokens
+from models.world_model.ensemble import ensemble_stats, pessimistic_success
 from models.world_model.heads import try_parse_action
 from models.world_model.model import WorldModel
 from models.world_model.outputs import Prediction, candidate_outputs, next_observation
@@ -104,6 +111,7 @@ class WorldModelRunner:
         self.max_positions = min(want, own) if own > 0 else want
         self.max_change_tokens = int(max_change_tokens or dream.max_change_tokens)
         self.world_model_version = world_model_version
+        self.pessimism = float(dream.pessimism)  # the ensemble's lower bound on a success
         # "greedy": the generated text; "rerank": the generated text and the proposals of
         # ``candidate_outputs`` scored by the model (summed log-prob of text + eos), the most likely kept.
         # From ``DreamConfig.wm_decode``; settable afterwards.
@@ -200,11 +208,13 @@ class WorldModelRunner:
             outs, hidden = self._head_outputs(obs_list, acts, prompts, sample, temperature, abort)
         else:
             outs, hidden = self._generate(prompts, sample, temperature, use_heads, abort)
-        p_succ = p_done = None
+        p_succ = p_done = ens = None
         if hidden is not None:
             with torch.no_grad():
                 ps, pd = self.model.head_probs(hidden)
+                members = self.model.ensemble_probs(hidden)
             p_succ, p_done = ps.cpu().tolist(), pd.cpu().tolist()
+            ens = None if members is None else ensemble_stats(members[0].cpu())
         if self.decode == "rerank":
             outs = self.rerank(obs_list, acts, prompts, outs)
         preds = []
@@ -219,8 +229,12 @@ class WorldModelRunner:
                 except Exception as e:  # noqa: BLE001 - parse validated it; be safe anyway
                     ok, reason, reward, done = False, f"apply failed: {e}", 0.0, False
             text_reward, text_done = float(reward), bool(done)
+            mean = std = None
             if p_succ is not None and p_done is not None:
                 reward, done = (1.0 if p_succ[b] > 0.5 else 0.0), p_done[b] > 0.5
+                if ens is not None:
+                    mean, std = ens[0][b], ens[1][b]
+                    reward = float(pessimistic_success(p_succ[b], mean, std, self.pessimism))
             preds.append(
                 Prediction(
                     next_observation(obs, tree, act),
@@ -234,6 +248,8 @@ class WorldModelRunner:
                     text_done,
                     None if p_succ is None else p_succ[b],
                     None if p_done is None else p_done[b],
+                    mean,
+                    std,
                 )
             )
         return preds
