@@ -380,7 +380,7 @@ class Trainer:
         M.TRAINER_STEPS.labels(self.run, "world_model").inc()
         M.TRAINER_GRAD_NORM.labels(self.run, "world_model").set(gn)
         M.TRAINER_LR.labels(self.run, "world_model").set(current_lr(self.learner.w_engine))
-        for k in ("lm_loss", "infonce", "reward_head_loss", "done_head_loss"):
+        for k in ("lm_loss", "infonce", "reward_head_loss", "done_head_loss", "ensemble_head_loss"):
             if k in stats:
                 M.TRAINER_LOSS.labels(self.run, "world_model", k.removesuffix("_loss")).set(
                     float(stats[k])

@@ -515,6 +515,9 @@ dynaweb_trainer_gspo_advantage_abs_sum_total{run="r1",source="real"} 12.5
 dynaweb_trainer_stale_dropped_total{run="r1",source="dream"} 7.0
 # TYPE dynaweb_trainer_nonzero_advantage_share gauge
 dynaweb_trainer_nonzero_advantage_share{run="r1"} 0.1
+# TYPE dynaweb_trainer_task_trust gauge
+dynaweb_trainer_task_trust{measure="balanced_accuracy",run="r1",task="miniwob/click-tab"} 0.55
+dynaweb_trainer_task_trust{measure="gated",run="r1",task="miniwob/click-tab"} 0.0
 """
 OTHER_TEXT = """# TYPE dynaweb_dream_steps_total counter
 dynaweb_dream_steps_total{run="r1"} 640.0
@@ -534,6 +537,7 @@ def test_nonzero_adv_share_from_the_trainers_scrape():
     assert g["real"] == {"groups": 5.0, "groups_nonzero": 2.0, "adv_abs_sum": 12.5}
     assert g["dream"] == {"groups": 15.0, "groups_nonzero": 0.0, "stale_dropped": 7.0}
     assert nonzero_adv_share(g) == {"live": 0.4, "dream": 0.0}
+    assert d["task_trust"] == {"miniwob/click-tab": {"balanced_accuracy": 0.55, "gated": 0.0}}
     assert nonzero_adv_share({}) == {"live": None, "dream": None}  # no group reached the loss
     assert nonzero_adv_share({"dream": {"stale_dropped": 3.0}}) == {"live": None, "dream": None}
 

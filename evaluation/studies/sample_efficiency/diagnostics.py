@@ -48,12 +48,15 @@ GSPO_COUNTERS = {
 def parse_scrape(scraped: list[tuple[dict, str]]) -> dict:
     """The diagnostics kept from one scrape of a run's components (``(target labels, metrics text)``):
     the ``SELECTED`` series summed, and from the trainer only: its optimizer steps per model
-    (``trainer_policy_steps``), policy samples per source (``trainer_samples_<source>``) and the GSPO
-    counters per source (``gspo``: {source: {groups, groups_nonzero, trajectories, ...}})."""
+    (``trainer_policy_steps``), policy samples per source (``trainer_samples_<source>``), the GSPO
+    counters per source (``gspo``: {source: {groups, groups_nonzero, trajectories, ...}}) and its
+    per-task trust in its world model at the end (``task_trust``: {task: {balanced_accuracy,
+    calibration_gap, predicted, real, episodes, gated}}, ``models/dream/trust.py``)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict = {}
     gspo: dict = {}
+    trust: dict = {}
     for labels, text in scraped:
         trainer = labels.get("component") == "trainer"
         for fam in text_string_to_metric_families(text):
@@ -69,10 +72,15 @@ def parse_scrape(scraped: list[tuple[dict, str]]) -> dict:
                     d = gspo.setdefault(lab.get("source", ""), {})
                     d[GSPO_COUNTERS[name]] = round(d.get(GSPO_COUNTERS[name], 0.0) + v, 4)
                     continue
+                elif trainer and name == "dynaweb_trainer_task_trust":
+                    trust.setdefault(lab.get("task", ""), {})[lab.get("measure", "")] = v
+                    continue
                 if key:
                     out[key] = round(out.get(key, 0.0) + v, 4)
     if gspo:
         out["gspo"] = gspo
+    if trust:
+        out["task_trust"] = dict(sorted(trust.items()))
     out.update(dream_stale(out))
     return out
 
