@@ -289,6 +289,12 @@ DREAM_TASK_TRUSTED = Gauge(
     "in the loaded world model's manifest), 0 when it holds the task back.",
     ["run", "task"],
 )
+DREAM_STARTS = Counter(
+    "dynaweb_dream_starts_total",
+    "Dream groups by the real page they start from: first (a real episode's first page) or mid "
+    "(a later real step's page, dream.start_from=any: a short branch from a real state, MBPO).",
+    ["run", "start"],
+)
 DREAM_HEADS_TRAINED = Gauge(
     "dynaweb_dream_world_model_heads_trained",
     "1 when the loaded world model's reward/done "

@@ -281,6 +281,8 @@ class Dreamer:
         if not pool:
             return 0
         starts = [self.rng.choice(pool) for _ in range(n_start)]
+        for s in starts:
+            M.DREAM_STARTS.labels(self.run, "first" if s.step == 0 else "mid").inc()
         pr, wr = self.runners()
         pv, wv = self.slots["policy"].version, self.slots["world_model"].version
         t0 = time.time()

@@ -8,7 +8,9 @@ the run goes on.  The trainer judges each real episode end before its world mode
 reports the task's trust (``dynaweb_trainer_task_trust``, with ``gated``) and writes it into the
 world model's manifest; the dream generator, reading it from there, dreams the judged task and
 never the one the gate holds back.  The bar (2 judged ends, any accuracy) is low on purpose: the
-test is about where the gate's state goes, not about how good a tiny world model gets.
+test is about where the gate's state goes, not about how good a tiny world model gets.  The
+world model's ensemble (on by default) measures its disagreement on every dreamed step it
+predicts (``dynaweb_dream_disagreement``).
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def test_the_dream_generator_dreams_only_the_tasks_the_trainer_trusts(
             lab["task"] for lab, _ in _samples(sc, "dream", "dynaweb_dream_task_success_rate")
         }
         seen["rollouts"] = _sum(sc, "dream", "dynaweb_dream_rollouts_total")
+        seen["disagreement_steps"] = _sum(sc, "dream", "dynaweb_dream_disagreement_count")
         return trust.get((JUDGED, "gated")) == 1.0 and seen["rollouts"] >= 8
 
     try:
@@ -152,3 +155,5 @@ def test_the_dream_generator_dreams_only_the_tasks_the_trainer_trusts(
     # and dreamed the judged task alone
     assert seen["trusted"].get(EXPERT_ONLY) == 0.0 and seen["trusted"].get(JUDGED) == 1.0
     assert seen["dreamed"] == {JUDGED}
+    # the world model's ensemble was trained and measured its disagreement on the dreamed steps
+    assert seen["disagreement_steps"] > 0
