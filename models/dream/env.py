@@ -11,7 +11,8 @@ predicted page; ``info`` carries ``ok``/``reason``/``text`` of the prediction.
 Reward in dreams: no real page can say whether the task succeeded, so the
 reward of a dream rollout is the *world model's predicted reward at the end of
 the rollout* (of the last step, where the world model also predicted ``done`` or
-the horizon was reached): its ``reward_head`` (1.0 if p(success) > 0.5, else 0.0)
+the horizon was reached): its ``reward_head`` (1.0 if p(success) > 0.5, else 0.0; with a
+trained ensemble only when the members' pessimistic bound agrees, ``models.world_model.ensemble``)
 and ``done_head`` once trained, else the text's ``reward``/``done`` lines
 (``models.world_model.runner``).  Intermediate steps carry the world model's per-step
 prediction for inspection; consumers use the last step (``Trajectory.reward`` =

@@ -194,7 +194,8 @@ class WorldModelRunner:
         ``abort``: see ``generate_texts`` (``core.waiting.Aborted`` when it says so).
 
         Reward and done come from the reward/done heads when they are trained (``heads_trained``):
-        reward 1.0 if p(success) > 0.5 else 0.0, done if p(done) > 0.5, whatever the text says or
+        reward 1.0 if p(success) > 0.5 else 0.0 (with a trained ensemble: only when its pessimistic
+        bound agrees, ``pessimistic_success``), done if p(done) > 0.5, whatever the text says or
         whether it parses; otherwise from the text's lines (rejected text: reward 0, not done)."""
         assert len(obs_list) == len(actions), (len(obs_list), len(actions))
         if not obs_list:
