@@ -30,6 +30,7 @@ version 0 and after the last).
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import threading
 import time
@@ -131,6 +132,37 @@ class FirstUse:
             if max(vs) - min(vs) > max_staleness
         ]
         return out if limit is None else out[:limit]
+
+
+# a reader's own line for each version it loaded (models.checkpoints.reader.ModelSlot._prepare)
+_LOADED = re.compile(
+    r"loaded (?P<kind>\w+) v(?P<v>\d+) in (?P<total>[\d.]+)s \(download (?P<download>[\d.]+)s, "
+    r"held (?P<held>[\d.]+)s, load lock (?P<lock>[\d.]+)s, free (?P<free>[\d.]+)s, "
+    r"load (?P<load>[\d.]+)s\)"
+)
+PHASES = ("download", "held", "lock", "free", "load", "total")
+
+
+def load_phases(log_text: str, first_version: int = 1) -> dict[str, dict[str, float | None]]:
+    """Where a reader's reload seconds went, per model kind: the median of each phase of its
+    loads of versions >= ``first_version`` (download with its manifest and hash check, held behind
+    a dream round, waiting for the load lock, freeing the replaced model, building the model)."""
+    rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in _LOADED.finditer(log_text):
+        if int(m["v"]) >= first_version:
+            for ph in PHASES:
+                rows[m["kind"]][ph].append(float(m[ph]))
+    return {k: {ph: quantile(v[ph], 0.5) for ph in PHASES} for k, v in rows.items()}
+
+
+def _reader_phases(sup: Supervisor) -> dict[str, dict]:
+    out = {}
+    for c in sup.children:
+        try:
+            out[c.name] = load_phases(c.log.read_text(errors="replace"))
+        except OSError:
+            continue
+    return out
 
 
 def _save_models(cfg: Config, work: Path) -> dict[str, Path]:
@@ -258,6 +290,7 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
             time.sleep(max(0.0, interval_s - (time.time() - began)))
         own = _own_metric(cfg)
         rss1 = _rss_mb(sup)
+        phases = _reader_phases(sup)
     finally:
         tail.stop.set()
         sup.stop()
@@ -273,6 +306,8 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
         "dream_published_s": [round(x, 3) for x in lat["dream_published"]],
         "live_s": [round(x, 3) for x in lat["live"]],
         "readers_own_metric": own,
+        # announcement seen -> model ready, per reader and kind: medians of the phases of its loads
+        "load_phases_p50_s": phases,
         "groups": len(tail.group_versions),
         "groups_mixing_beyond_max_staleness": tail.mixed_groups(cfg.stream.max_staleness),
         "groups_mixing_detail": tail.mixed_detail(cfg.stream.max_staleness),

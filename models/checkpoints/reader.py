@@ -108,6 +108,11 @@ class ReloadClock:
         return self.last
 
 
+# the line a reader logs per version it loaded (``dynaweb bench reload`` reads its phases)
+LOADED_LINE = (
+    "loaded %s v%d in %.2fs (download %.2fs, held %.2fs, load lock %.2fs, free %.2fs, load %.2fs)"
+)
+
 _FROZEN = False
 # a model was put out of use (``ModelSlot.install``) since the last ``release_memory``: the
 # prefetch thread frees it while it idles, so the next load does not wait for the collection
@@ -387,8 +392,7 @@ class ModelSlot:
             shutil.rmtree(old[4], ignore_errors=True)  # prefetched, superseded before install
         M.DREAM_RELOAD_SECONDS.labels(self.run, self.kind).observe(t_done - t0)
         log.info(
-            "loaded %s v%d in %.2fs (download %.2fs, held %.2fs, load lock %.2fs, free %.2fs, "
-            "load %.2fs)",
+            LOADED_LINE,
             self.kind,
             version,
             t_done - t0,

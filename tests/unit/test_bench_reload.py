@@ -77,3 +77,34 @@ def test_cpu_seconds_of_named_processes() -> None:
     sum(i * i for i in range(200_000))  # some CPU of our own
     got = cpu_seconds({"me": [os.getpid()], "gone": [2**22 + 12345]})
     assert got["me"] > 0 and got["gone"] == 0.0
+
+
+def test_load_phases_reads_the_readers_own_lines_past_version_0() -> None:
+    import logging
+
+    from evaluation.bench.reload import load_phases
+    from models.checkpoints.reader import LOADED_LINE
+
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    log = logging.getLogger("models.checkpoints.reader")
+    h = Keep()
+    log.addHandler(h)
+    old = log.level
+    log.setLevel(logging.INFO)
+    try:  # the reader's own line, as ModelSlot._prepare writes it
+        fmt = LOADED_LINE
+        log.info(fmt, "policy", 0, 9.0, 1.0, 0.0, 0.0, 4.0, 4.0)  # version 0: not a reload
+        log.info(fmt, "policy", 1, 0.9, 0.1, 0.0, 0.01, 0.02, 0.77)
+        log.info(fmt, "policy", 2, 1.1, 0.3, 0.0, 0.01, 0.02, 0.77)
+        log.info(fmt, "world_model", 1, 1.3, 0.1, 0.3, 0.01, 0.02, 0.87)
+    finally:
+        log.removeHandler(h)
+        log.setLevel(old)
+    got = load_phases("\n".join(lines))
+    assert got["policy"]["download"] == 0.2 and got["policy"]["total"] == 1.0
+    assert got["world_model"]["held"] == 0.3 and got["world_model"]["load"] == 0.87
