@@ -320,7 +320,11 @@ class _Collector:
     async def slot(self, i: int) -> None:
         """Context ``i``: its own ``WebEnv``, episodes until stopped or the schedule runs out."""
         env = WebEnv(
-            self.browser, self.base_url, self.cc, reload_each_episode=self.reload_each_episode
+            self.browser,
+            self.base_url,
+            self.cc,
+            reload_each_episode=self.reload_each_episode,
+            app_tokenizer=self.cfg.model.tokenizer,
         )
         failures = 0
         try:

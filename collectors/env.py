@@ -142,6 +142,8 @@ class EnvSettings:
     extra_origins: tuple = ()
     settle_ms: float = 30.0
     settle_max_ms: float = 500.0
+    app_obs_tokens: int = 768  # an app page's tree budget (collector.app_obs_tokens)
+    app_tokenizer: str = "bpe"  # the tokenizer that counts it (model.tokenizer)
 
 
 class WebEnv:
@@ -162,6 +164,7 @@ class WebEnv:
         measure: Any = None,
         settle_ms: float | None = None,
         settle_max_ms: float | None = None,
+        app_tokenizer: str | None = None,
     ):
         self.browser = browser
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
@@ -173,6 +176,7 @@ class WebEnv:
             s.extra_origins = tuple(cfg.allowed_origins or ())
             s.settle_ms = float(cfg.settle_ms)
             s.settle_max_ms = float(cfg.settle_max_ms)
+            s.app_obs_tokens = int(cfg.app_obs_tokens)
         if settle_ms is not None:
             s.settle_ms = float(settle_ms)
         if settle_max_ms is not None:
@@ -187,8 +191,11 @@ class WebEnv:
         s.reload_each_episode = reload_each_episode
         s.reload_every = reload_every
         self.settings = s
+        if app_tokenizer is not None:
+            s.app_tokenizer = app_tokenizer
         kw = {"measure": measure} if measure is not None else {}
         self.builder = ObservationBuilder(s.budget, strip_origin=self.base_url.rstrip("/"), **kw)
+        self._measure = self.builder.measure  # MiniWoB's tree measure (app pages: model tokens)
         self.context = None
         self.page = None
         self.allow = None
@@ -295,6 +302,7 @@ class WebEnv:
             return await self._start_app(spec, seed)
         self.builder.strip_origin = self.base_url.rstrip("/")
         self.builder.budget = self.settings.budget
+        self.builder.measure = self._measure
         self.builder.prune = None
         page = self.page
         url = spec.url(self.base_url)
@@ -329,12 +337,16 @@ class WebEnv:
     async def _start_app(self, spec: TaskSpec, seed: int) -> tuple[Observation, PageState]:
         """An app task (``collectors.webapps``): its reset and start page, its instruction."""
         from collectors.webapps import runtime
-        from collectors.webapps.prune import prune_lines
+        from collectors.webapps.prune import prune_lines, token_measure
 
         ep = await runtime.start(self, spec.app_task, seed)
         self.builder.strip_origin = ep.base_url  # page URLs without the app's origin
-        # the task's own tree budget (real pages are longer than MiniWoB's); None stays None
-        self.builder.budget = None if self.settings.budget is None else spec.app_task.obs_budget
+        # pruned, then cut to a budget in the model's tokens (the task's own, else the
+        # collector's); no budget (``budget=None``) stays none
+        s = self.settings
+        budget = spec.app_task.obs_budget or s.app_obs_tokens
+        self.builder.budget = None if s.budget is None or not budget else budget
+        self.builder.measure = token_measure(s.app_tokenizer)
         self.builder.prune = prune_lines
         self._loaded = None  # a MiniWoB task after this one loads its page again
         self.page_loads += 1

@@ -226,13 +226,21 @@ def truncate_lines(
             return text, info
     # 4. cut the tail, with a marker that says how much is missing
     rendered = [ln.text(16) for ln in lines]
-    n = len(rendered)
-    while n > 0:
-        n -= 1
-        marker = f"... ({len(rendered) - n} more lines)"
-        text = "\n".join(rendered[:n] + [marker])
-        if measure(text) <= budget:
-            break
+
+    def cut(n: int) -> str:
+        return "\n".join(rendered[:n] + [f"... ({len(rendered) - n} more lines)"])
+
+    # the most lines that fit with the marker: a binary search (one line less is always shorter,
+    # in bytes and in tokens), the same answer as trying n = len - 1, len - 2, ... in turn
+    lo, hi = 0, len(rendered) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(cut(mid)) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    n = lo
+    text = cut(n)
     info["dropped_tail"] = len(rendered) - n
     if measure(text) > budget:  # even the marker does not fit
         text = ""

@@ -5,10 +5,14 @@ a live browser (``collectors.env.WebEnv``, ``contexts`` pages at once, an in-pro
 unless ``base_url`` is given) and returns one row per task: episodes, successes, success rate,
 mean steps, the first failed seeds and why they failed.  The CLI is
 
-    dynaweb experts [--tasks click-button,enter-text] [--seeds 0:100] [--contexts 4] [--json]
+    dynaweb experts [--tasks click-button,enter-text] [--seeds 0:100] [--contexts 4]
+                    [--episodes FILE] [--json]
 
 (``--tasks`` defaults to every expert, registered or not: ``collectors.experts.ALL_EXPERTS``);
-the measured rates are what ``collectors.experts.VERIFIED`` records.
+the measured rates are what ``collectors.experts.VERIFIED`` records.  With ``--episodes FILE``
+each finished episode is appended to FILE as one JSON line, and the episodes FILE already holds
+(same task and seed) are not run again but counted: a long run that was stopped resumes where it
+was, and the table covers every episode in FILE that ``--tasks`` x ``--seeds`` names.
 """
 
 from __future__ import annotations
@@ -59,8 +63,10 @@ async def expert_table_async(
     experts: dict | None = None,
     max_steps: int = 30,
     time_limit_ms: int = 60_000,
+    episodes_path: str | None = None,
 ) -> list[dict]:
-    """Run the expert of each task on every seed; one result row per task."""
+    """Run the expert of each task on every seed; one result row per task.  ``episodes_path``:
+    a JSON-lines file of finished episodes, read first (those are not run again) and appended to."""
     from collectors.browser import Browser
     from collectors.env import WebEnv
     from collectors.tasks import app_expert
@@ -71,8 +77,11 @@ async def expert_table_async(
         from collectors.taskserver import serve
 
         server, _, base_url = serve()
-    jobs = [(t, s) for t in tasks for s in seeds]
     results: dict[str, list] = {t: [] for t in tasks}
+    done = read_episodes(episodes_path, results, seeds) if episodes_path else set()
+    # seed by seed over the tasks: a run stopped early has covered every task alike
+    jobs = [(t, s) for s in seeds for t in tasks if (t, s) not in done]
+    log = open(episodes_path, "a", encoding="utf-8") if episodes_path else None  # noqa: SIM115
     try:
         async with Browser(allowed_origins=[base_url]) as browser:
             queue: asyncio.Queue = asyncio.Queue()
@@ -112,11 +121,16 @@ async def expert_table_async(
                             }
                             await env.restart()
                         results[t].append(r)
+                        if log is not None:
+                            log.write(json.dumps(r) + "\n")
+                            log.flush()
                 finally:
                     await env.close()
 
             await asyncio.gather(*(worker() for _ in range(max(1, contexts))))
     finally:
+        if log is not None:
+            log.close()
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -147,6 +161,27 @@ async def expert_table_async(
             }
         )
     return rows
+
+
+def read_episodes(path: str, results: dict[str, list], seeds: list[int]) -> set[tuple[str, int]]:
+    """Episodes of ``path`` (JSON lines, missing file = none) into ``results`` (only the tasks it
+    has keys for and ``seeds``; the last line of a (task, seed) wins); the pairs read."""
+    want = set(seeds)
+    seen: dict[tuple[str, int], dict] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a stop mid-write
+                    continue
+                if r.get("task") in results and r.get("seed") in want:
+                    seen[(r["task"], int(r["seed"]))] = r
+    except FileNotFoundError:
+        return set()
+    for (t, _), r in seen.items():
+        results[t].append(r)
+    return set(seen)
 
 
 def expert_table(
@@ -204,6 +239,7 @@ def main(args: argparse.Namespace, cfg: Config | None = None) -> int:
         parse_seeds(args.seeds),
         contexts=args.contexts,
         base_url=getattr(args, "base_url", None),
+        episodes_path=getattr(args, "episodes", None),
     )
     if args.json:
         print(json.dumps(rows, indent=1))

@@ -134,6 +134,12 @@ def _task_commands(add: AddCommand) -> None:
     p.add_argument("--seeds", default="0:100", help="A:B seed range")
     p.add_argument("--contexts", type=int, default=4)
     p.add_argument("--base-url", help="task server to use (default: start one in-process)")
+    p.add_argument(
+        "--episodes",
+        metavar="FILE",
+        help="append each finished episode to FILE (JSON lines); episodes FILE already holds are "
+        "not run again but counted, so a stopped run resumes",
+    )
     _json_flag(p)
 
     p = add(

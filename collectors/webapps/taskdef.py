@@ -92,7 +92,9 @@ class AppTask:
     login: str | None = None  # None, "customer" or "staff"
     max_steps: int = 15
     time_limit_ms: int = 120_000
-    obs_budget: int = 2048  # the page tree's budget in UTF-8 bytes (collectors.observation)
+    # the page tree's budget in tokens of the model's tokenizer (collectors.webapps.prune);
+    # 0 = the collector's ``collector.app_obs_tokens``
+    obs_budget: int = 0
     origins: tuple = ()  # origins besides the app's own the task may reach
     expert: Any = None  # collectors.experts.Expert or None
     note: str = ""
@@ -149,7 +151,7 @@ def load_tasks(path: str | Path, experts: dict | None = None) -> list[AppTask]:
                 login=t.get("login"),
                 max_steps=int(t.get("max_steps", 15)),
                 time_limit_ms=int(t.get("time_limit_ms", 120_000)),
-                obs_budget=int(t.get("obs_budget", 2048)),
+                obs_budget=int(t.get("obs_budget", 0)),
                 origins=tuple(t.get("origins") or ()),
                 expert=(experts or {}).get(name),
                 note=str(t.get("note", "")),

@@ -219,6 +219,15 @@ class CollectorConfig:
         "tokenizer needs ~3.3x fewer tokens for the same tree); 0 = no truncation.",
         ge=0,
     )
+    app_obs_tokens: int = _f(
+        768,
+        "Budget of an app page's tree (collectors.webapps: pruned, then truncated) in tokens of "
+        "model.tokenizer; a task's obs_budget overrides it. The prompts add the instruction, "
+        "history or action (up to ~120 tokens on the shop suite) and keep 96 (policy) or "
+        "dream.max_change_tokens (world model) for the output: 768 fits model.max_positions "
+        "1024. 0 = no truncation.",
+        ge=0,
+    )
     heartbeat_s: float = _f(2.0, "Heartbeat period (s).", gt=0)
     max_episodes: int = _f(0, "Stop after this many episodes (0 = run forever).", ge=0)
     max_steps_per_s: float = _f(

@@ -4,10 +4,11 @@
 
 Runs each task's expert (``AppTask.expert``) in a live browser and, at every observation,
 counts the project's BPE tokens (``models.lm.tokenizer``, ``model.tokenizer="bpe"``) of the page
-tree as the page is, unpruned and untruncated (``render_lines`` of every line), and as the
-agent sees it (``collectors.webapps.prune`` then the task's ``obs_budget``).  Prints median and
-p95 of both, the share of observations the truncation touched, and the same per task kind.
-The JSON summary is the last line.
+tree as the page is, unpruned and untruncated (``render_lines`` of every line), pruned
+(``collectors.webapps.prune``) but untruncated, and as the agent sees it (pruned, then truncated
+to the task's budget in those tokens: ``collector.app_obs_tokens``).  Prints median and p95 of
+each, the share of observations the truncation touched, and the same per task kind.  The JSON
+summary is the last line.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ async def _collect(tasks: list[str], seeds: list[int]) -> list[dict]:
     from collectors.env import WebEnv
     from collectors.observation import render_lines
     from collectors.tasks import get_task
+    from collectors.webapps.prune import prune_lines
 
     rows: list[dict] = []
     async with Browser() as browser:
@@ -50,6 +52,7 @@ async def _collect(tasks: list[str], seeds: list[int]) -> list[dict]:
                                 "task": task,
                                 "kind": kind,
                                 "raw": render_lines(st.lines),
+                                "pruned": render_lines(prune_lines(st.lines)),
                                 "seen": obs.tree,
                                 "truncated": bool(st.trunc.get("truncated")),
                             }
@@ -67,13 +70,17 @@ async def _collect(tasks: list[str], seeds: list[int]) -> list[dict]:
 
 def summarize(rows: list[dict], count) -> dict:
     raw = count([r["raw"] for r in rows])
+    pruned = count([r["pruned"] for r in rows])
     seen = count([r["seen"] for r in rows])
     out = {
         "observations": len(rows),
         "tokens_raw_p50": _pct(raw, 0.5),
         "tokens_raw_p95": _pct(raw, 0.95),
+        "tokens_pruned_p50": _pct(pruned, 0.5),
+        "tokens_pruned_p95": _pct(pruned, 0.95),
         "tokens_seen_p50": _pct(seen, 0.5),
         "tokens_seen_p95": _pct(seen, 0.95),
+        "tokens_seen_max": max(seen, default=None),
         "truncated_share": round(sum(r["truncated"] for r in rows) / max(1, len(rows)), 3),
         "by_kind": {},
     }
@@ -84,6 +91,7 @@ def summarize(rows: list[dict], count) -> dict:
         out["by_kind"][kind] = {
             "observations": len(idx),
             "tokens_raw_p50": statistics.median(raw[i] for i in idx),
+            "tokens_pruned_p50": statistics.median(pruned[i] for i in idx),
             "tokens_seen_p50": statistics.median(seen[i] for i in idx),
             "truncated_share": round(sum(rows[i]["truncated"] for i in idx) / len(idx), 3),
         }
@@ -107,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     if not a.json:
         print(
             f"{s['observations']} observations: BPE tokens p50/p95 {s['tokens_raw_p50']:.0f}/"
-            f"{s['tokens_raw_p95']:.0f} as the page is, {s['tokens_seen_p50']:.0f}/"
+            f"{s['tokens_raw_p95']:.0f} as the page is, {s['tokens_pruned_p50']:.0f}/"
+            f"{s['tokens_pruned_p95']:.0f} pruned, {s['tokens_seen_p50']:.0f}/"
             f"{s['tokens_seen_p95']:.0f} pruned and truncated; truncated {s['truncated_share']:.1%}"
         )
     print(json.dumps(s))

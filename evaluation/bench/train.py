@@ -110,7 +110,7 @@ def live_start_states(
     async def go() -> list[dict]:
         out = []
         async with Browser(allowed_origins=[base]) as browser:
-            env = WebEnv(browser, base, cfg.collector)
+            env = WebEnv(browser, base, cfg.collector, app_tokenizer=cfg.model.tokenizer)
             await env.open()
             try:
                 for t in tasks:

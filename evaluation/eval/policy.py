@@ -91,7 +91,7 @@ def run_live_policy(
         async with Browser(allowed_origins=[base]) as browser:
 
             async def worker() -> None:
-                env = WebEnv(browser, base, cfg.collector)
+                env = WebEnv(browser, base, cfg.collector, app_tokenizer=cfg.model.tokenizer)
                 await env.open()
                 try:
                     while not queue.empty():

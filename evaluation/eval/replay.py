@@ -79,7 +79,7 @@ def replay(cfg: Config, rollouts: list[dict]) -> list[dict]:
 
     async def go() -> None:
         async with Browser(allowed_origins=[base]) as browser:
-            env = WebEnv(browser, base, cfg.collector)
+            env = WebEnv(browser, base, cfg.collector, app_tokenizer=cfg.model.tokenizer)
             await env.open()
             try:
                 for ro in rollouts:

@@ -34,7 +34,8 @@ carries its tokenizer; a user's pretrained model directory brings its own.  All
 code in ``models/`` only relies on ``encode``/``decode``/``eos_id``/``pad_id``
 below; prompt budgets (``max_positions``, ``DreamConfig.max_change_tokens``) are in
 tokens of whichever tokenizer the model has, while the collector's
-``obs_token_budget`` truncates the tree in UTF-8 bytes (= byte-tokenizer tokens).
+``obs_token_budget`` truncates a MiniWoB tree in UTF-8 bytes (= byte-tokenizer tokens) and
+``app_obs_tokens`` an app page's tree in tokens of ``model.tokenizer``.
 """
 
 from __future__ import annotations

@@ -164,12 +164,12 @@ def test_prune_drops_repeated_picture_and_empty_containers() -> None:
         Line(1, 5, "link", "Basket", [], True),
     ]
     out = prune_lines(lines)
+    # the generic root is not actionable: shown without its id, then a bare container, lifted
     assert [(ln.depth, ln.id, ln.role) for ln in out] == [
-        (0, 1, "generic"),
-        (1, 3, "heading"),
-        (1, None, "text"),
-        (1, 4, "img"),
-        (1, 5, "link"),
+        (0, 3, "heading"),
+        (0, None, "text"),
+        (0, 4, "img"),
+        (0, 5, "link"),
     ]
     text, info = truncate_lines(out, None)
     assert "Amber Kettle" in text and text.count("Amber Kettle") == 1
