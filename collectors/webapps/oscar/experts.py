@@ -21,9 +21,7 @@ def _path(obs: Observation) -> str:
 def named(nodes: list[Node], name: str, roles=None) -> Node | None:
     """The first node of ``roles`` named ``name`` that has an id (one to act on), else the first
     without (app pages show non-actionable lines without ids: a heading read, not clicked)."""
-    return first(nodes, role=roles, name=name) or first(
-        nodes, role=roles, name=name, with_id=False
-    )
+    return first(nodes, role=roles, name=name) or first(nodes, role=roles, name=name, with_id=False)
 
 
 def on_product(nodes: list[Node], title: str) -> bool:
