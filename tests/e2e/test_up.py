@@ -17,12 +17,14 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from signal import SIGTERM
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.config import Config
 from core.s3 import make_client
 from infra.monitoring.check import wait_for_queries
+from infra.up import summarize
 from models.checkpoints.store import CheckpointStore
 from streams import records
 from streams.kafka import read_until_sentinel
@@ -32,7 +34,9 @@ from tests.listening import beyond_loopback, listening_sockets, process_tree
 from tests.support import env_for
 
 # 250 s (was 200): dream groups with differing rewards come once the live policy clicks (its failures teach
-# the reward head) and the world model has trained on that for a while, about 100 s in on a quiet machine
+# the reward head) and the world model has trained on that for a while, about 100 s in on a quiet machine.
+# The most the run may take: the test stops it (SIGTERM, as a user's stop) once the components' own
+# metrics show everything asserted below has happened (``_shown``), usually well before.
 DURATION = 250
 
 
@@ -92,6 +96,39 @@ def _up_processes(cfg: Config, pid: int) -> dict[int, str]:
     return out
 
 
+def _dreamed_versions(samples: list[tuple]) -> set:
+    """Policy versions that dreams were published with: the dream generator's loaded version was the
+    same at two scrapes (one process) and its dream-step counter grew between them."""
+    out = set()
+    for (s0, v0, n0), (s1, v1, n1) in zip(samples, samples[1:], strict=False):
+        if None not in (s0, v0, n0, n1) and s0 == s1 and v0 == v1 and n1 > n0:
+            out.add(v0)
+    return out
+
+
+def _shown(cfg: Config, samples: list[tuple]) -> bool:
+    """Whether the running loop's own metrics already show what the test asserts after the run:
+    expert successes, dreams, policy checkpoints >= 2, dreams published with several policy versions
+    up to one >= 2, and live and dream GSPO groups with a nonzero advantage at the trainer's loss."""
+    s = summarize(cfg)
+    versions = _dreamed_versions(samples)
+    # with margin over the bounds below: what a component counted may not all be on a topic yet
+    if not (
+        s["expert_steps"] >= 40
+        and s["expert_successes"] >= 2
+        and s["dream_steps"] >= 20
+        and s["policy_steps"] >= 4
+        and len(versions) >= 3
+        and max(versions) >= 2
+        and all(
+            s[k]["real"] >= 1 and s[k]["dream"] >= 1 for k in ("gspo_groups", "gspo_groups_nonzero")
+        )
+    ):
+        return False
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    return len([v for v in store.versions("policy") if v >= 1]) >= 2
+
+
 def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> None:
     env = env_for(run_cfg, **UP_SETTINGS)
     out_path = tmp_path / "up.out"
@@ -110,10 +147,11 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
         stdout=open(out_path, "w"),
         stderr=subprocess.STDOUT,
     )
-    samples = []  # (process start time, policy version in use) of every dream generator, over time
+    # (process start time, policy version in use, dream steps) of every dream generator, over time
+    samples = []
     dashboard_problems = None
     exposed, inspected = set(), set()  # listeners beyond loopback; command lines looked at
-    started = time.time()
+    started, stopping = time.time(), False
     try:
         while proc.poll() is None:
             procs = _up_processes(run_cfg, proc.pid)
@@ -125,12 +163,19 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
                     (
                         _get(vals, "process_start_time_seconds"),
                         _get(vals, "dynaweb_dream_model_version", kind="policy"),
+                        _get(vals, "dynaweb_dream_steps_total"),
                     )
                 )
-            if dashboard_problems is None and time.time() - started > DURATION - 65:
+            shown = not stopping and _shown(run_cfg, samples)
+            if dashboard_problems is None and (shown or time.time() - started > DURATION - 65):
                 # every dashboard panel and alert expression against the live Prometheus, mid-run
                 prom = f"http://127.0.0.1:{run_cfg.stack.prometheus_port}"
                 dashboard_problems = wait_for_queries(prom, {"run": run_cfg.run_id}, timeout_s=45)
+                if dashboard_problems and time.time() - started <= DURATION - 65:
+                    dashboard_problems = None  # early: checked again at the usual time
+            if shown and dashboard_problems is not None:
+                proc.send_signal(SIGTERM)  # `up` stops its components, prints the summary
+                stopping = True
             time.sleep(2)
         assert proc.returncode == 0, out_path.read_text()[-3000:]
     finally:
@@ -174,8 +219,8 @@ def test_up_runs_the_loop_with_hot_reload(run_cfg: Config, tmp_path: Path) -> No
     for t in dreams:
         by_producer.setdefault(t.producer_id, set()).add(t.policy_version)
     assert any(len(vs) >= 2 and max(vs) >= 2 for vs in by_producer.values()), by_producer
-    starts = {s for s, _ in samples if s is not None}
-    seen_versions = {v for _, v in samples if v is not None}
+    starts = {s for s, _, _ in samples if s is not None}
+    seen_versions = {v for _, v, _ in samples if v is not None}
     assert len(starts) == 1, f"dream generator restarted: start times {starts}"
     assert len(seen_versions) >= 2 and max(seen_versions) >= 2, seen_versions
     assert not any(k.startswith("dream") for k in summary.get("restarts", {})), summary

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest_collectors import BrowserLoop, browser_loop_instance
+from tests.integration.conftest_collectors import (
+    BrowserLoop,
+    ExpertRuns,
+    browser_loop_instance,
+    run_experts,
+)
 
 TANSU = (
     Path(sys.executable).resolve().parent.parent
@@ -100,3 +105,11 @@ def bootstrap(tmp_path_factory):
 def bl() -> BrowserLoop:
     """The session's task server and Chromium (skips without Chromium, fails under CI=true)."""
     return browser_loop_instance()
+
+
+@pytest.fixture(scope="session")
+def expert_runs() -> ExpertRuns:
+    """Every registered expert on the same seeds in the session's Chromium, once: the success
+    test (tests/integration/test_experts.py) and the candidate test (test_expert_candidates.py)
+    read the same episodes."""
+    return run_experts(browser_loop_instance())

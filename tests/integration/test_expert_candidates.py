@@ -4,22 +4,19 @@ outside the set falls back to token NLL and is counted as ``bc_not_candidate``).
 
 from __future__ import annotations
 
-import asyncio
-import os
 from collections import Counter
 
 import pytest
 
-from collectors.env import WebEnv
-from collectors.experts import EXPERTS, WAIT
+from collectors.experts import EXPERTS
 from core.config import ModelConfig
 from models.lm.prompts import policy_prompt_ids
 from models.lm.tokenizer import build_tokenizer
 from models.policy.candidates import policy_candidates
+from tests.integration.conftest_collectors import CAND_SEEDS, ExpertRuns
 
 pytestmark = pytest.mark.integration
 
-SEEDS = int(os.environ.get("DW_CAND_SEEDS", "2"))
 MIN_COVERAGE = 1.0  # measured: 100 % of expert steps, every expert, seeds 1000-1002 and 2000-2001
 # Experts whose actions carry a position or text that no generic candidate rule produces (a point
 # perpendicular to / bisecting an angle, a grid point whose circle line the budget cut, a colour's
@@ -33,51 +30,22 @@ OFF_CANDIDATES = {
 }
 
 
-def test_every_expert_action_is_a_policy_candidate(bl) -> None:
+def test_every_expert_action_is_a_policy_candidate(expert_runs: ExpertRuns) -> None:
+    """Every step of every registered expert on the first CAND_SEEDS seeds of the session's expert
+    episodes (``expert_runs``, real pages), its action against the candidates of its page."""
     tok = build_tokenizer("byte")  # the most tokens per action: the strictest room filter
     max_pos = ModelConfig().max_positions
-    jobs = [(t, 2000 + s) for t in sorted(EXPERTS) for s in range(SEEDS)]
     steps: Counter = Counter()
     missed: dict[str, list] = {}
     sizes: list[int] = []
-
-    async def worker(chunk: list) -> None:
-        env = WebEnv(bl.browser, bl.base_url, max_steps=30)
-        await env.open()
-        try:
-            for task, seed in chunk:
-                ex = EXPERTS[task]
-                obs, _ = await env.reset(task, seed)
-                history: list = []
-                while True:
-                    a = ex.act(obs, history)
-                    if a == WAIT:
-                        await asyncio.sleep(getattr(ex, "wait_s", 0.1))
-                    texts = [h.to_text() for _, h in history]
-                    acts, _ = policy_candidates(
-                        tok, obs, policy_prompt_ids(tok, obs, texts, max_pos), max_pos
-                    )
-                    cands = [c.to_text() for c in acts]
-                    sizes.append(len(cands))
-                    steps[task] += 1
-                    if a.to_text() not in cands:
-                        missed.setdefault(task, []).append(
-                            (seed, a.to_text(), obs.instruction[:100])
-                        )
-                    nobs, _, term, trunc, _ = await env.step(a)
-                    history.append((obs, a))
-                    obs = nobs
-                    if term or trunc:
-                        break
-        finally:
-            await env.close()
-
-    async def all_jobs() -> None:
-        n = 3
-        chunks = [[j for k, j in enumerate(jobs) if (k // SEEDS) % n == i] for i in range(n)]
-        await asyncio.gather(*(worker(c) for c in chunks))
-
-    bl.run(all_jobs(), timeout=1800)
+    assert len(expert_runs.step_seeds) == min(CAND_SEEDS, len(expert_runs.seeds)) > 0
+    for task, seed, obs, texts, a in expert_runs.steps:
+        acts, _ = policy_candidates(tok, obs, policy_prompt_ids(tok, obs, texts, max_pos), max_pos)
+        cands = [c.to_text() for c in acts]
+        sizes.append(len(cands))
+        steps[task] += 1
+        if a.to_text() not in cands:
+            missed.setdefault(task, []).append((seed, a.to_text(), obs.instruction[:100]))
     total = sum(n for t, n in steps.items() if t not in OFF_CANDIDATES)
     bad = sum(len(v) for t, v in missed.items() if t not in OFF_CANDIDATES)
     coverage = (total - bad) / max(1, total)

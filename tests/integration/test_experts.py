@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
@@ -15,13 +14,12 @@ from collectors.random_policy import RandomPolicy, valid_actions
 from collectors.tasks import get_task
 from core.config import Config
 from core.spaces import parse_action
-from evaluation.expert_table import run_episode
 from streams import records
 from streams.topics import Topics
+from tests.integration.conftest_collectors import EXPERT_SEEDS, ExpertRuns
 
 pytestmark = pytest.mark.integration
 
-SEEDS = int(os.environ.get("DW_EXPERT_SEEDS", "10"))
 REQUIRED = ("miniwob/click-button", "miniwob/click-link", "miniwob/enter-text")
 
 
@@ -31,32 +29,15 @@ def test_required_experts_are_registered() -> None:
     assert len(EXPERTS) >= 20
 
 
-def test_expert_success_on_a_sample_of_seeds(bl) -> None:
-    """Every registered expert on SEEDS seeds (from 1000 up: not the seeds the bar was measured on)."""
-    tasks = sorted(EXPERTS)
-    jobs = [(t, 1000 + s) for t in tasks for s in range(SEEDS)]
-    results: dict = {t: [] for t in tasks}
-
-    async def worker(chunk: list) -> None:
-        env = WebEnv(bl.browser, bl.base_url, max_steps=30)
-        await env.open()
-        try:
-            for t, s in chunk:
-                r = await run_episode(env, EXPERTS[t], t, s)
-                results[t].append(r["reward"] > 0)
-        finally:
-            await env.close()
-
-    async def all_jobs() -> None:
-        n = 3
-        # keep one task per context for a while (page reuse), as the collector does
-        chunks = [[j for k, j in enumerate(jobs) if (k // SEEDS) % n == i] for i in range(n)]
-        await asyncio.gather(*(worker(c) for c in chunks))
-
-    bl.run(all_jobs(), timeout=1200)
+def test_expert_success_on_a_sample_of_seeds(expert_runs: ExpertRuns) -> None:
+    """Every registered expert on EXPERT_SEEDS seeds (from 1000 up: not the seeds the bar was
+    measured on), run once per session (``expert_runs``)."""
+    results = expert_runs.success
+    assert sorted(results) == sorted(EXPERTS)
+    assert all(len(v) == len(expert_runs.seeds) == EXPERT_SEEDS for v in results.values())
     rates = {t: sum(v) / len(v) for t, v in results.items()}
     low = {t: r for t, r in rates.items() if r < 0.9}
-    assert not low, f"experts below 90% on {SEEDS} seeds: {low}"
+    assert not low, f"experts below 90% on {EXPERT_SEEDS} seeds: {low}"
     for t in REQUIRED:
         assert rates[t] == 1.0, (t, rates[t])
 
