@@ -165,6 +165,9 @@ def _empty_summary() -> dict:
     s["gspo_groups_nonzero"] = {"real": 0.0, "dream": 0.0}
     s["dream_groups"] = {"varied": 0.0, "uniform": 0.0}
     s["wm_fidelity"] = {}  # the trainer's rolling check on fresh real transitions, by metric
+    s["trainer_waiting"] = {}  # phase -> 1 while the trainer waits on it (before its first updates)
+    s["pending_trajectories"] = None  # live trajectories queued at the stream workers
+    s["expert_pool"] = None  # expert trajectories in the stream workers' mixing pools
     return s
 
 
@@ -189,6 +192,11 @@ def _add(s: dict, n: str, lab: dict, v: float) -> None:
         s["dream_groups"][lab.get("rewards", "")] = (
             s["dream_groups"].get(lab.get("rewards", ""), 0.0) + v
         )
+    elif n == "dynaweb_trainer_waiting":
+        s["trainer_waiting"][lab.get("phase", "")] = v
+    elif n in ("dynaweb_stream_pending_trajectories", "dynaweb_stream_expert_pool_trajectories"):
+        key = "pending_trajectories" if "pending" in n else "expert_pool"
+        s[key] = (s[key] or 0.0) + v
     elif n == "dynaweb_trainer_world_model_fidelity":
         s["wm_fidelity"][lab.get("metric", "")] = v
     elif n in VERSIONS and lab.get("kind") == "policy":
@@ -262,6 +270,53 @@ def progress_line(s: dict, elapsed: float) -> str:
         f"v{i(s['dream_policy_version'])} | policy success {pct('policy')} (expert {pct('expert')}) | "
         f"groups with advantage {share} | components {s['components']}"
     )
+
+
+def _count(x: float | None) -> str:
+    return "-" if x is None else str(int(x))
+
+
+def waiting_for(s: dict, batch_trajectories: int) -> str:
+    """What the loop waits for before its first policy and world-model updates ("" once both
+    came): the trainer's phase (``dynaweb_trainer_waiting``), else the stream worker's queue."""
+    if s["policy_steps"] >= 1 and s["wm_steps"] >= 1:
+        return ""
+    w = s.get("trainer_waiting") or {}
+    if not w:
+        return "the trainer (its metrics endpoint is not up yet, or did not answer)"
+    if w.get("models"):
+        return "the trainer loading both models"
+    if w.get("checkpoint_v0"):
+        return "the trainer writing version 0 (the collectors and dream generators start from it)"
+    out = []
+    if s["policy_steps"] < 1:
+        if s["batches"] < 1:
+            out.append(
+                f"the first policy batch of {batch_trajectories} trajectories from the stream "
+                f"worker ({_count(s.get('pending_trajectories'))} live queued, "
+                f"{_count(s.get('expert_pool'))} expert pooled)"
+            )
+        else:
+            out.append(f"the trainer's first policy update ({int(s['batches'])} batches made)")
+    if s["wm_steps"] < 1 and w.get("wm_transitions"):
+        seen = s["real_steps"] + s["expert_steps"]
+        out.append(
+            "world model: its first update"
+            + (f" ({int(seen)} real and expert steps collected)" if seen else ": no real steps yet")
+        )
+    return "; ".join(out)
+
+
+def note_firsts(firsts: dict, s: dict, elapsed: float) -> None:
+    """Seconds from ``up``'s start to the first checkpoint and the first update of each model, as
+    first seen in a summary (so within ``up.progress_every_s`` of the event)."""
+    for key, seen in (
+        ("first_checkpoint_s", s["checkpoint_version"] is not None),
+        ("first_policy_update_s", s["policy_steps"] >= 1),
+        ("first_wm_update_s", s["wm_steps"] >= 1),
+    ):
+        if seen and key not in firsts:
+            firsts[key] = round(elapsed, 1)
 
 
 def dream_line(s: dict) -> str:
@@ -355,7 +410,7 @@ def run_up(
     last = 0.0
     code = 0
     print(f"[up] run {cfg.run_id}: logs in {sup.logs}; Ctrl-C stops", flush=True)
-    recent, totals = RecentSuccess(), CounterTotals()
+    recent, totals, firsts = RecentSuccess(), CounterTotals(), {}
     # the apps this run collects on, whether this start or an earlier one started them
     apps = AppKeeper(cfg, [n for n in OPTIONAL if stack.wanted(n, None)]) if start_stack else None
     try:
@@ -363,12 +418,19 @@ def run_up(
             sup.supervise()
             if time.time() - last >= cfg.up.progress_every_s:
                 s = recent.update(summarize(cfg, totals), time.time())
-                print(progress_line(s, time.time() - t0), flush=True)
+                note_firsts(firsts, s, time.time() - t0)
+                wait = waiting_for(s, cfg.stream.batch_trajectories)
+                line = progress_line(s, time.time() - t0)
+                print(line + (f" | waiting for: {wait}" if wait else ""), flush=True)
                 last = time.time()
             time.sleep(0.2)
     except KeyboardInterrupt:
         code = 130
     summary = summarize(cfg, totals)
+    note_firsts(firsts, summary, time.time() - t0)
+    # seconds to the first checkpoint and first updates (None: not within this run)
+    for key in ("first_checkpoint_s", "first_policy_update_s", "first_wm_update_s"):
+        summary[key] = firsts.get(key)
     print("[up] stopping components...", flush=True)
     if apps is not None:
         apps.stop()

@@ -64,6 +64,15 @@ TRAINER_CKPT_TIME = Gauge(
     "When the last checkpoint was written.",
     ["run", "kind"],
 )
+# before the first updates: what the trainer waits on, so `dynaweb up` can say it
+TRAINER_WAITING = Gauge(
+    "dynaweb_trainer_waiting",
+    "What the trainer waits on before its first update of each model (1: now, 0: done): "
+    "'models' (loading both models), 'checkpoint_v0' (writing version 0, which the collectors and "
+    "dream generators start from), 'policy_batch' (its first policy batch), 'wm_transitions' (the "
+    "first real transitions for the world model).",
+    ["run", "phase"],
+)
 TRAINER_PHASE = Histogram(
     "dynaweb_trainer_phase_seconds",
     "Time per phase of a trainer step, per rank.",

@@ -32,6 +32,13 @@ class TrainerConfig:
     checkpoint_every_s: float = _f(
         60.0, "...or after this many seconds with at least one new step.", gt=0
     )
+    upload_in_background: bool = _f(
+        False,
+        "Upload each checkpoint to S3 in a background thread while training goes on: the version "
+        "is saved locally at once, announced when its upload is done, and the next checkpoint "
+        "waits for it (for large models, whose upload takes tens of seconds: the first updates "
+        "need not wait for version 0's). Off: the trainer waits for each upload.",
+    )
     wm_batch: int = _f(8, "World-model transitions per step.", ge=1)
     wm_terminal_share: float = _f(
         0.25,

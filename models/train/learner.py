@@ -232,6 +232,8 @@ class Learner:
         """Every rank: both engines' states (DeepSpeed's ``save_checkpoint``, a collective) into
         ``dirs`` (by kind; rank 0's directories, on the same host)."""
         for kind, engine in self.engines():
+            if kind not in dirs:  # no state for this kind (version 0: nothing but the weights)
+                continue
             self.collective(
                 lambda e=engine, d=dirs[kind]: save_engine_state(e, d)  # without a frozen base
             )

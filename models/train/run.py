@@ -71,6 +71,7 @@ def run_trainer(cfg: Config, stop: threading.Event | None = None) -> Trainer:
             tr.close()
         return tr
     M.TRAINER_RANKS.labels(cfg.run_id).set(world)
+    M.TRAINER_WAITING.labels(cfg.run_id, "models").set(1)  # until setup has loaded them
     M.TRAINER_IDLE.labels(cfg.run_id)  # export 0 before the first idle wait
     for src in (
         "real",

@@ -37,12 +37,14 @@ The constructor takes its parts (``models.parts``) and opens nothing;
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import shutil
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,6 +150,9 @@ class Trainer:
         self.consumed_by_worker: dict[str, int] = {}  # per stream worker: lag is per worker
         self.dreams_consumed = DreamConsumption()  # per dream producer: its pacing signal
         self.last_ckpt_time = time.time()
+        # trainer.upload_in_background: (version, its upload, when it was started), not announced
+        self.pending_upload: tuple[int, Future, float] | None = None
+        self.uploads: ThreadPoolExecutor | None = None
 
     @property
     def offsets(self) -> dict[str, dict[int, int]]:
@@ -234,9 +239,21 @@ class Trainer:
                 self.offsets,
             )
         elif self.leader:  # version 0 before the first step (the other ranks save in ``follow``)
-            self.checkpoint()
+            self.waiting("models", False)
+            self.waiting("checkpoint_v0", True)
+            self.checkpoint(background=self.cfg.trainer.upload_in_background)
         if self.leader:
+            self.waiting("models", False)
+            self.waiting("checkpoint_v0", False)
+            self.waiting("policy_batch", self.policy_steps == 0)
+            self.waiting(
+                "wm_transitions", self.wm_steps == 0 and self.cfg.trainer.train_world_model
+            )
             self.intake.open()
+
+    def waiting(self, phase: str, now: bool) -> None:
+        """Export what this trainer waits on before its first updates (``M.TRAINER_WAITING``)."""
+        M.TRAINER_WAITING.labels(self.run, phase).set(1 if now else 0)
 
     def _start_plan(self) -> dict:
         """What this start loads (``models.train.start.start_plan``).  Rank 0 decides and sends
@@ -251,11 +268,14 @@ class Trainer:
         return plan
 
     # --- checkpoints --------------------------------------------------------------
-    def checkpoint(self) -> None:
+    def checkpoint(self, background: bool = False) -> None:
         """Write both models as ``self.version`` (upload and announcement retried through S3 and
         broker outages: ``models.checkpoints.writer``).  Several ranks: every rank saves its engine
         state into rank 0's directories (``save_states``; the ranks' optimizer shards under ZeRO
-        1-3), then rank 0 alone uploads and announces."""
+        1-3), then rank 0 alone uploads and announces.  ``background``: the upload runs in a
+        thread and ``finish_checkpoint`` announces it (the loop's, with
+        ``trainer.upload_in_background``)."""
+        self.finish_checkpoint()  # the version before is announced first: versions in order
         t0 = time.time()
         lrn = self.learner
         models = (
@@ -263,6 +283,10 @@ class Trainer:
             ("world_model", lrn.w_engine, lrn.wm_tokenizer),
         )
         dirs = {}
+        # before any update the engines hold nothing but the weights hf/ has (no optimizer moments,
+        # the schedule at step 0), so the state is not written: version 0 costs half the bytes,
+        # and a resume from it makes the same fresh engines
+        with_state = self.policy_steps > 0 or self.wm_steps > 0
         for kind, engine, tok in models:
             d = self.work / f"ckpt-{kind}-{self.version}"
             if d.exists():
@@ -270,11 +294,11 @@ class Trainer:
             (d / "hf").mkdir(parents=True)
             engine.module.save_pretrained(str(d / "hf"))
             tok.save_pretrained(str(d / "hf"))
-            dirs[kind] = str(d / "state")
+            if with_state:
+                dirs[kind] = str(d / "state")
         if self.group is not None:
             self.group.send(("checkpoint", self.version, dirs))
         lrn.save_states(dirs)
-        cfg_dict = self.cfg.to_dict()
         extra = {
             "policy_steps": self.policy_steps,
             "wm_steps": self.wm_steps,
@@ -284,38 +308,66 @@ class Trainer:
             "task_trust": self.task_trust.summary(),  # models/dream/trust.py
             "ranks": 1 if self.group is None else self.group.world,  # who trained it
         }
+        args = (self.version, self.cfg.to_dict(), copy.deepcopy(self.offsets), extra)
+        if not background:
+            self._announce(self.version, self._upload(*args), t0)
+            return
+        if self.uploads is None:
+            self.uploads = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-upload")
+        self.pending_upload = (self.version, self.uploads.submit(self._upload, *args), t0)
+
+    def _upload(self, version: int, cfg_dict: dict, offsets: dict, extra: dict) -> list:
+        """Both kinds' files, manifests and (unless gated) ``LATEST``; what is to be announced.
+        S3 only (the publisher is the loop's), so it may run in the upload thread."""
         gated = self.cfg.gate.enabled
         to_announce = []
         assert self.writer is not None
-        for kind, _, _ in models:
-            d = Path(dirs[kind]).parent
+        for kind in ("policy", "world_model"):
+            d = self.work / f"ckpt-{kind}-{version}"
             # gated: a candidate (LATEST stays; `dynaweb gate` decides), except the very first version
             publish = not gated or self.writer.latest(kind) is None
             saved = self.writer.upload(
-                kind, self.version, d, cfg_dict, self.offsets, extra, set_latest=publish
+                kind, version, d, cfg_dict, offsets, extra, set_latest=publish
             )
             if publish:
                 to_announce.append(saved)
-            M.TRAINER_VERSION.labels(self.run, kind).set(self.version)
+            M.TRAINER_VERSION.labels(self.run, kind).set(version)
             M.TRAINER_CKPT_TIME.labels(self.run, kind).set(time.time())
             shutil.rmtree(d)
-        # announced once both are LATEST: a reader woken by the first loads the pair at once
+        return to_announce
+
+    def _announce(self, version: int, to_announce: list, t0: float) -> None:
+        """Announce the uploaded version (once both are LATEST: a reader woken by the first loads
+        the pair at once), flush, prune."""
+        assert self.writer is not None
+        gated = self.cfg.gate.enabled
         for saved in to_announce:
             self.writer.announce(saved)
             if gated:
                 reason = "first version (no LATEST yet)"
                 decision = {"decision": "promoted", "by": "trainer", "reason": reason}
-                self.writer.write_decision(saved.kind, self.version, decision)
+                self.writer.write_decision(saved.kind, version, decision)
         self.writer.flush()
         self.writer.prune(self.cfg.trainer.keep_checkpoints)
         self.last_ckpt_time = time.time()
         M.TRAINER_PHASE.labels(self.run, "checkpoint", self.rank).observe(time.time() - t0)
         log.info(
             "checkpoint v%d written in %.2fs%s",
-            self.version,
+            version,
             time.time() - t0,
             " (candidate: the gate decides whether it becomes LATEST)" if gated else "",
         )
+
+    def finish_checkpoint(self, wait: bool = True) -> None:
+        """Announce the version whose upload ran in the background once it is done (``wait``:
+        wait for it; else only if done).  An upload that failed raises here."""
+        if self.pending_upload is None:
+            return
+        version, upload, t0 = self.pending_upload
+        if not wait and not upload.done():
+            return
+        self.pending_upload = None
+        self._announce(version, upload.result(), t0)
 
     # --- steps ----------------------------------------------------------------
     def policy_step(self, item: tuple) -> bool:
@@ -463,6 +515,7 @@ class Trainer:
         pending: deque = deque()
         while not self.stop.is_set():
             t0 = time.time()
+            self.finish_checkpoint(wait=False)  # an upload done in the background: announce it
             self.intake.poll_into(pending)
             did = False
             while pending and pending[0][0] is None:
@@ -470,17 +523,30 @@ class Trainer:
             item = pending.popleft() if pending else None
             if self.preparer is not None:
                 self.preparer.prepare(pending)  # the next batch, while this one trains
+            # always-on: the world model's first update does not wait behind a policy update (with
+            # a large model one takes minutes on a CPU); a fixed ratio keeps its order
+            wm_first = self.wm_steps == 0 and tc.wm_steps_per_policy_step <= 0
+            wm_first = wm_first and bool(self.replay) and tc.train_world_model
+            if wm_first:
+                self.judge_trust()
+                self.wm_step()
+                did = True
+                self.waiting("wm_transitions", False)
             if item is not None and self.policy_step(item):
                 did = True
+                if self.policy_steps == 1:
+                    self.waiting("policy_batch", False)
                 due = self.policy_steps % tc.checkpoint_every == 0
                 if due or time.time() - self.last_ckpt_time > tc.checkpoint_every_s:
                     self.version += 1
                     self.report_fidelity()
-                    self.checkpoint()
-            if self.replay and tc.train_world_model and self._wm_due():
+                    self.checkpoint(background=tc.upload_in_background)
+            if not wm_first and self.replay and tc.train_world_model and self._wm_due():
                 self.judge_trust()  # the new real episode ends, before the step trains on them
                 self.wm_step()
                 did = True
+                if self.wm_steps == 1:
+                    self.waiting("wm_transitions", False)
             if not did:
                 M.TRAINER_IDLE.labels(self.run).inc(time.time() - t0)
             if time.time() - last_progress > 1.0:
@@ -506,6 +572,12 @@ class Trainer:
         follow(self.group, self.learner)
 
     def close(self) -> None:
+        try:
+            if self.leader and not self.stop.is_set():
+                self.finish_checkpoint()  # a version uploading in the background is announced
+        finally:
+            if self.uploads is not None:
+                self.uploads.shutdown(wait=False, cancel_futures=True)
         if self.preparer is not None:
             self.preparer.close()
         if self.group is not None:

@@ -66,3 +66,29 @@ def test_trainer_checkpoint_is_hot_loaded_and_corrupt_one_refused(
         assert m["offsets"][topics.policy_batches] == {"0": 1}
     finally:
         tr.close()
+
+
+def test_checkpoints_uploaded_in_background_are_announced_in_order_v0_without_state(
+    run_cfg: Config,
+) -> None:
+    cfg = small_trainer(run_cfg)
+    cfg.trainer.upload_in_background = True
+    topics = ensure_topics(cfg)
+    pub = Publisher(make_producer(cfg.kafka))
+    pub.send(topics.policy_batches, training_batch(cfg))
+    pub.flush()
+    tr = build_trainer(cfg)
+    store = CheckpointStore(make_client(cfg), cfg.s3.bucket, cfg.run_id)
+    try:
+        tr.setup()  # v0 saved locally, its upload in the upload thread
+        assert tr.pending_upload is not None and tr.pending_upload[0] == 0
+        tr.loop()  # announces v0 when its upload is done; one step -> v1, uploading
+        assert tr.policy_steps == 1
+    finally:
+        tr.close()  # v1 announced before the trainer closes
+    assert tr.pending_upload is None and store.latest("policy")["version"] == 1
+    v0 = store.manifest("policy", 0)[0]["files"]
+    v1 = store.manifest("policy", 1)[0]["files"]
+    # version 0 is the weights alone (no update: the engine state holds nothing more)
+    assert v0 and not [f for f in v0 if f.startswith("state/")]
+    assert [f for f in v1 if f.startswith("state/")]

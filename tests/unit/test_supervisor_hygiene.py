@@ -220,6 +220,46 @@ def test_up_summary_reports_dream_apply_rate_and_world_model_fidelity(monkeypatc
     assert empty["dream_apply_rate"] is None and empty["wm_fidelity"] == {}
 
 
+def test_up_says_what_the_loop_waits_for_until_its_first_updates(monkeypatch) -> None:
+    def scrape(*phases: str, pending: int = 0, batches: int = 0, p: int = 0, w: int = 0) -> list:
+        text = "# TYPE dynaweb_trainer_waiting gauge\n" + "".join(
+            f'dynaweb_trainer_waiting{{run="r1",phase="{ph}"}} {int(ph in phases)}\n'
+            for ph in ("models", "checkpoint_v0", "policy_batch", "wm_transitions")
+        )
+        text += (
+            "# TYPE dynaweb_stream_pending_trajectories gauge\n"
+            f'dynaweb_stream_pending_trajectories{{run="r1"}} {pending}\n'
+            "# TYPE dynaweb_stream_batches_total counter\n"
+            f'dynaweb_stream_batches_total{{run="r1"}} {batches}\n'
+            "# TYPE dynaweb_trainer_steps_total counter\n"
+            f'dynaweb_trainer_steps_total{{run="r1",model="policy"}} {p}\n'
+            f'dynaweb_trainer_steps_total{{run="r1",model="world_model"}} {w}\n'
+        )
+        return [(_labels(1), text)]
+
+    def summary(*args: str, **kw: int) -> dict:
+        monkeypatch.setattr(up_mod, "scrape_targets", lambda cfg: scrape(*args, **kw))
+        return up_mod.summarize(Config())
+
+    monkeypatch.setattr(up_mod, "scrape_targets", lambda cfg: [])
+    assert "metrics endpoint" in up_mod.waiting_for(up_mod.summarize(Config()), 8)
+    assert up_mod.waiting_for(summary("models"), 8) == "the trainer loading both models"
+    assert "writing version 0" in up_mod.waiting_for(summary("checkpoint_v0"), 8)
+    s = summary("policy_batch", "wm_transitions", pending=3)
+    text = up_mod.waiting_for(s, 8)
+    assert "first policy batch of 8 trajectories" in text and "3 live queued" in text
+    assert "world model: its first update: no real steps yet" in text
+    s = summary("wm_transitions", batches=2, p=1)
+    assert up_mod.waiting_for(s, 8) == "world model: its first update: no real steps yet"
+    s = summary(batches=2, p=1, w=1)
+    assert up_mod.waiting_for(s, 8) == ""
+    firsts: dict = {}
+    up_mod.note_firsts(firsts, summary("policy_batch", "wm_transitions"), 5.0)
+    up_mod.note_firsts(firsts, summary("wm_transitions", batches=1, p=1), 12.34)
+    up_mod.note_firsts(firsts, summary(batches=1, p=2, w=1), 20.0)
+    assert firsts == {"first_policy_update_s": 12.3, "first_wm_update_s": 20.0}
+
+
 # --- dynaweb status ----------------------------------------------------------------------------
 
 
