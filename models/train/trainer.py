@@ -389,6 +389,8 @@ class Trainer:
         if self.group is not None:
             self.group.send(("policy", trajs))
         loss, stats, gn = self.learner.policy_update(trajs, prepared, t0)
+        if self.policy_steps == 1:
+            log.info("first policy update: %d trajectories in %.1fs", len(trajs), time.time() - t0)
         self.dreams_consumed.add(trajs)
         M.TRAINER_STEPS.labels(self.run, "policy").inc()
         M.TRAINER_BATCH_KIND.labels(self.run, batch.kind).inc()
@@ -421,6 +423,7 @@ class Trainer:
         return kept
 
     def wm_step(self) -> None:
+        t0 = time.time()
         n = self.cfg.trainer.wm_batch
         share = self.cfg.trainer.wm_terminal_share
         batch = self.replay.batch(n, share)
@@ -438,6 +441,10 @@ class Trainer:
                     float(stats[k])
                 )
         M.TRAINER_LOSS.labels(self.run, "world_model", "total").set(float(loss.detach()))
+        if self.wm_steps == 1:
+            log.info(
+                "first world-model update: %d transitions in %.1fs", len(batch), time.time() - t0
+            )
 
     def judge_trust(self) -> None:
         """Judge the world model on the real episode ends that arrived since the last step, before
