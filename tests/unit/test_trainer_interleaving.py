@@ -154,7 +154,7 @@ def _trainer(tmp_path: Path, **trainer: object) -> Trainer:
         tr.pending_seen.append(len(pending))
 
     tr.intake.poll_into = counted
-    tr.checkpoint = tr.report_fidelity = tr.publish_progress = lambda: None
+    tr.checkpoint = tr.report_fidelity = tr.publish_progress = tr.judge_trust = lambda: None
     return tr
 
 
