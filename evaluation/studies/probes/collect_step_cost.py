@@ -26,8 +26,15 @@ from collectors.agents import ExpertAgent
 from collectors.browser import Browser
 from collectors.env import WebEnv
 from collectors.taskserver import serve
-from evaluation.bench.collect import DEFAULT_TASKS
 
+# ``dynaweb bench collect``'s tasks (evaluation.bench.collect.DEFAULT_TASKS)
+DEFAULT_TASKS = [
+    "miniwob/login-user",
+    "miniwob/enter-password",
+    "miniwob/click-checkboxes",
+    "miniwob/enter-text",
+    "miniwob/click-button-sequence",
+]
 CALLS: Counter = Counter()
 COUNTING = [False]
 OBS_MS: list[float] = []
