@@ -65,6 +65,7 @@ HOLD_WM_LOAD_S = 5.0  # the longest a world model's load waits for a new policy'
 class Dreamer:
     credit: CreditWindow | None = None  # dream.pace's window (None: off)
     pace_reason = ""  # why the last round waited for the trainer ("": it did not)
+    trusted_logged: list | None = None  # the tasks the trust gate admitted, as last logged
     _pace_logged = 0.0
 
     def __init__(
@@ -458,8 +459,13 @@ class Dreamer:
             d.trust_max_gap,
             d.trust_min_episodes,
         )
-        for task in {s.task for s in self.starts}:
+        tasks = {s.task for s in self.starts}
+        for task in tasks:
             M.DREAM_TASK_TRUSTED.labels(self.run, task or "unknown").set(float(task in ok))
+        admitted = sorted(tasks & ok)
+        if admitted != self.trusted_logged:  # logged when the admitted tasks change
+            log.info("trust gate: dreaming %s; held back %s", admitted, sorted(tasks - ok))
+            self.trusted_logged = admitted
         return [s for s in self.starts if s.task in ok]
 
     def on_consumed(self, rec: records.Control) -> None:

@@ -107,8 +107,10 @@ def test_the_dream_generator_dreams_only_the_tasks_the_trainer_trusts(
                 tail = (tmp_path / f"{name}.log").read_text(errors="replace")[-3000:]
                 raise AssertionError(f"{name} exited {proc.returncode}:\n{tail}")
         sc = scrape_targets(cfg)
-        wm_steps = _sum(sc, "trainer", "dynaweb_trainer_steps_total", model="world_model")
-        if wm_steps > 0 and seen["reals"] < 16:  # judged only once the heads are trained
+        judged = seen.get("trust", {}).get((JUDGED, "episodes"), 0.0)
+        # a real episode every turn until a few were judged: ends that arrive before the world
+        # model's first step are dropped unjudged, and a loaded machine takes long to get there
+        if judged < 4 and seen["reals"] < 200:
             t = _real_episode(cfg.run_id, seen["reals"])
             p.send(topics.real, value=records.encode(t), key=t.episode_id.encode())
             p.flush()
@@ -131,7 +133,7 @@ def test_the_dream_generator_dreams_only_the_tasks_the_trainer_trusts(
 
     try:
         try:
-            wait_for(progress, 420, "dreams of the trusted task", every=2.0)
+            wait_for(progress, 540, "dreams of the trusted task", every=2.0)
         except AssertionError as e:
             tail = (tmp_path / "dream.log").read_text(errors="replace")[-2000:]
             raise AssertionError(f"{e}: {seen}\n{tail}") from None

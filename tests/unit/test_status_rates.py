@@ -63,3 +63,40 @@ def test_status_reports_the_learner_rate_of_a_young_run() -> None:
     s = gather(prom, "r1", at=NOW)
     assert s["trainer"]["policy_updates_per_h"] == pytest.approx(1550)
     assert s["trainer"]["world_model_updates_per_h"] is None
+
+
+class TrustProm(RateProm):
+    """Answers the per-task trust query with two tasks' measures."""
+
+    ROWS = {
+        ("miniwob/click-tab", "balanced_accuracy"): 0.82,
+        ("miniwob/click-tab", "calibration_gap"): 0.04,
+        ("miniwob/click-tab", "predicted"): 0.5,
+        ("miniwob/click-tab", "real"): 0.46,
+        ("miniwob/click-tab", "episodes"): 50,
+        ("miniwob/click-tab", "gated"): 1,
+        ("miniwob/click-checkboxes", "balanced_accuracy"): 0.51,
+        ("miniwob/click-checkboxes", "gated"): 0,
+    }
+
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        if "dynaweb_trainer_task_trust" not in expr:
+            return super().query(expr, at)
+        return [
+            {"metric": {"task": t, "measure": m}, "value": [at, str(v)]}
+            for (t, m), v in self.ROWS.items()
+        ]
+
+
+def test_status_shows_each_tasks_trust() -> None:
+    from infra.status import render
+
+    s = gather(TrustProm({}), "r", at=NOW)
+    assert s["task_trust"]["miniwob/click-tab"]["gated"] == 1.0
+    assert s["task_trust"]["miniwob/click-checkboxes"] == {"balanced_accuracy": 0.51, "gated": 0.0}
+    text = render(s)
+    tab = next(line for line in text.splitlines() if "miniwob/click-tab" in line)
+    assert "trusted" in tab and "balanced accuracy 0.82" in tab
+    assert "predicted 50" in tab and "(gap 0.04)" in tab and "over 50 episodes" in tab
+    boxes = next(line for line in text.splitlines() if "click-checkboxes" in line)
+    assert "held back" in boxes and boxes.startswith("trust")  # the first, sorted by task
