@@ -196,7 +196,8 @@ def on_policy_loss(model, tok, cfg):
 
 # --- world model (tests/unit/test_world_model.py, test_wm_*.py, test_engine_chunked.py) ---------
 
-WM_CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320)
+# without the ensemble: the single heads' tests (the ensemble's: tests/unit/test_wm_ensemble.py)
+WM_CFG = ModelConfig(layers=2, d_model=64, heads=2, max_positions=320, world_model_ensemble=0)
 # element_ids as the env fills them (dreams refuse actions on ids that are not on the page, as WebEnv does)
 WM_A = Observation(
     'Enter "Kiera" and press Submit.',

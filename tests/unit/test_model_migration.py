@@ -5,6 +5,7 @@ the legacy layout (parts inside ``model.safetensors``, flags in ``config.json``)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -51,7 +52,7 @@ def test_parts_are_declared_in_the_constructor_in_optimizer_order():
     assert names[-3:] == ["match.weight", "element_head.named", "element_head.proj.weight"]
     assert all(n.startswith("lm.") for n in names[:-3])
     wm, _ = make_model(WorldModel, CFG)
-    assert isinstance(wm, WorldModel) and wm.spec == WorldModelSpec()
+    assert isinstance(wm, WorldModel) and wm.spec == WorldModelSpec(ensemble=4)
     order = [n.split(".")[0] for n, _ in wm.named_parameters()]
     firsts = list(dict.fromkeys(order))
     assert firsts == [
@@ -62,6 +63,7 @@ def test_parts_are_declared_in_the_constructor_in_optimizer_order():
         "done_head",
         "change_head",
         "lines",
+        "ensemble",
     ]
     plain, _ = make_model(WorldModel, CFG, WorldModelSpec(match_feature=False, head_lines=False))
     assert plain.match is None and plain.lines is None
@@ -123,7 +125,8 @@ def test_legacy_directories_load_through_the_migration(kind, tmp_path):
             model, tok = make_model(Policy, CFG)
             cls = Policy
         else:
-            model, tok = make_model(WorldModel, CFG)
+            # the legacy layout predates the ensemble
+            model, tok = make_model(WorldModel, dataclasses.replace(CFG, world_model_ensemble=0))
             model.mark_heads_trained()
             model.state.change_head_trained = True
             cls = WorldModel

@@ -73,7 +73,9 @@ def test_the_replay_keeps_real_episode_ends_to_judge() -> None:
 def test_the_judge_predicts_the_dreamed_reward_on_real_episode_ends() -> None:
     assert predicted_success(0.9, None, None, 1.0) and not predicted_success(0.4, None, None, 1.0)
     assert not predicted_success(0.9, 0.7, 0.3, 1.0) and predicted_success(0.9, 0.9, 0.0, 1.0)
-    model, tok = make_model(WorldModel, dataclasses.replace(WM_CFG, layers=1, d_model=32))
+    model, tok = make_model(
+        WorldModel, dataclasses.replace(WM_CFG, layers=1, d_model=32, world_model_ensemble=4)
+    )
     ends = [
         wm_transition(A2, "click(4)", B2, 1.0, True, 1),
         wm_transition(A2, "click(5)", A2, 0.0, True, 2),
