@@ -226,6 +226,56 @@ def _pack(
     return packed
 
 
+def _long_prompt(
+    model: LanguageModel,
+    prompt: list[int],
+    idx: list[int],
+    rows: list[tuple[list[int], list[int]]],
+    max_pos: int,
+    out: list,
+    hidden: dict[int, torch.Tensor] | None,
+    neg: float,
+) -> None:
+    """``continuation_logprobs`` for the rows ``idx`` sharing the long ``prompt``: the prompt once
+    into a KV cache (with grad), then the continuations' proper prefixes as token-trie rounds of
+    at most ``max_pos - len(prompt)`` nodes against it (``_trie_rounds``, ``_tree_mask``; position
+    ids = prompt length + depth), the cache cropped back to the prompt between rounds.  Each
+    continuation's first token is read at the prompt's last position, the others at their
+    prefix's node: the numbers of the packed row, up to float rounding."""
+    dev = next(model.parameters()).device
+    L = len(prompt)
+    o = model.base(torch.tensor([prompt], device=dev), use_cache=True)
+    states, cache = o.last_hidden_state[0], o.past_key_values
+    if hidden is not None:
+        for i in idx:
+            hidden[i] = states
+    conts = [rows[i][1] for i in idx]
+    first = token_logprobs(
+        model.logits_at(states[L - 1 :].expand(len(conts), -1))[:, None],
+        torch.tensor([[c[0]] for c in conts], device=dev),
+    )[:, 0]
+    rest: list[list[torch.Tensor]] = [[] for _ in conts]
+    for toks, parents, labels, _origins, _at in _trie_rounds(
+        conts, [1] * len(conts), max(1, max_pos - L)
+    ):
+        mask, depth = _tree_mask(parents, L, neg)
+        h = model.base(
+            torch.tensor([toks], device=dev),
+            match_flags=torch.zeros(1, len(toks), dtype=torch.bool),  # continuations: never
+            attention_mask=mask.to(dev),
+            position_ids=(L + depth)[None].to(dev),
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state[0]
+        lab = torch.tensor(labels)  # (k, 3): continuation, node, token
+        lp = token_logprobs(model.logits_at(h[lab[:, 1].to(dev)])[None], lab[None, :, 2].to(dev))[0]
+        for (k, _, _), v in zip(labels, lp, strict=True):
+            rest[k].append(v)
+        cache.crop(L)  # keep the prompt only
+    for n, i in enumerate(idx):
+        out[i] = torch.stack([first[n], *rest[n]])
+
+
 def _trie_row(
     prompt: list[int], conts: list[list[int]]
 ) -> tuple[list[int], list[int], list[list[int]], list]:
@@ -260,6 +310,7 @@ def continuation_logprobs(
     pad: int,
     rows_per_forward: int = 16,
     hidden: dict[int, torch.Tensor] | None = None,
+    max_pos: int | None = None,
 ) -> list[torch.Tensor]:
     """The batched engine: token log-probs of each row's continuation given its prompt (with grad).
 
@@ -271,18 +322,29 @@ def continuation_logprobs(
     Packed rows are sorted by length and run ``rows_per_forward`` at a time (little
     padding; ``pad``: the padding id).  Runs in eval mode (dropout off) and restores the previous
     mode.  ``hidden`` (a dict): filled with each row's prompt's last-layer states, (len(prompt), d),
-    read from the same forward.
+    read from the same forward.  ``max_pos``: the longest row (default the model's positions).
+    A prompt whose continuations' tokens do not fit one row beside it (a long page) runs once into
+    a KV cache, with grad, and its continuations' trie goes in rounds against that cache, as the
+    cached engine does (``_long_prompt``), instead of a row per continuation, each repeating it.
     """
-    max_pos = int(getattr(model.config, "max_position_embeddings", 1 << 30))
-    packed = sorted(
-        _pack(rows, max_pos), key=lambda x: len(x[0]) + sum(len(rows[i][1]) for i in x[1])
-    )
+    if max_pos is None:
+        max_pos = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+    packed, long = [], []
+    for p, idx in _pack(rows, max_pos):
+        (long if len(p) + sum(len(rows[i][1]) for i in idx) > max_pos else packed).append((p, idx))
+    packed.sort(key=lambda x: len(x[0]) + sum(len(rows[i][1]) for i in x[1]))
     out: list[torch.Tensor | None] = [None] * len(rows)
     dev = next(model.parameters()).device
     neg = torch.finfo(torch.float32).min
     was_training = model.training
     model.eval()
     try:
+        # a prompt whose candidates do not fit one row beside it (a long page: a row per candidate
+        # would repeat the prompt for each): the prompt once into a cache, the candidates' trie in
+        # rounds against it
+        for p in {tuple(p) for p, _ in long}:
+            idx = [i for q, ix in long if tuple(q) == p for i in ix]
+            _long_prompt(model, list(p), idx, rows, max_pos, out, hidden, neg)
         for c0 in range(0, len(packed), rows_per_forward):
             chunk = packed[c0 : c0 + rows_per_forward]
             built = [_trie_row(p, [rows[i][1] for i in idx]) for p, idx in chunk]

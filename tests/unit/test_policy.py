@@ -118,6 +118,39 @@ def test_learner_packing_matches_naive(policy):
         assert torch.allclose(lp, lp2, atol=1e-5)
 
 
+def test_a_long_prompt_runs_once_and_its_candidates_in_rounds(policy, monkeypatch):
+    """Candidates that do not fit one row beside their prompt (a long page): the prompt once into a
+    cache, the candidates in rounds against it, with grad: the packed row's numbers and states."""
+    model, tok = policy
+    p0 = policy_prompt_ids(tok, OBS[0], [], 256)
+    p1 = policy_prompt_ids(tok, OBS[1], ["click(4)"], 256)
+    texts = ("click(1)", 'type(1, "Kiera")', "click(2)", 'stop("")', "click(12)")
+    conts = [action_ids(tok, t) for t in texts]
+    rows = [(p0, c) for c in conts] + [(p1, conts[0]), (p1, conts[3])]
+    ref_h: dict = {}
+    ref = continuation_logprobs(model, rows, pad_id(tok), hidden=ref_h)
+    # room for the first prompt and 6 continuation tokens only: its 5 candidates go in rounds
+    import models.lm.scoring as scoring
+
+    calls, long_prompt = [], scoring._long_prompt
+    monkeypatch.setattr(
+        scoring, "_long_prompt", lambda *a, **k: (calls.append(len(a[1])), long_prompt(*a, **k))
+    )
+    h: dict = {}
+    got = continuation_logprobs(model, rows, pad_id(tok), hidden=h, max_pos=len(p0) + 6)
+    assert len(p0) in calls  # the long path ran for the first prompt
+    for (p, c), a, b in zip(rows, got, ref, strict=True):
+        assert a.shape == (len(c),) and torch.allclose(a, b, atol=1e-4), (a, b)
+        assert abs(float(a.sum().detach()) - _naive(model, p, c)) < 1e-3
+    for i in range(len(rows)):
+        assert torch.allclose(h[i], ref_h[i], atol=1e-4)
+    model.zero_grad()
+    torch.stack([x.sum() for x in got]).sum().backward()
+    grads = [q.grad for q in model.parameters() if q.grad is not None]
+    assert grads and any(float(g.abs().sum()) > 0 for g in grads)
+    model.zero_grad()
+
+
 def test_act_batched(policy):
     model, tok = policy
     r = PolicyRunner(model, tok, CFG, seed=1)
