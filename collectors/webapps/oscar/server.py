@@ -133,15 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     prepare_home(home)
     setup_django(home)
     migrate_and_seed(home, a.seed)
-    if not (home / "whoosh_index").exists():
-        from django.core.management import call_command
+    from django.core.management import call_command
 
-        call_command("update_index", verbosity=0)
+    # the search index of what the database holds now (settings: nothing re-indexes it later)
+    call_command("rebuild_index", interactive=False, verbosity=0)
     (home / "server.json").write_text(
         json.dumps({"url": f"http://{a.host}:{a.port}", "pid": os.getpid(), "seed": a.seed})
     )
-    from django.core.management import call_command
-
     call_command(
         "runserver",
         f"{a.host}:{a.port}",

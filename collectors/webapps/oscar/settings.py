@@ -73,6 +73,12 @@ HAYSTACK_CONNECTIONS = {
         "PATH": str(HOME / "whoosh_index"),
     }
 }
+# The index is the seeded catalogue's, rebuilt at every start (server.main).  Oscar's default,
+# the realtime processor, re-indexed a product on each save in the request's thread: under
+# concurrent episodes a product the restore re-saved before its category was attached (or a
+# whoosh write lost to the index lock) left it out of its category, and every category page
+# listed "0 results".  Episode products are not public, so no listing needs them indexed.
+HAYSTACK_SIGNAL_PROCESSOR = "haystack.signals.BaseSignalProcessor"
 STATIC_URL = "/static/"
 STATIC_ROOT = str(HOME / "static")
 MEDIA_URL = "/media/"
