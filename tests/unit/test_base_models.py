@@ -37,7 +37,7 @@ def test_a_base_directory_gets_fresh_parts_and_a_saved_one_keeps_its_own(tmp_pat
     pol, _ = make_model(Policy, cfg)
     assert pol.spec == PolicySpec.of(cfg) and pol.element_head is not None
     wm, _ = make_model(WorldModel, cfg)
-    assert wm.spec == WorldModelSpec() and not wm.heads_trained()
+    assert wm.spec == WorldModelSpec.of(cfg) and not wm.heads_trained()
     # the project's saved policy is loaded as saved, whatever the config asks for
     pol.save_pretrained(str(tmp_path / "pol"))
     tok.save_pretrained(str(tmp_path / "pol"))
