@@ -19,6 +19,10 @@ together when the round ends, so the dream group's publication is reported too
 (``dream_published_p50_s``, ``dream_published_p95_s``: the version's first dream record's Kafka
 timestamp); it includes the rest of that round.
 
+The dream generator runs unpaced (``dream.pace`` off, ``dream_paced`` in the report): the bench
+plays the trainer's checkpoints, not its consumption reports, and a paced generator would wait
+for those until its write-off (60 s).
+
 It reports p50 and p95 of each and of both starts together (``reload_p50_s``,
 ``reload_p95_s``), the readers' own ``dynaweb_client_checkpoint_reload_to_use_seconds``
 (announcement seen -> first step with the version, scraped at the end), whether any group mixed
@@ -312,6 +316,7 @@ def bench_reload(cfg: Config, n: int, interval_s: float, say=print) -> dict:
         "groups_mixing_beyond_max_staleness": tail.mixed_groups(cfg.stream.max_staleness),
         "groups_mixing_detail": tail.mixed_detail(cfg.stream.max_staleness),
         "max_staleness": cfg.stream.max_staleness,
+        "dream_paced": cfg.dream.pace,
         # fresh weights never write eos: every world-model call writes this many tokens (a trained
         # world model writes its change and stops: 31 tokens on average on the committed corpus)
         "wm_tokens_per_call": cfg.dream.max_change_tokens,
@@ -328,6 +333,10 @@ def main(args: Any, cfg: Config, stack_factory: StackFactory) -> int:
     n = int(getattr(args, "checkpoints", 8))
     if not getattr(args, "run_id", None):  # a run of its own, never the user's default run
         cfg.run_id = f"bench-reload-{uuid.uuid4().hex[:8]}"
+    # the bench plays the trainer's checkpoints, not its consumption: a paced dream generator
+    # (dream.pace) would wait for consumption reports that never come, and a version announced
+    # while its window is full would be timed by the pacing's write-off (60 s), not by the reload
+    cfg.dream.pace = False
     stack = stack_factory(cfg)
     say = (lambda _m: None) if args.json else print
     try:
