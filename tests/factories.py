@@ -567,3 +567,9 @@ def git_checkout(root, statement: str = "docs/statement.md"):
     git("add", "-A")
     git("commit", "-q", "-m", "statement")
     return root
+
+
+# a page with two buttons: clicking "OK" succeeds, "No" fails (the rollout-rule tests' page)
+TWO_BUTTONS = Observation(
+    'Click on the "OK" button.', "", '[1] button "OK"\n[2] button "No"', None, "", 3, [1, 2]
+)

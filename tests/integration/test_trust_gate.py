@@ -27,7 +27,7 @@ from core.metrics import scrape_targets
 from models.train.run import build_trainer
 from streams import kafka as sk
 from streams import records
-from tests.integration.test_dream_pacing import SMALL, _sum, _two_button_episode
+from tests.integration.dream_support import SMALL, _sum, _two_button_episode
 from tests.support import ROOT, Worker, env_for, wait_for
 
 pytestmark = pytest.mark.integration

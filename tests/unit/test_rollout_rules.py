@@ -9,13 +9,10 @@ from collectors.perturbed import PerturbedExpertAgent
 from collectors.schedule import _Schedule, collector_group_size
 from collectors.tasks import resolve_tasks
 from core.config import Config
-from core.spaces import Action, Observation, precheck_error
+from core.spaces import Action, precheck_error
 from models.dream.env import DreamEnv, dream_outcome, dream_rollouts
 from models.policy.runner import sampler_generator
-
-PAGE = Observation(
-    'Click on the "OK" button.', "", '[1] button "OK"\n[2] button "No"', None, "", 3, [1, 2]
-)
+from tests.factories import TWO_BUTTONS as PAGE
 
 
 class NoWorldModel:

@@ -96,7 +96,7 @@ class SplitWorldModel:
 
 
 def test_dream_rollouts_end_on_disagreement_and_keep_the_rollout_in_its_group() -> None:
-    from tests.unit.test_rollout_rules import PAGE
+    from tests.factories import TWO_BUTTONS as PAGE
 
     ros = dream_rollouts(ClickPolicy(), SplitWorldModel(), [PAGE], 3, 3, max_disagreement=0.2)
     assert len(ros) == 3 and len({ro.group_id for ro in ros}) == 1
