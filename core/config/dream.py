@@ -45,20 +45,22 @@ class DreamConfig:
         ge=0,
     )
     pessimism: float = _f(
-        1.0,
-        "Dreamed success with the world model's ensemble (model.world_model_ensemble): a step's "
-        "reward is 1 only when the reward head's p(success) > 0.5 and the members' mean p(success) "
-        "- pessimism x their standard deviation > 0.5 (MOPO-style lower bound; 0: the members' "
-        "mean must agree). Without a trained ensemble: the reward head alone.",
+        0.0,
+        "Dreamed success with the world model's ensemble (model.world_model_ensemble): above 0, a "
+        "step's reward is 1 only when the reward head's p(success) > 0.5 and the members' mean "
+        "p(success) - pessimism x their standard deviation > 0.5 (MOPO-style lower bound, e.g. "
+        "1.0). 0 (default): the reward head alone, the members' disagreement measured: at 1.0 "
+        "an early world model's dreams all failed and no dreamed group had an advantage in a "
+        "4-minute `up` (test_up); a study chooses it.",
         ge=0,
     )
     max_disagreement: float = _f(
-        0.2,
+        0.0,
         "End a dream at a predicted step whose ensemble members' p(success) has a standard "
         "deviation above this (done, reward 0, reason 'disagreement'; the dream stays in its "
         "group as a failure: models/dream/env.py). 0 = off. Counted in "
         "dynaweb_dream_rollout_ends_total{end=disagreement}; every predicted step's "
-        "disagreement in dynaweb_dream_disagreement.",
+        "disagreement in dynaweb_dream_disagreement. Off by default, as pessimism (e.g. 0.2).",
         ge=0,
     )
     trust_gate: bool = _f(

@@ -66,8 +66,9 @@ def ensemble_stats(p_members: torch.Tensor) -> tuple[list[float], list[float]]:
 
 def pessimistic_success(p_single: float, mean: float, std: float, pessimism: float) -> bool:
     """A dreamed success: the single reward head says so (p > 0.5) and the ensemble's lower bound
-    ``mean - pessimism x std`` is above 0.5 too (``dream.pessimism``; 0: the members' mean)."""
-    return p_single > 0.5 and mean - pessimism * std > 0.5
+    ``mean - pessimism x std`` is above 0.5 too (``dream.pessimism``; 0: the reward head alone, the
+    members measured but not used)."""
+    return p_single > 0.5 and (pessimism <= 0 or mean - pessimism * std > 0.5)
 
 
 def transition_key(t: object) -> str:

@@ -91,7 +91,10 @@ def test_the_judge_predicts_the_dreamed_reward_on_real_episode_ends() -> None:
     assert got == [("t", True, True), ("t", True, False)]
     with torch.no_grad():  # two members say failure: the pessimistic reward is no success
         model.ensemble.bias.copy_(torch.tensor([0.0, 3.0, 0, 0] * 2 + [3.0, 0.0, 0, 0] * 2))
-    assert [p for _, p, _ in judge_episode_ends(model, tok, ends, DreamConfig())] == [False] * 2
+    wary = DreamConfig(pessimism=1.0)
+    assert [p for _, p, _ in judge_episode_ends(model, tok, ends, wary)] == [False] * 2
+    # without pessimism (the default) the reward head alone judges
+    assert [p for _, p, _ in judge_episode_ends(model, tok, ends, DreamConfig())] == [True] * 2
 
 
 def test_the_dream_generator_dreams_only_trusted_tasks() -> None:

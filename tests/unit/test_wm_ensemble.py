@@ -48,7 +48,8 @@ def test_stats_and_the_pessimistic_success() -> None:
     assert mean == pytest.approx([0.9, 0.6]) and std == pytest.approx([0.0, (0.08) ** 0.5])
     assert pessimistic_success(0.9, 0.9, 0.0, 1.0)
     assert not pessimistic_success(0.9, 0.7, 0.3, 1.0)  # confident head, unsure members
-    assert pessimistic_success(0.9, 0.7, 0.3, 0.0)  # pessimism 0: the members' mean
+    assert pessimistic_success(0.9, 0.7, 0.3, 0.0)  # pessimism 0: the reward head alone
+    assert pessimistic_success(0.9, 0.2, 0.0, 0.0)
     assert not pessimistic_success(0.4, 0.9, 0.0, 1.0)  # the single head must agree
 
 
