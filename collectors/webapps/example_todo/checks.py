@@ -20,7 +20,8 @@ async def added(ep) -> tuple[bool, str]:
 class AddItem(Expert):
     def decide(self, instr, nodes, obs, history):
         item = quoted(instr)[0]
-        if first(nodes, role="listitem", name=item):
+        # a list item is shown without an [id] (nothing acts on it): with_id=False finds it
+        if first(nodes, role="listitem", name=item, with_id=False):
             return Action.stop()
         box = first(nodes, role="textbox", name="New item")
         if box.value != item:
