@@ -33,6 +33,9 @@ def test_smollm2_learns_checkpoints_and_hot_reloads_on_the_real_stack(
     cfg = apply_overrides(run_cfg, yaml.safe_load((ROOT / "configs/smollm2.yaml").read_text()))
     cfg.trainer.max_steps, cfg.trainer.checkpoint_every, cfg.trainer.infonce_weight = 1, 1, 0.0
     cfg.threads = 2
+    # the checkpoints read at once below: uploaded in line (configs/smollm2.yaml uploads them in a
+    # thread; that path is tests/integration/test_trainer_generator.py's)
+    cfg.trainer.upload_in_background = False
     (tmp_path / "p").mkdir()
     (tmp_path / "w").mkdir()
     topics = ensure_topics(cfg)
