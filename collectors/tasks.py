@@ -202,3 +202,13 @@ def resolve_tasks(names: list[str]) -> list[TaskSpec]:
             seen.add(t.name)
             uniq.append(t)
     return uniq
+
+
+# the tasks ``dynaweb bench collect`` times (and its per-step cost probe)
+COLLECT_BENCH_TASKS = (
+    "miniwob/login-user",
+    "miniwob/enter-password",
+    "miniwob/click-checkboxes",
+    "miniwob/enter-text",
+    "miniwob/click-button-sequence",
+)

@@ -29,16 +29,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from collectors.tasks import COLLECT_BENCH_TASKS
 from core.config import Config
 from evaluation.operations import BrokerFactory
 
-DEFAULT_TASKS = [
-    "miniwob/login-user",
-    "miniwob/enter-password",
-    "miniwob/click-checkboxes",
-    "miniwob/enter-text",
-    "miniwob/click-button-sequence",
-]
+DEFAULT_TASKS = list(COLLECT_BENCH_TASKS)
 TARGET_STEPS_4 = 60.0
 TARGET_RATIO = 2.5
 

@@ -25,16 +25,11 @@ import collectors.observation as O
 from collectors.agents import ExpertAgent
 from collectors.browser import Browser
 from collectors.env import WebEnv
+from collectors.tasks import COLLECT_BENCH_TASKS
 from collectors.taskserver import serve
 
-# ``dynaweb bench collect``'s tasks (evaluation.bench.collect.DEFAULT_TASKS)
-DEFAULT_TASKS = [
-    "miniwob/login-user",
-    "miniwob/enter-password",
-    "miniwob/click-checkboxes",
-    "miniwob/enter-text",
-    "miniwob/click-button-sequence",
-]
+# ``dynaweb bench collect``'s tasks
+DEFAULT_TASKS = list(COLLECT_BENCH_TASKS)
 CALLS: Counter = Counter()
 COUNTING = [False]
 OBS_MS: list[float] = []
