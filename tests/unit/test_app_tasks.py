@@ -12,7 +12,7 @@ import pytest
 from collectors.observation import Line, truncate_lines
 from collectors.tasks import get_task, list_tasks, resolve_tasks
 from collectors.webapps.oscar.data import catalogue
-from collectors.webapps.oscar.hooks import draw_episode_product
+from collectors.webapps.oscar.hooks import draw_episode_product, draw_quantity
 from collectors.webapps.prune import prune_lines
 from collectors.webapps.runtime import Episode, check_declared, episode_code
 from collectors.webapps.taskdef import AppTask, fill, load_tasks, normalise_answer
@@ -142,6 +142,15 @@ def test_episode_product_is_named_by_the_code() -> None:
     p = draw_episode_product(random.Random(0), {}, "k3y9z0")
     assert p["product"]["upc"] == "EPk3y9z01" and p["product"]["title"].endswith(" k3y9z0")
     assert p["new_title"] != p["product"]["title"] and p["new_title"].endswith(" k3y9z0")
+
+
+def test_a_drawn_quantity_never_exceeds_the_products_stock() -> None:
+    # the shop keeps the old quantity when asked for more than its stock: such an episode
+    # could not succeed (seeds 4 and 6 of shop/basket-quantity drew 3 of 2 and 4 of 3)
+    data = catalogue(0)
+    draws = [draw_quantity(random.Random(s), data, "x") for s in range(500)]
+    assert all(2 <= d["quantity"] <= min(5, d["product"]["stock"]) for d in draws)
+    assert {d["quantity"] for d in draws} == {2, 3, 4, 5}
 
 
 def test_catalogue_is_seeded() -> None:

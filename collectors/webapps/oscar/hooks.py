@@ -24,7 +24,10 @@ def draw_two_products(rng, data, code) -> dict:
 
 
 def draw_quantity(rng, data, code) -> dict:
-    return {"product": rng.choice(data["products"]), "quantity": rng.randint(2, 5)}
+    """A product and 2-5 units of it, never more than its stock: the shop refuses a quantity
+    above stock (the basket keeps the old one), which made such an episode impossible."""
+    product = rng.choice(data["products"])
+    return {"product": product, "quantity": rng.randint(2, min(5, int(product["stock"])))}
 
 
 def draw_cheapest(rng, data, code) -> dict:
