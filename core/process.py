@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import threading
 
@@ -31,3 +32,28 @@ def start_component(
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     MetricsEndpoint(cfg, component, component_id, labels=labels)
     return stop
+
+
+def trim_heap() -> None:
+    """Hand the heap's free pages back to the OS (glibc ``malloc_trim``; nothing elsewhere).
+
+    A step's peak (a batch of long real-application prompts, a backlog read after a broker
+    outage) leaves its freed memory in the allocator's arenas: the process's resident size then
+    stays at the peak for the rest of the run, a staircase that reads as growth (the trainer in
+    an hour's soak with the shop: 2.4 -> 5.7 -> 4.4 GB, flat in between).  Called after each
+    trainer step and dream round.  Its cost, on a 3 GB heap: 0.49 s handing back 1 GB held in
+    2,500 scattered holes, 0.03 s with nothing to hand back."""
+    try:
+        _libc().malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
+
+
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL("libc.so.6")
+    return _LIBC

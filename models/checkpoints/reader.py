@@ -5,7 +5,6 @@ replaced model leaves (``release_memory``).  The store itself is ``models.checkp
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import os
@@ -19,6 +18,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from core.config import ModelConfig
+from core.process import trim_heap
 from models import metrics as M
 from models.checkpoints.spec import ModelSpecMismatch, check_manifest
 from models.checkpoints.store import S3_ERRORS, CheckpointStore, CorruptCheckpoint
@@ -134,10 +134,7 @@ def release_memory() -> None:
         _FROZEN = True
         return
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
+    trim_heap()
 
 
 # A reader's first load used to import transformers' model and tokenizer stack on the spot: 3.0 s

@@ -35,6 +35,7 @@ import torch
 from kafka import TopicPartition
 
 from core.config import DreamConfig, ModelConfig
+from core.process import trim_heap
 from core.spaces import Observation
 from models import metrics as M
 from models.checkpoints.reader import Prefetcher, ReloadClock
@@ -517,6 +518,7 @@ class Dreamer:
                 M.DREAM_GATE_OPEN.labels(self.run).set(float(gate))
                 if gate and self.pace_open():
                     self.dream_once()
+                    trim_heap()  # a round's decoding caches are not kept resident
                     state = "dreaming"
                 elif gate:
                     state = "paced"

@@ -109,7 +109,7 @@ class Intake:
                             continue  # the world model never trains on dreams
                         if tp.topic == self.topics.world_model_eval:
                             self.replay.add_eval(t)
-                        elif not self.replay.add(t):
+                        elif not self.replay.add(t, m.value):
                             M.TRAINER_DUPES.labels(self.run, "world_model").inc()
                 except records.RecordError as e:  # the stream worker validated; count and go on
                     log.warning("skipping invalid record on %s@%d: %s", tp.topic, m.offset, e)

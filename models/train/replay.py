@@ -3,7 +3,12 @@ from, and the held-out window its fidelity is checked on.
 
 Rank 0 reads ``train.world_model`` (real and expert transitions) into the replay, deduplicated by
 transition key (the broker may deliver a record again), and ``eval.world_model`` into the held-out
-window; ``batch`` draws a world-model batch (``world_model_batch``).  Real episode ends (done or
+window; ``batch`` draws a world-model batch (``world_model_batch``).  The replay holds each
+transition packed (``Packed``: its key, whether it ends an episode, and its record as
+zlib-compressed JSON) and decodes only the ones a batch draws: decoded, a page of a real
+application (a shop page with its element boxes) took tens of kilobytes of Python objects, so
+the 20,000 transitions grew the trainer by gigabytes in an hour; packed they take a few
+kilobytes each.  Real episode ends (done or
 truncated, source ``real``) of either topic also wait in ``unjudged`` until the trainer judges the
 world model on them before its next step (``models.train.trust_judge``, the per-task trust gate).  The sizes bound rank 0's
 memory; they are not a correctness bound (an evicted transition was trained on or drawn from).
@@ -12,11 +17,14 @@ memory; they are not a correctness bound (an evicted transition was trained on o
 from __future__ import annotations
 
 import random
+import zlib
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core.bounded import BoundedSet
+from streams import records
 
 WM_REPLAY = 20_000  # the replay the world model's batches are drawn from (newest kept)
 WM_FRESH = 256  # transitions not yet trained on: up to half of each batch comes from these first
@@ -24,6 +32,25 @@ WM_TERMINAL = 5_000  # the replay's episode-ending steps, drawn at ``trainer.wm_
 WM_SEEN = 500_000  # transition keys remembered to drop the broker's redeliveries
 EVAL_WINDOW = 64  # held-out transitions kept; the trainer's fidelity check reads the newest 8
 UNJUDGED = 1_024  # real episode ends waiting to be judged (the oldest dropped past this)
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """A transition as the replay keeps it: ``blob`` is its record's JSON, zlib-compressed."""
+
+    key: tuple[str, int]
+    done: bool
+    blob: bytes
+
+    @classmethod
+    def of(cls, t: Any, raw: bytes | None = None) -> Packed:
+        """``t`` packed; ``raw``: its record's JSON as read (encoded from ``t`` when absent)."""
+        return cls(
+            t.key, bool(t.done), zlib.compress(raw if raw is not None else records.encode(t), 1)
+        )
+
+    def unpack(self) -> Any:
+        return records.decode(zlib.decompress(self.blob), expect="transition")
 
 
 class WorldModelReplay:
@@ -39,14 +66,16 @@ class WorldModelReplay:
         """Whether there is anything to train the world model on."""
         return bool(self.buffer)
 
-    def add(self, t: Any) -> bool:
-        """A training transition into the replay; False for one seen before (not added)."""
+    def add(self, t: Any, raw: bytes | None = None) -> bool:
+        """A training transition into the replay (``raw``: its record as read, kept packed);
+        False for one seen before (not added)."""
         if not self.seen.add(t.key):
             return False
-        self.buffer.append(t)
-        self.fresh.append(t)
+        p = Packed.of(t, raw)
+        self.buffer.append(p)
+        self.fresh.append(p)
         if t.done:
-            self.terminal.append(t)
+            self.terminal.append(p)
         self._to_judge(t)
         return True
 
@@ -66,7 +95,9 @@ class WorldModelReplay:
         return out
 
     def batch(self, n: int, terminal_share: float = 0.0) -> list:
-        return world_model_batch(self.fresh, self.buffer, self.terminal, n, terminal_share)
+        """A world-model batch of ``n`` transitions (``world_model_batch``), decoded."""
+        drawn = world_model_batch(self.fresh, self.buffer, self.terminal, n, terminal_share)
+        return [p.unpack() for p in drawn]
 
 
 def world_model_batch(

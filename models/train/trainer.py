@@ -51,6 +51,7 @@ from pathlib import Path
 import torch
 
 from core.config import Config, ModelConfig
+from core.process import trim_heap
 from models import metrics as M
 from models.checkpoints.spec import check_manifest
 from models.checkpoints.store import KINDS, CheckpointStore, wm_init_dir
@@ -554,7 +555,9 @@ class Trainer:
                 did = True
                 if self.wm_steps == 1:
                     self.waiting("wm_transitions", False)
-            if not did:
+            if did:
+                trim_heap()  # a step's peak is not kept as resident memory (core.process)
+            else:
                 M.TRAINER_IDLE.labels(self.run).inc(time.time() - t0)
             if time.time() - last_progress > 1.0:
                 self.publish_progress()
