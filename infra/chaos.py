@@ -49,7 +49,7 @@ from core.metrics import run_targets
 from core.prom import Prom
 from infra.probe import Probe
 from infra.stack import Stack, StackError
-from streams.kafka import ensure_topics, make_publisher
+from streams.kafka import KafkaError, ensure_topics, make_publisher
 
 # component -> (component_id prefix, its progress counter)
 PROGRESS = {
@@ -299,6 +299,20 @@ class Injector:
         ev.recovery_s = None if took is None else round(took, 1)
 
 
+def final_reads(report: dict, read_back: Callable[[], dict], check: Callable[[], dict]) -> None:
+    """The probe's read-back and the topic check into ``report``; a read that fails (timed out,
+    the broker gone because `up` ended first) is named in ``read_errors``, not raised."""
+    try:
+        back = read_back()
+        report["probe"].update(back, missing=len(back["missing"]))
+    except (TimeoutError, OSError, KafkaError) as e:
+        report["read_errors"].append(f"probe read-back: {type(e).__name__}: {e}")
+    try:
+        report["topics"] = check()
+    except (TimeoutError, OSError, KafkaError) as e:
+        report["read_errors"].append(f"topic check: {type(e).__name__}: {e}")
+
+
 def event_dict(ev: Event) -> dict:
     return asdict(ev)
 
@@ -393,17 +407,13 @@ def run(
     }
     if on_report is not None:
         on_report(report)  # what was watched is kept even if a final read fails
-    try:
-        back = probe.read_back(read_timeout_s)
-        report["probe"].update(back, missing=len(back["missing"]))
-    except (TimeoutError, OSError) as e:
-        report["read_errors"].append(f"probe read-back: {type(e).__name__}: {e}")
-    try:
-        report["topics"] = topic_check(
+    final_reads(
+        report,
+        lambda: probe.read_back(read_timeout_s),
+        lambda: topic_check(
             cfg, watch.total("dynaweb_client_acked_records_total", by="topic"), read_timeout_s
-        )
-    except (TimeoutError, OSError) as e:
-        report["read_errors"].append(f"topic check: {type(e).__name__}: {e}")
+        ),
+    )
     gap = report["checkpoints"]["longest_gap_s"]
     report["checkpoint_gap_ok"] = gap is not None and gap <= max_checkpoint_gap_s
     # every component whose memory was judged (infra.soak.window_slope) grew under the limit

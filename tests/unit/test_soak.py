@@ -212,3 +212,22 @@ def test_the_memory_check_is_the_slope_over_the_last_40_minutes() -> None:
             "progress": {},
         }
     )
+
+
+def test_a_final_read_that_cannot_reach_the_broker_is_reported_not_raised() -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    from infra.chaos import final_reads
+
+    def gone() -> dict:
+        raise KafkaTimeoutError("Unable to bootstrap from ['127.0.0.1:9092']")
+
+    report = {"probe": {"missing": None}, "topics": {}, "read_errors": []}
+    final_reads(report, gone, lambda: {"t": {"complete": True}})
+    assert report["read_errors"] == [
+        "probe read-back: KafkaTimeoutError: KafkaTimeoutError: Unable to bootstrap from "
+        "['127.0.0.1:9092']"
+    ]
+    assert report["topics"] == {"t": {"complete": True}} and report["probe"]["missing"] is None
+    final_reads(report, lambda: {"found": 3, "missing": []}, gone)
+    assert report["probe"]["missing"] == 0 and len(report["read_errors"]) == 2
