@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import signal
 import threading
 
@@ -49,11 +50,6 @@ def trim_heap() -> None:
         pass  # not glibc
 
 
-_LIBC = None
-
-
-def _libc():
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL("libc.so.6")
-    return _LIBC
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6")

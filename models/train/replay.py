@@ -5,10 +5,8 @@ Rank 0 reads ``train.world_model`` (real and expert transitions) into the replay
 transition key (the broker may deliver a record again), and ``eval.world_model`` into the held-out
 window; ``batch`` draws a world-model batch (``world_model_batch``).  The replay holds each
 transition packed (``Packed``: its key, whether it ends an episode, and its record as
-zlib-compressed JSON) and decodes only the ones a batch draws: decoded, a page of a real
-application (a shop page with its element boxes) took tens of kilobytes of Python objects, so
-the 20,000 transitions grew the trainer by gigabytes in an hour; packed they take a few
-kilobytes each.  Real episode ends (done or
+zlib-compressed JSON) and decodes only the ones a batch draws, so 20,000 transitions of a
+real application's long pages are held as compressed bytes rather than as decoded pages.  Real episode ends (done or
 truncated, source ``real``) of either topic also wait in ``unjudged`` until the trainer judges the
 world model on them before its next step (``models.train.trust_judge``, the per-task trust gate).  The sizes bound rank 0's
 memory; they are not a correctness bound (an evicted transition was trained on or drawn from).

@@ -3,7 +3,7 @@ only what a batch draws; ``core.process.trim_heap`` hands a step's freed peak ba
 
 from __future__ import annotations
 
-import pytest
+import torch
 
 from core.process import trim_heap
 from models.train.replay import Packed, WorldModelReplay
@@ -54,7 +54,6 @@ def _rss_mb() -> float:
 
 
 def test_trim_heap_hands_a_freed_peak_back() -> None:
-    torch = pytest.importorskip("torch")
     kept = [torch.ones(100, 1000) for _ in range(1500)]  # 400 KB each, 600 MB in all
     del kept[::2]  # 300 MB freed in holes between live blocks: glibc keeps them resident
     before = _rss_mb()
